@@ -1,0 +1,108 @@
+"""The ``fpsim`` command.  Each subcommand is a thin layer over a public function."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .formats import FORMATS, format_names, get_format
+
+
+def _fmt_arg(name: str) -> str:
+    try:
+        return get_format(name).name
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return v
+
+
+def cmd_formats(args) -> int:
+    cols = ["format", "bits", "exp", "man", "bias", "max", "tiny (min normal)",
+            "smallest subnormal", "eps = ulp(1)", "flush to 0 at |x| <=", "inf?"]
+    rows = []
+    for f in FORMATS.values():
+        rows.append([f.name, str(f.bits), str(f.exponent_bits), str(f.mantissa_bits), str(f.bias),
+                     f"{f.max:.6g}", f"2^{f.emin} = {f.tiny:.6g}",
+                     f"2^{f.emin - f.mantissa_bits} = {f.smallest_subnormal:.6g}",
+                     f"2^-{f.mantissa_bits} = {f.eps:.6g}", f"{f.flush_threshold:.6g}",
+                     "yes" if f.has_inf else "no (NaN only)"])
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
+    print("  ".join("-" * w for w in widths))
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)))
+    print(f"\naliases: {format_names().split('(aliases: ')[1].rstrip(')')}")
+    return 0
+
+
+def cmd_example(args) -> int:
+    from .examples import (
+        format_steps,
+        scaling_example,
+        smallest_normalizing_scale,
+        smallest_surviving_update,
+        vanishing_update,
+    )
+
+    custom = args.grad is not None or args.scale is not None
+    cases = [(args.grad if args.grad is not None else 1e-8,
+              args.scale if args.scale is not None else 1024.0)]
+    if not custom:
+        cases.append((2.45e-6, 2.0**15))
+    for n, (g, s) in enumerate(cases):
+        print(f"({'ab'[n]}) gradient g = {g:g}, loss scale S = {s:g}, format {args.format}")
+        print(format_steps(scaling_example(g, s, args.format)))
+        try:
+            k = smallest_normalizing_scale(g, args.format)
+            print(f"  smallest power-of-two scale that makes g a NORMAL {args.format}: 2^{int(k).bit_length() - 1} = {k:g}")
+        except ValueError:
+            pass
+        print()
+    lr, g = 1e-4, 2.45e-6
+    print(f"(c) the vanishing update: w = 1.0, lr x g = {lr:g} x {g:g} = {lr * g:g}")
+    print(format_steps(vanishing_update(1.0, lr * g)))
+    print("  It vanishes in float32 as well: a float32 master weight keeps this update only for |w| < 2^-7.")
+    print("  Smallest update to w = 1.0 that survives (strictly more than half an ulp):")
+    for name in ("float16", "bfloat16", "float32"):
+        h = smallest_surviving_update(1.0, name)
+        print(f"    {name:<9} just above 2^{int(round(__import__('math').log2(h)))} = {h:.6g}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fpsim", description="See, number by number, what low precision does to training.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sp = sub.add_parser("formats", help="table of every format's bits and limits")
+    sp.set_defaults(func=cmd_formats)
+    sp = sub.add_parser("example", help="the worked loss-scaling and vanishing-update examples, step by step")
+    sp.add_argument("--grad", type=float, help="the gradient to follow (default: 1e-8, then 2.45e-6)")
+    sp.add_argument("--scale", type=_positive_float, help="the loss scale S (default: 1024, then 2^15)")
+    sp.add_argument("--format", type=_fmt_arg, default="float16", help="the low-precision format (default float16)")
+    sp.set_defaults(func=cmd_example)
+    return p
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return args.func(args)
+    except (ValueError, TypeError, OSError) as e:
+        print(f"fpsim {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
