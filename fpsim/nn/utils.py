@@ -1,0 +1,1 @@
+"""Gradient utilities (``clip_grad_norm_``)."""

@@ -1,0 +1,469 @@
+"""Primitive ops: each a forward and a backward side by side, on raw float32 arrays.
+
+Every forward computes in float32 and rounds its result ONCE into the output format
+(``tensor.round_result``); every backward returns float32 gradients, which the graph walk
+rounds once into each input's gradient format.  For + - * / and sqrt this is bit-identical
+to native float16 / bfloat16 hardware, since float32 carries more than 2p+2 bits.
+
+Matmul multiplies the low-precision inputs exactly and accumulates in float32 (BLAS sgemm on
+the widened inputs - what tensor cores and PyTorch CPU do), then rounds once.  Reductions
+accumulate in float32 unless a low-precision accumulator is asked for (``acc=``), a teaching
+option that rounds after every addition.
+
+Broadcasting is an explicit op (``broadcast_to``); its backward is the only place gradients
+are summed over broadcast axes.  Shape-only ops (reshape, transpose, broadcast, indexing)
+move values without rounding them.
+
+Non-tensor operands (Python numbers, numpy arrays) are constants: they enter the float32
+computation as float32 and do not change the result's format - a float16 tensor times 1e-8
+is float16, computed as float32(x) * float32(1e-8) and rounded once, as PyTorch does.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+from .formats import Format, get_format
+from .tensor import Tensor, promote, round_result
+
+F32 = get_format("float32")
+_autocast_fmt: Format | None = None  # set by amp.autocast
+
+
+# --------------------------------------------------------------------------------- helpers
+
+
+def _make(out32, fmt: Format, parents: tuple, backward, op: str) -> Tensor:
+    be = parents[0].backend
+    return Tensor._from_op(round_result(out32, fmt, be, op, "forward"), fmt, parents, backward, op, be)
+
+
+def _view(data, fmt: Format, parents: tuple, backward, op: str) -> Tensor:
+    """An op that moves values without computing new ones: nothing to round."""
+    return Tensor._from_op(data, fmt, parents, backward, op, parents[0].backend)
+
+
+def _const(x, like: Tensor) -> Tensor:
+    be = like.backend
+    if isinstance(x, bool) or not isinstance(x, numbers.Real | list | tuple) and not hasattr(x, "dtype"):
+        raise TypeError(f"cannot combine a Tensor with {type(x).__name__}")
+    arr = be.asarray(x, dtype=be.xp.float32)
+    return Tensor(arr, F32, backend=be)
+
+
+def _pair(a, b):
+    """Both operands as Tensors, and the result format (constants do not promote)."""
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        if a.backend is not b.backend:
+            raise ValueError(f"tensors on different backends: {a.backend.name} and {b.backend.name}")
+        return a, b, promote(a.fmt, b.fmt)
+    if isinstance(a, Tensor):
+        return a, _const(b, a), a.fmt
+    return _const(a, b), b, b.fmt
+
+
+def _broadcast_pair(a: Tensor, b: Tensor, op: str):
+    if a.shape == b.shape:
+        return a, b
+    try:
+        shape = tuple(a.backend.xp.broadcast_shapes(a.shape, b.shape))
+    except ValueError:
+        raise ValueError(f"{op}: shapes {a.shape} and {b.shape} do not broadcast") from None
+    return broadcast_to(a, shape), broadcast_to(b, shape)
+
+
+def _to_f32_policy(*ts: Tensor) -> tuple:
+    """Under autocast, ops on PyTorch's float32 list widen their inputs first."""
+    if _autocast_fmt is None:
+        return ts
+    return tuple(cast_to(t, F32) if t.fmt != F32 else t for t in ts)
+
+
+def _to_low_policy(*ts: Tensor) -> tuple:
+    """Under autocast, matmul-like ops narrow their inputs to the autocast format."""
+    if _autocast_fmt is None:
+        return ts
+    return tuple(cast_to(t, _autocast_fmt) if t.fmt != _autocast_fmt else t for t in ts)
+
+
+def _unbroadcast(g, shape, xp):
+    """Sum g (float32) down to ``shape`` over the axes broadcasting added or stretched."""
+    if tuple(g.shape) == tuple(shape):
+        return g
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(shape) if n == 1 and g.shape[i + lead] != 1)
+    return g.sum(axis=axes, dtype=xp.float32).reshape(shape)
+
+
+# --------------------------------------------------------------------------------- casting
+
+
+def cast_to(x: Tensor, fmt) -> Tensor:
+    """Round into ``fmt``; the gradient is rounded back into x's gradient format."""
+    fmt = get_format(fmt)
+    return _make(x.f32(), fmt, (x,), lambda g: (g,), "cast")
+
+
+def broadcast_to(x: Tensor, shape) -> Tensor:
+    shape = tuple(shape)
+    if x.shape == shape:
+        return x
+    xp = x.backend.xp
+    try:
+        data = xp.broadcast_to(x.data, shape)
+    except ValueError:
+        raise ValueError(f"cannot broadcast shape {x.shape} to {shape}") from None
+    return _view(data, x.fmt, (x,), lambda g: (_unbroadcast(g, x.shape, xp),), "broadcast")
+
+
+# --------------------------------------------------------------------------------- arithmetic
+
+
+def add(a, b) -> Tensor:
+    a, b, fmt = _pair(a, b)
+    a, b = _broadcast_pair(a, b, "add")
+    return _make(a.f32() + b.f32(), fmt, (a, b), lambda g: (g, g), "add")
+
+
+def sub(a, b) -> Tensor:
+    a, b, fmt = _pair(a, b)
+    a, b = _broadcast_pair(a, b, "sub")
+    return _make(a.f32() - b.f32(), fmt, (a, b), lambda g: (g, -g), "sub")
+
+
+def mul(a, b) -> Tensor:
+    a, b, fmt = _pair(a, b)
+    a, b = _broadcast_pair(a, b, "mul")
+    a32, b32 = a.f32(), b.f32()
+    return _make(a32 * b32, fmt, (a, b), lambda g: (g * b32, g * a32), "mul")
+
+
+def div(a, b) -> Tensor:
+    a, b, fmt = _pair(a, b)
+    a, b = _broadcast_pair(a, b, "div")
+    a32, b32 = a.f32(), b.f32()
+    return _make(a32 / b32, fmt, (a, b), lambda g: (g / b32, -g * a32 / (b32 * b32)), "div")
+
+
+def neg(x: Tensor) -> Tensor:
+    return _make(-x.f32(), x.fmt, (x,), lambda g: (-g,), "neg")
+
+
+def pow(x: Tensor, p) -> Tensor:
+    if isinstance(p, Tensor) or not isinstance(p, numbers.Real):
+        raise TypeError(f"pow takes a scalar exponent, got {type(p).__name__}")
+    (x,) = _to_f32_policy(x)
+    xp = x.backend.xp
+    x32 = x.f32()
+    p32 = xp.float32(p)
+    return _make(x32**p32, x.fmt, (x,), lambda g: (g * p32 * x32 ** (p32 - 1),), "pow")
+
+
+# --------------------------------------------------------------------------------- matmul
+
+
+def matmul(a, b, acc=None) -> Tensor:
+    """a @ b for 2-d and batched (..., n, k) @ (..., k, m) operands.
+
+    Products of the low-precision inputs are exact in float32; they are summed in float32
+    (BLAS) and the result is rounded once.  ``acc="float16"`` (or any format) instead keeps
+    a running sum in that format, rounding after every one of the k additions - swamping.
+    """
+    a, b, fmt = _pair(a, b)
+    a, b = _to_low_policy(a, b)
+    fmt = promote(a.fmt, b.fmt)
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not fit (need (..., n, k) @ (..., k, m))")
+    be = a.backend
+    xp = be.xp
+    a32, b32 = a.f32(), b.f32()
+    if acc is None:
+        out32 = be.matmul(a32, b32)
+    else:
+        out32 = _matmul_low_acc(a32, b32, get_format(acc), be)
+
+    def backward(g):
+        ga = be.matmul(g, xp.swapaxes(b32, -1, -2))
+        gb = be.matmul(xp.swapaxes(a32, -1, -2), g)
+        return _unbroadcast(ga, a.shape, xp), _unbroadcast(gb, b.shape, xp)
+
+    return _make(out32, fmt, (a, b), backward, "matmul")
+
+
+def _matmul_low_acc(a32, b32, acc: Format, be):
+    xp = be.xp
+    shape = xp.broadcast_shapes(a32.shape[:-2], b32.shape[:-2]) + (a32.shape[-2], b32.shape[-1])
+    s = xp.zeros(shape, dtype=xp.float32)
+    for k in range(a32.shape[-1]):
+        s = be.to_f32(be.round(s + a32[..., :, k : k + 1] * b32[..., k : k + 1, :], acc))
+    return s
+
+
+# --------------------------------------------------------------------------------- elementwise
+
+
+def exp(x: Tensor) -> Tensor:
+    (x,) = _to_f32_policy(x)
+    out = _make(x.backend.xp.exp(x.f32()), x.fmt, (x,), None, "exp")
+    if out.requires_grad:
+        y = out.f32()
+        out._backward = lambda g: (g * y,)
+    return out
+
+
+def log(x: Tensor) -> Tensor:
+    (x,) = _to_f32_policy(x)
+    x32 = x.f32()
+    return _make(x.backend.xp.log(x32), x.fmt, (x,), lambda g: (g / x32,), "log")
+
+
+def sqrt(x: Tensor) -> Tensor:
+    out = _make(x.backend.xp.sqrt(x.f32()), x.fmt, (x,), None, "sqrt")
+    if out.requires_grad:
+        y = out.f32()
+        out._backward = lambda g: (g / (2 * y),)
+    return out
+
+
+def tanh(x: Tensor) -> Tensor:
+    out = _make(x.backend.xp.tanh(x.f32()), x.fmt, (x,), None, "tanh")
+    if out.requires_grad:  # like PyTorch, the backward uses the stored (rounded) output
+        y = out.f32()
+        out._backward = lambda g: (g * (1 - y * y),)
+    return out
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    xp = x.backend.xp
+    x32 = x.f32()
+    # exp of a non-positive number only: no overflow for large |x|
+    e = xp.exp(-xp.abs(x32))
+    s32 = xp.where(x32 >= 0, 1 / (1 + e), e / (1 + e))
+    out = _make(s32, x.fmt, (x,), None, "sigmoid")
+    if out.requires_grad:
+        y = out.f32()
+        out._backward = lambda g: (g * y * (1 - y),)
+    return out
+
+
+def relu(x: Tensor) -> Tensor:
+    x32 = x.f32()
+    pos = x32 > 0
+    return _make(x32 * pos, x.fmt, (x,), lambda g: (g * pos,), "relu")
+
+
+_GELU_C = 0.7978845608028654  # sqrt(2 / pi)
+
+
+def gelu(x: Tensor) -> Tensor:
+    """GELU, tanh approximation (PyTorch's ``gelu(approximate="tanh")``), in float32."""
+    xp = x.backend.xp
+    x32 = x.f32()
+    c = xp.float32(_GELU_C)
+    u = c * (x32 + xp.float32(0.044715) * x32**3)
+    t = xp.tanh(u)
+    out32 = xp.float32(0.5) * x32 * (1 + t)
+
+    def backward(g):
+        du = c * (1 + xp.float32(3 * 0.044715) * x32 * x32)
+        return (g * (xp.float32(0.5) * (1 + t) + xp.float32(0.5) * x32 * (1 - t * t) * du),)
+
+    return _make(out32, x.fmt, (x,), backward, "gelu")
+
+
+def abs(x: Tensor) -> Tensor:  # noqa: A001 - the numpy/PyTorch name
+    xp = x.backend.xp
+    x32 = x.f32()
+    return _make(xp.abs(x32), x.fmt, (x,), lambda g: (g * xp.sign(x32),), "abs")
+
+
+# --------------------------------------------------------------------------------- reductions
+
+
+def _norm_axes(axis, ndim):
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    out = []
+    for a in axes:
+        if not -ndim <= a < max(ndim, 1):
+            raise ValueError(f"axis {a} is out of range for a tensor with {ndim} dimensions")
+        out.append(a % max(ndim, 1))
+    return tuple(sorted(set(out)))
+
+
+def _expand_back(g, x_shape, axes, keepdims, xp):
+    """Broadcast a reduced gradient back over the reduced axes (float32)."""
+    if not keepdims:
+        for a in axes:
+            g = xp.expand_dims(g, a)
+    return xp.broadcast_to(g, x_shape)
+
+
+def sum(x: Tensor, axis=None, keepdims=False, acc=None) -> Tensor:  # noqa: A001
+    """Sum over ``axis``, accumulating in float32 - or, with ``acc=fmt``, in a running sum
+    rounded into ``fmt`` after every addition (to show swamping: counting by 1 stalls at
+    2048 in float16, 256 in bfloat16)."""
+    (x,) = _to_f32_policy(x)
+    be = x.backend
+    xp = be.xp
+    axes = _norm_axes(axis, x.ndim)
+    x32 = x.f32()
+    if acc is None:
+        out32 = x32.sum(axis=axes, dtype=xp.float32, keepdims=keepdims)
+    else:
+        accf = get_format(acc)
+        moved = xp.moveaxis(x32, axes, tuple(range(len(axes))))
+        flat = moved.reshape((-1,) + moved.shape[len(axes):])
+        s = xp.zeros(flat.shape[1:], dtype=xp.float32)
+        for row in flat:
+            s = be.to_f32(be.round(s + row, accf))
+        out32 = s.reshape(tuple(1 if i in axes else n for i, n in enumerate(x.shape))) if keepdims else s
+    return _make(out32, x.fmt, (x,), lambda g: (_expand_back(g, x.shape, axes, keepdims, xp),), "sum")
+
+
+def mean(x: Tensor, axis=None, keepdims=False) -> Tensor:
+    """Mean with a float32 sum and one float32 division, rounded once.  Its gradient is
+    g / N: with N in the millions (dense prediction) that is where gradients get tiny."""
+    (x,) = _to_f32_policy(x)
+    xp = x.backend.xp
+    axes = _norm_axes(axis, x.ndim)
+    n = 1
+    for a in axes:
+        n *= x.shape[a]
+    inv = xp.float32(1.0 / n)
+    out32 = x.f32().sum(axis=axes, dtype=xp.float32, keepdims=keepdims) / xp.float32(n)
+    return _make(out32, x.fmt, (x,), lambda g: (_expand_back(g * inv, x.shape, axes, keepdims, xp),), "mean")
+
+
+def max(x: Tensor, axis=None, keepdims=False) -> Tensor:  # noqa: A001
+    """Maximum over ``axis``; the gradient is shared equally among tied maxima."""
+    xp = x.backend.xp
+    axes = _norm_axes(axis, x.ndim)
+    x32 = x.f32()
+    m = x32.max(axis=axes, keepdims=True)
+
+    def backward(g):
+        hit = (x32 == m).astype(xp.float32)
+        share = hit / hit.sum(axis=axes, keepdims=True)
+        return (_expand_back(g, x.shape, axes, keepdims, xp) * share,)
+
+    out32 = m if keepdims else m.reshape(tuple(n for i, n in enumerate(x.shape) if i not in axes))
+    return _make(out32, x.fmt, (x,), backward, "max")
+
+
+# --------------------------------------------------------------------------------- shapes
+
+
+def reshape(x: Tensor, shape) -> Tensor:
+    shape = tuple(shape)
+    try:
+        data = x.data.reshape(shape)
+    except ValueError:
+        raise ValueError(f"cannot reshape shape {x.shape} into {shape}") from None
+    return _view(data, x.fmt, (x,), lambda g: (g.reshape(x.shape),), "reshape")
+
+
+def transpose(x: Tensor, axes=None) -> Tensor:
+    xp = x.backend.xp
+    if axes is None:
+        axes = tuple(reversed(range(x.ndim)))
+    axes = tuple(axes)
+    if sorted(a % x.ndim for a in axes) != list(range(x.ndim)):
+        raise ValueError(f"transpose: {axes} is not a permutation of the axes of shape {x.shape}")
+    inv = tuple(int(i) for i in xp.argsort(xp.asarray(axes)).tolist()) if x.ndim else ()
+    return _view(xp.transpose(x.data, axes), x.fmt, (x,), lambda g: (xp.transpose(g, inv),), "transpose")
+
+
+def getitem(x: Tensor, idx) -> Tensor:
+    """Indexing (basic and integer-array, as cross-entropy needs); the backward scatters
+    gradients back, adding where an index repeats."""
+    be = x.backend
+    xp = be.xp
+    if isinstance(idx, Tensor):
+        idx = idx.data.astype(xp.int64)
+
+    def backward(g):
+        z = xp.zeros(x.shape, dtype=xp.float32)
+        be.index_add(z, idx, g)
+        return (z,)
+
+    try:
+        data = x.data[idx]
+    except IndexError as e:
+        raise IndexError(f"index {idx!r} does not fit shape {x.shape}: {e}") from None
+    return _view(data, x.fmt, (x,), backward, "getitem")
+
+
+def concat(tensors, axis=0) -> Tensor:
+    """Join along ``axis``; mixed formats promote (exactly) to the wider one."""
+    ts = list(tensors)
+    if not ts:
+        raise ValueError("concat needs at least one tensor")
+    fmt = promote(*(t.fmt for t in ts))
+    xp = ts[0].backend.xp
+    try:
+        out32 = xp.concatenate([t.f32() for t in ts], axis=axis)
+    except ValueError:
+        raise ValueError(f"concat along axis {axis}: shapes {[t.shape for t in ts]} do not fit") from None
+    bounds = []
+    pos = 0
+    for t in ts:
+        pos += t.shape[axis]
+        bounds.append(pos)
+
+    def backward(g):
+        return tuple(xp.split(g, bounds[:-1], axis=axis))
+
+    return _make(out32, fmt, tuple(ts), backward, "concat")
+
+
+# --------------------------------------------------------------------------------- softmax family
+
+
+def log_softmax(x: Tensor, axis=-1) -> Tensor:
+    """log(softmax(x)) computed stably in float32 (x - max - log sum exp), rounded once."""
+    (x,) = _to_f32_policy(x)
+    xp = x.backend.xp
+    x32 = x.f32()
+    z = x32 - x32.max(axis=axis, keepdims=True)
+    out32 = z - xp.log(xp.exp(z).sum(axis=axis, keepdims=True, dtype=xp.float32))
+    out = _make(out32, x.fmt, (x,), None, "log_softmax")
+    if out.requires_grad:
+        y = out.f32()
+        out._backward = lambda g: (g - xp.exp(y) * g.sum(axis=axis, keepdims=True, dtype=xp.float32),)
+    return out
+
+
+def softmax(x: Tensor, axis=-1) -> Tensor:
+    (x,) = _to_f32_policy(x)
+    xp = x.backend.xp
+    x32 = x.f32()
+    e = xp.exp(x32 - x32.max(axis=axis, keepdims=True))
+    out = _make(e / e.sum(axis=axis, keepdims=True, dtype=xp.float32), x.fmt, (x,), None, "softmax")
+    if out.requires_grad:
+        y = out.f32()
+        out._backward = lambda g: (y * (g - (g * y).sum(axis=axis, keepdims=True, dtype=xp.float32)),)
+    return out
+
+
+# --------------------------------------------------------------------------------- losses
+
+
+def mse_loss(pred: Tensor, target) -> Tensor:
+    """mean((pred - target)**2) as one fused op, like PyTorch's: the difference and the mean
+    in float32, one rounding.  Its gradient 2 (pred - target) / N is rounded once into pred's
+    gradient format - with N = 2**20 outputs that is a number near 1e-8."""
+    weak = not isinstance(target, Tensor)
+    if weak:
+        target = _const(target, pred)
+    if target.shape != pred.shape:
+        raise ValueError(f"mse_loss: prediction shape {pred.shape} and target shape {target.shape} differ")
+    pred, target = _to_f32_policy(pred, target)
+    xp = pred.backend.xp
+    d = pred.f32() - target.f32()
+    n = d.size
+    out32 = (d * d).sum(dtype=xp.float32) / xp.float32(n)
+    scale = xp.float32(2.0 / n)
+    return _make(out32, pred.fmt if weak else promote(pred.fmt, target.fmt), (pred, target),
+                 lambda g: (g * scale * d, -(g * scale * d)), "mse_loss")

@@ -1,0 +1,220 @@
+"""Optimizers: ``SGD``, ``Adam``, ``AdamW`` - PyTorch's update rules, rounded as PyTorch rounds.
+
+Without master weights the update happens in each parameter's own format, one rounding per
+in-place op, exactly as PyTorch's single-tensor (for-loop) implementations do on a float16
+tensor: optimizer state lives in the parameter's format too.  That is the failure the labs
+show - an update below half an ulp of the weight is lost, and Adam's second moment (g*g, with
+g ~ 1e-4) underflows in float16.
+
+With ``master_weights=True`` (Apex O2 style) the optimizer keeps a float32 copy of every
+parameter (``master_params()``), applies the update and keeps its state there, and writes a
+freshly rounded copy back into the low-format parameter after each step.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .formats import get_format
+from .tensor import Tensor, no_grad, round_result
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW"]
+
+F32 = get_format("float32")
+
+
+class Optimizer:
+    def __init__(self, params, lr: float, master_weights: bool = False):
+        self.params: list[Tensor] = list(params)
+        if not self.params:
+            raise ValueError("optimizer got an empty parameter list")
+        for p in self.params:
+            if not isinstance(p, Tensor) or not p.requires_grad:
+                raise ValueError("optimizer parameters must be tensors that require grad")
+        if not (isinstance(lr, int | float) and lr > 0 and math.isfinite(lr)):
+            raise ValueError(f"learning rate must be a finite number > 0, got {lr!r}")
+        self.lr = float(lr)
+        self.master_weights = bool(master_weights)
+        self.master: list[Tensor] | None = None
+        if self.master_weights:
+            self.master = [Tensor(p.f32().copy(), F32, requires_grad=True, backend=p.backend, name=p.name)
+                           for p in self.params]
+        self.state: list[dict] = [{} for _ in self.params]
+        self.step_count = 0
+
+    # -- what the update acts on ---------------------------------------------------------------
+
+    def master_params(self) -> list[Tensor]:
+        """The tensors the update is applied to: float32 masters, or the parameters themselves.
+        Clip these (after ``GradScaler.unscale_``), as with Apex's ``amp.master_params``."""
+        return self.master if self.master is not None else self.params
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+        for m in self.master or ():
+            m.grad = None
+
+    def sync_master_grads(self) -> None:
+        """Give each master the float32 value of its parameter's low-format gradient, unless
+        something (``GradScaler.unscale_``) already did."""
+        if self.master is None:
+            return
+        for p, m in zip(self.params, self.master):
+            if m.grad is None and p.grad is not None:
+                m.grad = Tensor(p.grad.f32().astype(p.backend.xp.float32, copy=True), F32, backend=p.backend)
+
+    def step(self) -> None:
+        self.step_count += 1
+        self.sync_master_grads()
+        with no_grad():
+            for i, t in enumerate(self.master_params()):
+                if t.grad is None:
+                    continue
+                self._update(t, t.grad.f32(), self.state[i])
+                if self.master is not None:
+                    p = self.params[i]
+                    p.data = p.backend.round(t.f32(), p.fmt)  # a fresh rounding of the master
+
+    def _r(self, x32, t: Tensor, what: str):
+        """Round an intermediate of the update into the format it is stored in."""
+        return round_result(x32, t.fmt, t.backend, f"{type(self).__name__.lower()}.{what}", "update", t.name)
+
+    def _update(self, t: Tensor, g, state: dict) -> None:
+        raise TypeError(f"{type(self).__name__} defines no update rule")
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """Flat name -> array (storage dtype) map: step count, master weights, per-param state."""
+        out = {"step_count": self.step_count}
+        for i, t in enumerate(self.master_params()):
+            if self.master is not None:
+                out[f"master.{i}"] = t.numpy().copy()
+            for k, v in self.state[i].items():
+                out[f"state.{i}.{k}"] = v.numpy().copy() if isinstance(v, Tensor) else v
+        return out
+
+    def load_state_dict(self, sd: dict) -> None:
+        """Restore what ``state_dict`` gave, checking names and shapes before changing anything."""
+        want_master = {f"master.{i}": p.shape for i, p in enumerate(self.params)} if self.master else {}
+        missing = [k for k in ["step_count", *want_master] if k not in sd]
+        extra = [k for k in sd if k != "step_count" and k not in want_master and not k.startswith("state.")]
+        bad = [f"{k}: expected {s}, got {tuple(sd[k].shape)}" for k, s in want_master.items()
+               if k in sd and tuple(sd[k].shape) != s]
+        for k in sd:
+            if k.startswith("state."):
+                parts = k.split(".")
+                if len(parts) != 3 or not parts[1].isdigit() or int(parts[1]) >= len(self.params):
+                    extra.append(k)
+        if missing or extra or bad:
+            raise ValueError(f"optimizer load_state_dict: missing {missing}, unexpected {extra}, wrong shape {bad} "
+                             "(optimizer left unchanged)")
+        from .tensor import tensor
+
+        new_state: list[dict] = [{} for _ in self.params]
+        targets = self.master_params()
+        for k, v in sd.items():
+            if k.startswith("state."):
+                _, i, name = k.split(".")
+                t = targets[int(i)]
+                new_state[int(i)][name] = tensor(v, t.fmt, backend=t.backend) if getattr(v, "ndim", 0) else v
+        if self.master is not None:
+            for i, m in enumerate(self.master):
+                m.data = tensor(sd[f"master.{i}"], F32, backend=m.backend).data
+        self.state = new_state
+        self.step_count = int(sd["step_count"])
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with PyTorch's momentum, dampening, Nesterov and weight decay."""
+
+    def __init__(self, params, lr: float, momentum: float = 0.0, weight_decay: float = 0.0,
+                 dampening: float = 0.0, nesterov: bool = False, master_weights: bool = False):
+        super().__init__(params, lr, master_weights)
+        if momentum < 0 or weight_decay < 0:
+            raise ValueError(f"momentum and weight_decay must be >= 0, got {momentum}, {weight_decay}")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum needs momentum > 0 and dampening 0")
+        self.momentum, self.weight_decay, self.dampening, self.nesterov = momentum, weight_decay, dampening, nesterov
+
+    def _update(self, t, g, state):
+        w = t.f32()
+        if self.weight_decay:
+            g = t.backend.to_f32(self._r(g + self.weight_decay * w, t, "weight_decay"))
+        if self.momentum:
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = Tensor(self._r(g, t, "momentum"), t.fmt, backend=t.backend)
+            else:
+                b = buf.backend.to_f32(self._r(buf.f32() * self.momentum, t, "momentum"))
+                buf = Tensor(self._r(b + (1 - self.dampening) * g, t, "momentum"), t.fmt, backend=t.backend)
+            state["momentum_buffer"] = buf
+            g = t.backend.to_f32(self._r(g + self.momentum * buf.f32(), t, "nesterov")) if self.nesterov else buf.f32()
+        t.data = self._r(w - self.lr * g, t, "step")
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba) as PyTorch's single-tensor implementation computes it, rounding
+    every in-place op into the state's format.  ``decoupled`` gives AdamW."""
+
+    decoupled = False
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, master_weights: bool = False):
+        super().__init__(params, lr, master_weights)
+        b1, b2 = betas
+        if not (0 <= b1 < 1 and 0 <= b2 < 1):
+            raise ValueError(f"betas must lie in [0, 1), got {betas}")
+        if eps < 0 or weight_decay < 0:
+            raise ValueError(f"eps and weight_decay must be >= 0, got {eps}, {weight_decay}")
+        self.betas, self.eps, self.weight_decay = (float(b1), float(b2)), float(eps), float(weight_decay)
+
+    def _update(self, t, g, state):
+        be = t.backend
+        xp = be.xp
+        f = lambda x: be.to_f32(x)  # noqa: E731
+        b1, b2 = self.betas
+        if not state:
+            state["step"] = 0
+            state["exp_avg"] = Tensor(be.round(xp.zeros(t.shape, xp.float32), t.fmt), t.fmt, backend=be)
+            state["exp_avg_sq"] = Tensor(be.round(xp.zeros(t.shape, xp.float32), t.fmt), t.fmt, backend=be)
+        state["step"] += 1
+        step = state["step"]
+        w = t.f32()
+        if self.weight_decay and self.decoupled:
+            w = f(self._r(w * xp.float32(1 - self.lr * self.weight_decay), t, "weight_decay"))
+        elif self.weight_decay:
+            g = f(self._r(g + xp.float32(self.weight_decay) * w, t, "weight_decay"))
+        m, v = state["exp_avg"].f32(), state["exp_avg_sq"].f32()
+        m = f(self._r(m + xp.float32(1 - b1) * (g - m), t, "exp_avg"))  # lerp_(g, 1 - b1)
+        v = f(self._r(v * xp.float32(b2), t, "exp_avg_sq"))
+        v = f(self._r(v + xp.float32(1 - b2) * g * g, t, "exp_avg_sq"))  # addcmul_
+        state["exp_avg"].data = be.round(m, t.fmt)
+        state["exp_avg_sq"].data = be.round(v, t.fmt)
+        step_size = self.lr / (1 - b1**step)
+        bc2_sqrt = math.sqrt(1 - b2**step)
+        denom = f(self._r(xp.sqrt(v), t, "denom"))
+        denom = f(self._r(denom / xp.float32(bc2_sqrt), t, "denom"))
+        denom = f(self._r(denom + xp.float32(self.eps), t, "denom"))
+        with_errs = xp.errstate(divide="ignore", invalid="ignore") if hasattr(xp, "errstate") else _null()
+        with with_errs:
+            t.data = self._r(w + xp.float32(-step_size) * (m / denom), t, "step")
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (default 0.01, as in PyTorch)."""
+
+    decoupled = True
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.01, master_weights: bool = False):
+        super().__init__(params, lr, betas, eps, weight_decay, master_weights)
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False

@@ -1,0 +1,411 @@
+"""``Tensor``: an array stored in a float format, and the graph that differentiates it.
+
+A tensor's ``data`` lives in its format's storage dtype (``np.float16``,
+``ml_dtypes.bfloat16``, ...), so ``nbytes`` is the real memory.  Ops (``ops.py``) compute in
+float32 and hand their float32 result to :func:`round_result`, the ONE place where the engine
+rounds: into the output's format going forward, into each input's ``grad_fmt`` going
+backward.  Monitors (``monitor.py``) watch that one place.
+
+``backward`` walks the graph iteratively (no recursion limit), in reverse topological order.
+Each op's backward returns float32 gradients for its inputs; each is rounded once into the
+input's gradient format, and contributions from several uses are added in float32 and
+rounded again, as PyTorch accumulates a tensor's gradient in the tensor's own dtype.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import numbers
+
+import numpy as np
+
+from .backend import Backend, get_backend
+from .formats import Format, get_format
+
+__all__ = ["Tensor", "tensor", "no_grad", "is_grad_enabled", "promote", "round_result"]
+
+_grad_enabled = True
+_scope: list[str] = []  # names of the modules being called, outermost first
+HOOKS: list = []  # callables(op, direction, scope, target, fmt, exact32, stored); see monitor.py
+
+_WIDTH_RANK = {"float8_e4m3fn": 0, "float8_e5m2": 0, "float16": 1, "bfloat16": 1, "float32": 2}
+
+
+def is_grad_enabled() -> bool:
+    return _grad_enabled
+
+
+@contextlib.contextmanager
+def no_grad():
+    """Inside, ops record no graph (for evaluation and optimizer updates)."""
+    global _grad_enabled
+    prev, _grad_enabled = _grad_enabled, False
+    try:
+        yield
+    finally:
+        _grad_enabled = prev
+
+
+@contextlib.contextmanager
+def scope(name: str):
+    """Ops created inside are attributed to module ``name`` (Module.__call__ uses this)."""
+    _scope.append(name)
+    try:
+        yield
+    finally:
+        _scope.pop()
+
+
+def current_scope() -> str:
+    return ".".join(s for s in _scope if s)
+
+
+def promote(*fmts: Format) -> Format:
+    """The wider format: float32 beats 16-bit beats 8-bit; float16 with bfloat16 gives float32
+    (neither holds the other), as do the two fp8 formats mixed - PyTorch promotes likewise."""
+    fmts = tuple(dict.fromkeys(fmts))
+    if len(fmts) == 1:
+        return fmts[0]
+    best = max(fmts, key=lambda f: _WIDTH_RANK[f.name])
+    rank = _WIDTH_RANK[best.name]
+    if sum(_WIDTH_RANK[f.name] == rank for f in fmts) > 1:
+        return get_format("float32") if rank >= 1 else get_format("float16")
+    return best
+
+
+def round_result(x32, fmt: Format, backend: Backend, op: str, direction: str, target: str = ""):
+    """Round a float32 result into ``fmt`` (one rounding) and tell any monitor about it."""
+    out = backend.round(x32, fmt)
+    if HOOKS:
+        for h in HOOKS:
+            h(op, direction, current_scope() if direction == "forward" else _bwd_scope, target, fmt, x32, out)
+    return out
+
+
+_bwd_scope = ""  # the scope of the node whose backward is running
+
+
+class Tensor:
+    """An n-d array stored in a float format, with autograd.
+
+    ``fmt`` is the format of ``data``; ``grad_fmt`` the format its gradient is rounded into
+    (the same, unless a recipe says otherwise - fp8 training keeps gradients in e5m2).
+    """
+
+    __slots__ = ("data", "fmt", "grad_fmt", "grad", "requires_grad", "backend", "name",
+                 "_parents", "_backward", "_op", "_scope", "__weakref__")
+    __array_ufunc__ = None  # numpy defers to our reflected operators: array * Tensor works
+
+    def __init__(self, data, fmt=None, *, requires_grad=False, backend=None, grad_fmt=None, name=""):
+        be = get_backend(backend)
+        self.backend = be
+        self.fmt = get_format(fmt) if fmt is not None else get_format("float32")
+        self.grad_fmt = get_format(grad_fmt) if grad_fmt is not None else self.fmt
+        self.data = data
+        self.grad: Tensor | None = None
+        self.requires_grad = bool(requires_grad)
+        self.name = name
+        self._parents: tuple = ()
+        self._backward = None
+        self._op = ""
+        self._scope = ""
+
+    # -- construction helpers ------------------------------------------------------------
+
+    @classmethod
+    def _from_op(cls, data, fmt, parents, backward, op, backend):
+        t = cls.__new__(cls)
+        t.backend, t.fmt, t.grad_fmt, t.data, t.grad, t.name = backend, fmt, fmt, data, None, ""
+        track = _grad_enabled and any(p.requires_grad for p in parents)
+        t.requires_grad = track
+        t._parents = parents if track else ()
+        t._backward = backward if track else None
+        t._op, t._scope = op, current_scope()
+        return t
+
+    # -- properties ------------------------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self.data.shape)
+
+    @property
+    def ndim(self) -> int:
+        return self.data.ndim
+
+    @property
+    def size(self) -> int:
+        return int(self.data.size)
+
+    @property
+    def dtype(self) -> Format:
+        return self.fmt
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._backward is None
+
+    @property
+    def T(self) -> Tensor:
+        return _ops.transpose(self)
+
+    def f32(self):
+        """The exact values as a float32 array on this tensor's backend (no rounding)."""
+        return self.backend.to_f32(self.data)
+
+    def numpy(self) -> np.ndarray:
+        """The values as a numpy array in the storage dtype (bfloat16 stays bfloat16)."""
+        out = self.backend.to_numpy(self.data)
+        if out.dtype != self.fmt.dtype:  # cupy stores bf16/fp8 in float32
+            out = out.astype(self.fmt.dtype)
+        return out
+
+    def item(self) -> float:
+        if self.size != 1:
+            raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
+        return float(self.backend.to_numpy(self.f32()).reshape(()))
+
+    def detach(self) -> Tensor:
+        return Tensor(self.data, self.fmt, backend=self.backend, grad_fmt=self.grad_fmt)
+
+    def requires_grad_(self, flag: bool = True) -> Tensor:
+        self.requires_grad = flag
+        return self
+
+    def zero_grad(self) -> None:
+        self.grad = None
+
+    def __repr__(self) -> str:
+        vals = np.array2string(self.backend.to_numpy(self.f32()), precision=6, threshold=20)
+        extra = ", requires_grad=True" if self.requires_grad else ""
+        return f"Tensor({vals}, fmt={self.fmt.name}{extra})"
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    # -- autograd ----------------------------------------------------------------------------
+
+    def backward(self, gradient=None) -> None:
+        """Accumulate d(self)/d(leaf) into every leaf's ``.grad``.
+
+        ``gradient`` is required unless self has one element (then it is 1).  The seed is
+        rounded into self's gradient format, as ``loss.backward()`` seeds with a 1 of the
+        loss's dtype.
+        """
+        global _bwd_scope
+        if not self.requires_grad:
+            raise RuntimeError("backward() on a tensor that does not require grad (no parameter led to it)")
+        be = self.backend
+        xp = be.xp
+        if gradient is None:
+            if self.size != 1:
+                raise RuntimeError(
+                    f"backward() without a gradient needs a scalar (one element); this tensor has shape "
+                    f"{self.shape}. Pass gradient= with the same shape, or reduce it first (sum, mean).")
+            seed = xp.ones(self.shape, dtype=xp.float32)
+        else:
+            seed = be.to_f32(gradient.data) if isinstance(gradient, Tensor) else xp.asarray(gradient, dtype=xp.float32)
+            if tuple(seed.shape) != self.shape:
+                raise ValueError(f"gradient shape {tuple(seed.shape)} does not match tensor shape {self.shape}")
+        order = _topo_order(self)
+        grads = {id(self): be.round(seed, self.grad_fmt)}
+        for node in order:
+            g = grads.pop(id(node), None)
+            if g is None:
+                continue
+            if node._backward is None:  # a leaf: its gradient is kept
+                _accumulate_leaf(node, g)
+                continue
+            _bwd_scope = node._scope
+            try:
+                parent_grads = node._backward(be.to_f32(g))
+            finally:
+                _bwd_scope = ""
+            for p, pg in zip(node._parents, parent_grads):
+                if pg is None or not p.requires_grad:
+                    continue
+                _bwd_scope = node._scope
+                try:
+                    r = round_result(pg, p.grad_fmt, be, node._op, "backward", p.name)
+                    prev = grads.get(id(p))
+                    if prev is not None:  # a node used twice: add in float32, round again
+                        r = round_result(be.to_f32(prev) + be.to_f32(r), p.grad_fmt, be, "accumulate", "backward", p.name)
+                finally:
+                    _bwd_scope = ""
+                grads[id(p)] = r
+
+    # -- conversion --------------------------------------------------------------------------
+
+    def to(self, fmt=None, *, backend=None) -> Tensor:
+        """A differentiable cast into ``fmt`` (forward rounds once; backward rounds the
+        gradient into this tensor's gradient format), and/or a move to another backend."""
+        out = self
+        if backend is not None and get_backend(backend) is not self.backend:
+            out = _move(out, get_backend(backend))
+        if fmt is not None and get_format(fmt) != out.fmt:
+            out = _ops.cast_to(out, get_format(fmt))
+        return out
+
+    def float(self) -> Tensor:
+        return self.to("float32")
+
+    def half(self) -> Tensor:
+        return self.to("float16")
+
+    def bfloat16(self) -> Tensor:
+        return self.to("bfloat16")
+
+    # -- operators ---------------------------------------------------------------------------
+
+    def __add__(self, o):
+        return _ops.add(self, o)
+
+    def __radd__(self, o):
+        return _ops.add(o, self)
+
+    def __sub__(self, o):
+        return _ops.sub(self, o)
+
+    def __rsub__(self, o):
+        return _ops.sub(o, self)
+
+    def __mul__(self, o):
+        return _ops.mul(self, o)
+
+    def __rmul__(self, o):
+        return _ops.mul(o, self)
+
+    def __truediv__(self, o):
+        return _ops.div(self, o)
+
+    def __rtruediv__(self, o):
+        return _ops.div(o, self)
+
+    def __neg__(self):
+        return _ops.neg(self)
+
+    def __pow__(self, p):
+        return _ops.pow(self, p)
+
+    def __matmul__(self, o):
+        return _ops.matmul(self, o)
+
+    def __rmatmul__(self, o):
+        return _ops.matmul(o, self)
+
+    def __getitem__(self, idx):
+        return _ops.getitem(self, idx)
+
+    # -- methods that mirror numpy / PyTorch -------------------------------------------------
+
+    def sum(self, axis=None, keepdims=False, acc=None):
+        return _ops.sum(self, axis, keepdims, acc=acc)
+
+    def mean(self, axis=None, keepdims=False):
+        return _ops.mean(self, axis, keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        return _ops.max(self, axis, keepdims)
+
+    def reshape(self, *shape):
+        return _ops.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], tuple | list) else shape)
+
+    def transpose(self, *axes):
+        return _ops.transpose(self, axes[0] if len(axes) == 1 and isinstance(axes[0], tuple | list) else (axes or None))
+
+    def exp(self):
+        return _ops.exp(self)
+
+    def log(self):
+        return _ops.log(self)
+
+    def sqrt(self):
+        return _ops.sqrt(self)
+
+    def tanh(self):
+        return _ops.tanh(self)
+
+    def sigmoid(self):
+        return _ops.sigmoid(self)
+
+    def relu(self):
+        return _ops.relu(self)
+
+    def gelu(self):
+        return _ops.gelu(self)
+
+    def abs(self):
+        return _ops.abs(self)
+
+
+def _topo_order(root: Tensor) -> list[Tensor]:
+    """Nodes reachable from root, each after every node that uses it (iterative DFS)."""
+    order, seen = [], set()
+    stack = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        for p in node._parents:
+            if p.requires_grad and id(p) not in seen:
+                stack.append((p, False))
+    order.reverse()
+    return order
+
+
+def _accumulate_leaf(leaf: Tensor, g) -> None:
+    if leaf.grad is None:
+        leaf.grad = Tensor(g, leaf.grad_fmt, backend=leaf.backend)
+    else:  # gradients accumulate across backward calls, added in float32 and rounded once
+        be = leaf.backend
+        s = round_result(be.to_f32(leaf.grad.data) + be.to_f32(g), leaf.grad_fmt, be, "accumulate_grad",
+                         "backward", leaf.name)
+        leaf.grad = Tensor(s, leaf.grad_fmt, backend=be)
+
+
+def _move(t: Tensor, be: Backend) -> Tensor:
+    vals = t.backend.to_numpy(t.f32())
+    data = be.round(be.asarray(vals, dtype=be.xp.float32), t.fmt)  # exact: values are in fmt
+    out = Tensor(data, t.fmt, requires_grad=t.requires_grad, backend=be, grad_fmt=t.grad_fmt, name=t.name)
+    return out
+
+
+def tensor(data, fmt=None, *, requires_grad=False, backend=None, grad_fmt=None, rounding="nearest",
+           name="") -> Tensor:
+    """Make a leaf tensor: ``data`` rounded once (correctly, from float64 too) into ``fmt``.
+
+    ``fmt`` defaults to the data's own format when it is one of fpsim's, else float32.
+    """
+    from .formats import cast
+
+    be = get_backend(backend)
+    if isinstance(data, Tensor):
+        data = data.backend.to_numpy(data.f32())
+    if isinstance(data, numbers.Number) and not isinstance(data, numbers.Real):
+        raise TypeError(f"expected real numbers, got {type(data).__name__}")
+    if fmt is None:
+        dt = getattr(data, "dtype", None)
+        try:
+            f = get_format(dt) if dt is not None else get_format("float32")
+        except ValueError:
+            f = get_format("float32")
+    else:
+        f = get_format(fmt)
+    if be.name != "numpy" and hasattr(data, "__cuda_array_interface__"):
+        data = be.to_numpy(data)
+    stored = cast(data, f, rounding)  # numpy, in the format's real dtype
+    if be.name != "numpy":
+        stored = be.round(be.asarray(stored.astype(np.float32)), f)
+    return Tensor(stored, f, requires_grad=requires_grad, backend=be, grad_fmt=grad_fmt, name=name)
+
+
+from . import ops as _ops  # noqa: E402  (ops needs Tensor defined first)
