@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from .formats import Format, get_format
+from .formats import Format, f16_to_f32, f32_to_f16, get_format
 
 __all__ = ["Backend", "NumpyBackend", "CupyBackend", "get_backend", "available", "BACKENDS"]
 
@@ -81,22 +81,29 @@ class NumpyBackend(Backend):
         if fmt.dtype == np.float32:
             return x32.astype(np.float32, copy=False)
         with np.errstate(over="ignore", invalid="ignore"):
+            if fmt.name == "float16":
+                return f32_to_f16(x32)
             return x32.astype(fmt.dtype)
+
+    def to_f32(self, x):
+        if x.dtype == np.float16:
+            return f16_to_f32(x)
+        return x.astype(np.float32, copy=False)
 
 
 _RNE_KERNEL_SRC = r"""
 // Round a float32 to nearest-even on a grid with `man` mantissa bits and smallest normal
 // exponent `emin`; overflow to inf, or to NaN when the format has no inf.
 float a = fabsf(x);
-if (!(a <= 3.4e38f)) { y = x; }              // inf and NaN pass through
-else {
+if (isnan(x)) { y = x; }
+else if (isinf(x)) { y = has_inf ? x : NAN; }  // e4m3fn has no inf
+else {                                         // every finite float32, up to FLT_MAX, is rounded
     int e; frexpf(a, &e);
     int k = max(e - 1, emin);
     float q = ldexpf(1.0f, k - man);
-    float r = rintf(a / q) * q;
+    float r = rintf(a / q) * q;                // a / q is exact: q is a power of two
     if (r > maxval) r = has_inf ? INFINITY : NAN;
     y = copysignf(r, x);
-    if (!has_inf && isinf(x)) y = NAN;
 }
 """
 

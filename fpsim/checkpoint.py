@@ -8,6 +8,8 @@ but numpy to read (``np.load(..., allow_pickle=False)``).
 from __future__ import annotations
 
 import os
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -71,7 +73,7 @@ def load(path, model, optimizer=None, scaler=None) -> None:
     try:
         with np.load(path, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
-    except (ValueError, OSError, EOFError) as e:
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:  # truncated / bad CRC
         raise ValueError(f"checkpoint {path} could not be read as .npz: {e}") from None
     parts: dict[str, dict] = {"model": {}, "optim": {}, "scaler": {}}
     for key in data:
@@ -91,6 +93,7 @@ def load(path, model, optimizer=None, scaler=None) -> None:
     if optimizer is not None and not parts["optim"]:
         raise ValueError(f"checkpoint {path} holds no optimizer state")
     snapshot = model.state_dict()
+    opt_snapshot = optimizer.state_dict() if optimizer is not None else None
     model.load_state_dict(model_state)
     try:
         if optimizer is not None:
@@ -99,4 +102,6 @@ def load(path, model, optimizer=None, scaler=None) -> None:
             scaler.load_state_dict(parts["scaler"])
     except Exception:
         model.load_state_dict(snapshot)
+        if optimizer is not None:  # the scaler can fail after the optimizer was loaded
+            optimizer.load_state_dict(opt_snapshot)
         raise

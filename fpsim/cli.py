@@ -88,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--scale", type=_positive_float, help="the loss scale S (default: 1024, then 2^15)")
     sp.add_argument("--format", type=_fmt_arg, default="float16", help="the low-precision format (default float16)")
     sp.set_defaults(func=cmd_example)
+    from . import audit as _audit
+
+    sp = sub.add_parser("audit", help="which formats and loss scales keep the gradients in a .npz/.safetensors/.pt file")
+    _audit.add_arguments(sp)
+    sp.set_defaults(func=_audit.main)
     return p
 
 

@@ -21,6 +21,7 @@ is float16, computed as float32(x) * float32(1e-8) and rounded once, as PyTorch 
 
 from __future__ import annotations
 
+import builtins
 import numbers
 
 from .formats import Format, get_format
@@ -170,12 +171,18 @@ def matmul(a, b, acc=None) -> Tensor:
     a running sum in that format, rounding after every one of the k additions - swamping.
     """
     a, b, fmt = _pair(a, b)
-    a, b = _to_low_policy(a, b)
-    fmt = promote(a.fmt, b.fmt)
-    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
-        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not fit (need (..., n, k) @ (..., k, m))")
+    if _autocast_fmt is not None:
+        a, b = _to_low_policy(a, b)
+        fmt = _autocast_fmt
     be = a.backend
     xp = be.xp
+    try:
+        if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
+            raise ValueError
+        xp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:
+        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not fit (need (..., n, k) @ (..., k, m) "
+                         "with broadcastable batch dimensions)") from None
     a32, b32 = a.f32(), b.f32()
     if acc is None:
         out32 = be.matmul(a32, b32)
@@ -247,9 +254,12 @@ def sigmoid(x: Tensor) -> Tensor:
 
 
 def relu(x: Tensor) -> Tensor:
+    xp = x.backend.xp
     x32 = x.f32()
     pos = x32 > 0
-    return _make(x32 * pos, x.fmt, (x,), lambda g: (g * pos,), "relu")
+    # where, not x * (x > 0): -inf * 0 would be NaN.  -0 and NaN pass through, as in PyTorch.
+    out32 = xp.where(x32 < 0, xp.float32(0), x32)
+    return _make(out32, x.fmt, (x,), lambda g: (xp.where(pos, g, xp.float32(0)),), "relu")
 
 
 _GELU_C = 0.7978845608028654  # sqrt(2 / pi)
@@ -285,10 +295,12 @@ def _norm_axes(axis, ndim):
         return tuple(range(ndim))
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
     out = []
+    n = builtins.max(ndim, 1)  # builtins: this module's max is the op; a 0-d tensor takes axis 0 / -1
     for a in axes:
-        if not -ndim <= a < max(ndim, 1):
+        if not -n <= a < n:
             raise ValueError(f"axis {a} is out of range for a tensor with {ndim} dimensions")
-        out.append(a % max(ndim, 1))
+        if ndim:
+            out.append(a % ndim)
     return tuple(sorted(set(out)))
 
 
@@ -369,8 +381,9 @@ def transpose(x: Tensor, axes=None) -> Tensor:
     if axes is None:
         axes = tuple(reversed(range(x.ndim)))
     axes = tuple(axes)
-    if sorted(a % x.ndim for a in axes) != list(range(x.ndim)):
+    if sorted(a % x.ndim if -x.ndim <= a < x.ndim else x.ndim for a in axes) != list(range(x.ndim)):
         raise ValueError(f"transpose: {axes} is not a permutation of the axes of shape {x.shape}")
+    axes = tuple(a % x.ndim for a in axes)  # the inverse permutation below needs them non-negative
     inv = tuple(int(i) for i in xp.argsort(xp.asarray(axes)).tolist()) if x.ndim else ()
     return _view(xp.transpose(x.data, axes), x.fmt, (x,), lambda g: (xp.transpose(g, inv),), "transpose")
 

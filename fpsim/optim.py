@@ -14,6 +14,9 @@ freshly rounded copy back into the low-format parameter after each step.
 from __future__ import annotations
 
 import math
+import numbers
+
+import numpy as np
 
 from .formats import get_format
 from .tensor import Tensor, no_grad, round_result
@@ -31,7 +34,7 @@ class Optimizer:
         for p in self.params:
             if not isinstance(p, Tensor) or not p.requires_grad:
                 raise ValueError("optimizer parameters must be tensors that require grad")
-        if not (isinstance(lr, int | float) and lr > 0 and math.isfinite(lr)):
+        if isinstance(lr, bool) or not (isinstance(lr, numbers.Real) and lr > 0 and math.isfinite(lr)):
             raise ValueError(f"learning rate must be a finite number > 0, got {lr!r}")
         self.lr = float(lr)
         self.master_weights = bool(master_weights)
@@ -75,6 +78,10 @@ class Optimizer:
                 if self.master is not None:
                     p = self.params[i]
                     p.data = p.backend.round(t.f32(), p.fmt)  # a fresh rounding of the master
+        # The masters' float32 gradients are consumed by the step: left in place, a stale one
+        # would be reused after model.zero_grad() + backward (sync skips masters that have one).
+        for m in self.master or ():
+            m.grad = None
 
     def _r(self, x32, t: Tensor, what: str):
         """Round an intermediate of the update into the format it is stored in."""
@@ -107,6 +114,8 @@ class Optimizer:
                 parts = k.split(".")
                 if len(parts) != 3 or not parts[1].isdigit() or int(parts[1]) >= len(self.params):
                     extra.append(k)
+                elif isinstance(sd[k], np.ndarray) and tuple(sd[k].shape) != self.params[int(parts[1])].shape:
+                    bad.append(f"{k}: expected {self.params[int(parts[1])].shape}, got {tuple(sd[k].shape)}")
         if missing or extra or bad:
             raise ValueError(f"optimizer load_state_dict: missing {missing}, unexpected {extra}, wrong shape {bad} "
                              "(optimizer left unchanged)")
@@ -118,7 +127,7 @@ class Optimizer:
             if k.startswith("state."):
                 _, i, name = k.split(".")
                 t = targets[int(i)]
-                new_state[int(i)][name] = tensor(v, t.fmt, backend=t.backend) if getattr(v, "ndim", 0) else v
+                new_state[int(i)][name] = tensor(v, t.fmt, backend=t.backend) if isinstance(v, np.ndarray) else v
         if self.master is not None:
             for i, m in enumerate(self.master):
                 m.data = tensor(sd[f"master.{i}"], F32, backend=m.backend).data

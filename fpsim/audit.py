@@ -1,0 +1,564 @@
+"""Gradient audits: which formats, and which loss scales, keep a set of real gradients?
+
+A practitioner dumps gradients (or any tensors) to ``.npz``, ``.npy``, ``.safetensors`` or a
+PyTorch ``.pt``; :func:`audit` reads them ONE tensor at a time and, for each format, counts
+how many non-zero values rounding to nearest would flush to zero, leave subnormal, or
+overflow - and which power-of-two loss scales 2^k would keep at least 99.9 % of the non-zero
+values (not flushed) with no overflow at all.
+
+Multiplying by 2^k is exact (in float64, far from its limits), so scaling commutes with the
+rounding thresholds: at scale 2^k a value flushes iff |x| <= flush_threshold * 2^-k and
+overflows iff |x| reaches overflow_threshold * 2^-k.  One sort per tensor then answers every
+k by binary search; the unscaled counts come from :func:`fpsim.classify`.
+
+Files are read with ``allow_pickle=False`` (PyTorch: ``weights_only=True``); ``.safetensors``
+is parsed directly from its published layout (8-byte header length, JSON header, raw
+little-endian data), so no extra package is needed and bfloat16/fp8 tensors keep their type.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import zipfile
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+
+from .formats import cast, classify, get_format
+
+__all__ = ["survival", "read_tensors", "audit", "audit_arrays", "AuditReport", "TensorAudit", "FormatAudit",
+           "DEFAULT_FORMATS", "K_RANGE", "KEEP"]
+
+DEFAULT_FORMATS = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+K_RANGE = (-30, 40)
+KEEP = 0.999
+# Quarter-binade bins of log2|x| covering every float32 magnitude (2^-149 .. 2^128) and then some.
+HIST_EDGES = np.arange(-160.0, 140.0 + 0.25, 0.25)
+SUFFIXES = (".npz", ".npy", ".safetensors", ".pt", ".pth")
+
+
+# --------------------------------------------------------------------------------------------
+# what a format keeps of a set of values
+
+
+def _is_float(dt) -> bool:
+    """numpy float dtypes and fpsim's own formats (bfloat16, fp8 from ml_dtypes)."""
+    if dt.kind == "f":
+        return True
+    try:
+        get_format(dt)
+        return True
+    except ValueError:
+        return False
+
+
+def _float_values(values) -> np.ndarray:
+    """values as a flat float32/float64 numpy array holding exactly the same numbers."""
+    v = np.asarray(values)
+    if v.dtype in (np.float32, np.float64):
+        return v.ravel()
+    if v.dtype.kind in "iu" or v.dtype.kind == "f" and v.dtype.itemsize > 8:
+        return v.astype(np.float64).ravel()
+    if _is_float(v.dtype):  # float16, bfloat16, fp8: exact in float32
+        return v.astype(np.float32).ravel()
+    raise TypeError(f"expected float values, got dtype {v.dtype}")
+
+
+def survival(values, fmt, scale: float = 1.0) -> dict:
+    """What rounding ``values * scale`` to nearest into ``fmt`` does to the non-zero ones.
+
+    The product is formed in float64 (exact for a power-of-two scale) and rounded once into
+    the format.  Returns counts ``n`` (all values), ``zero`` (exact zeros), ``nonfinite``
+    (inf/NaN already in the input), ``nonzero`` (the finite non-zero values, the base of every
+    fraction), ``flushed`` (became 0), ``subnormal``, ``normal``, ``overflow`` (became inf or
+    NaN), and ``frac_flushed``, ``frac_subnormal``, ``frac_normal``, ``frac_overflow``.
+    """
+    f = get_format(fmt)
+    v = _float_values(values)
+    finite = np.isfinite(v)
+    keep = finite & (v != 0)
+    x = v[keep]
+    if scale != 1.0:
+        with np.errstate(over="ignore"):
+            x = x.astype(np.float64) * float(scale)
+    cat = classify(x, f).category  # indexes into CATEGORIES: zero subnormal normal inf nan
+    per = np.bincount(cat, minlength=5)
+    nz = int(x.size)
+    out = {
+        "n": int(v.size),
+        "zero": int(np.count_nonzero(finite & (v == 0))),
+        "nonfinite": int(v.size - np.count_nonzero(finite)),
+        "nonzero": nz,
+        "flushed": int(per[0]),
+        "subnormal": int(per[1]),
+        "normal": int(per[2]),
+        "overflow": int(per[3] + per[4]),
+    }
+    for k in ("flushed", "subnormal", "normal", "overflow"):
+        out["frac_" + k] = out[k] / nz if nz else 0.0
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# reading tensors, one at a time
+
+_ST_DTYPES = {
+    "F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"),
+    "BF16": np.dtype(ml_dtypes.bfloat16), "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
+    "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
+    "I64": np.dtype("<i8"), "I32": np.dtype("<i4"), "I16": np.dtype("<i2"), "I8": np.dtype("i1"),
+    "U64": np.dtype("<u8"), "U32": np.dtype("<u4"), "U16": np.dtype("<u2"), "U8": np.dtype("u1"),
+    "BOOL": np.dtype("?"),
+}
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+def read_tensors(path):
+    """Yield ``(name, numpy array)`` from a tensor file, reading one tensor at a time.
+
+    ``.npz`` / ``.npy`` (``allow_pickle=False``), ``.safetensors`` (parsed directly),
+    ``.pt`` / ``.pth`` (needs torch; ``torch.load(weights_only=True)``; nested dicts and lists
+    are flattened to dotted names).  Errors are ``FileNotFoundError`` / ``ValueError`` with a
+    one-line message naming the file (and the tensor, where one is at fault).
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path}: is a directory, not a tensor file")
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix == ".npz":
+        yield from _read_npz(path)
+    elif suffix == ".npy":
+        yield from _read_npy(path)
+    elif suffix == ".safetensors":
+        yield from _read_safetensors(path)
+    elif suffix in (".pt", ".pth"):
+        yield from _read_torch(path)
+    else:
+        raise ValueError(f"{path}: unknown file type {suffix or '(no suffix)'!r}; "
+                         f"fpsim audit reads {', '.join(SUFFIXES)}")
+
+
+def _sniff(path) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read(6)
+
+
+def _read_npz(path):
+    magic = _sniff(path)
+    if not magic:
+        raise ValueError(f"{path}: the file is empty")
+    if magic.startswith(b"\x93NUMPY"):
+        raise ValueError(f"{path}: holds a single .npy array, not an .npz archive (rename it to .npy)")
+    if not magic.startswith(b"PK"):
+        raise ValueError(f"{path}: not an .npz file (it is not a zip archive)")
+    # Our own handle, closed on every path (np.load leaks its own when the zip is damaged).
+    with open(path, "rb") as fh:
+        try:
+            z = np.load(fh, allow_pickle=False)
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+            raise ValueError(f"{path}: not a readable .npz file ({_first_line(e)})") from None
+        with z:
+            for name in z.files:
+                try:
+                    arr = z[name]  # reads and decompresses this member only
+                except ValueError as e:
+                    if "allow_pickle" in str(e) or "Object arrays" in str(e):
+                        raise ValueError(f"{path}: array {name!r} holds pickled Python objects, which fpsim does "
+                                         "not load (allow_pickle=False)") from None
+                    raise ValueError(f"{path}: array {name!r} is unreadable ({_first_line(e)})") from None
+                except Exception as e:  # BadZipFile, zlib.error, EOFError from a damaged member
+                    raise ValueError(f"{path}: array {name!r} is unreadable ({_first_line(e)})") from None
+                yield name, arr
+
+
+def _read_npy(path):
+    magic = _sniff(path)
+    if not magic:
+        raise ValueError(f"{path}: the file is empty")
+    if not magic.startswith(b"\x93NUMPY"):
+        hint = " (it is a zip archive: rename it to .npz)" if magic.startswith(b"PK") else ""
+        raise ValueError(f"{path}: not an .npy file{hint}")
+    try:
+        arr = np.load(path, allow_pickle=False, mmap_mode="r")
+    except ValueError as e:
+        if "pickle" in str(e) or "Python objects" in str(e):
+            raise ValueError(f"{path}: holds pickled Python objects, which fpsim does not load "
+                             "(allow_pickle=False)") from None
+        raise ValueError(f"{path}: not a readable .npy file ({_first_line(e)})") from None
+    except (OSError, EOFError) as e:
+        raise ValueError(f"{path}: not a readable .npy file ({_first_line(e)})") from None
+    yield os.path.splitext(os.path.basename(path))[0], arr
+
+
+def _read_safetensors(path):
+    size = os.path.getsize(path)
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise ValueError(f"{path}: not a .safetensors file (shorter than its 8-byte header length)")
+        n = int.from_bytes(head, "little")
+        if n > min(size - 8, 100 * 2**20):
+            raise ValueError(f"{path}: not a .safetensors file (header length {n} does not fit the file)")
+        try:
+            header = json.loads(fh.read(n).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path}: not a .safetensors file (header is not JSON: {_first_line(e)})") from None
+        if not isinstance(header, dict):
+            raise ValueError(f"{path}: not a .safetensors file (header is not a JSON object)")
+        header.pop("__metadata__", None)
+        base = 8 + n
+        entries = []
+        for name, info in header.items():
+            try:
+                dt_name, shape, (start, end) = info["dtype"], [int(s) for s in info["shape"]], info["data_offsets"]
+                start, end = int(start), int(end)
+            except (KeyError, TypeError, ValueError):
+                raise ValueError(f"{path}: tensor {name!r} has a malformed header entry {info!r}") from None
+            entries.append((start, end, name, dt_name, shape))
+        for start, end, name, dt_name, shape in sorted(entries):
+            if dt_name not in _ST_DTYPES:
+                raise ValueError(f"{path}: tensor {name!r} has dtype {dt_name!r}, which fpsim cannot read "
+                                 f"(known: {', '.join(_ST_DTYPES)})")
+            dt = _ST_DTYPES[dt_name]
+            nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+            if end - start != nbytes or start < 0 or base + end > size:
+                raise ValueError(f"{path}: tensor {name!r} ({dt_name}, shape {shape}) does not fit its byte range "
+                                 f"{start}..{end} (file has {size - base} data bytes)")
+            fh.seek(base + start)
+            yield name, np.frombuffer(fh.read(nbytes), dtype=dt).reshape(shape)
+
+
+def _read_torch(path):
+    try:
+        import torch
+    except ImportError:
+        raise ValueError(f"{path}: reading PyTorch files needs torch, which is not installed here "
+                         "(or save the tensors with numpy.savez)") from None
+    try:
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as e:
+            if "mmap" not in str(e):
+                raise
+            obj = torch.load(path, map_location="cpu", weights_only=True)  # old, non-zip format
+    except Exception as e:  # torch raises many types for a damaged or unsafe file
+        raise ValueError(f"{path}: not a readable PyTorch tensor file ({_first_line(e)})") from None
+
+    def walk(prefix, o):
+        if isinstance(o, torch.Tensor):
+            yield prefix or "tensor", o
+        elif isinstance(o, dict):
+            for k, v in o.items():
+                yield from walk(f"{prefix}.{k}" if prefix else str(k), v)
+        elif isinstance(o, list | tuple):
+            for i, v in enumerate(o):
+                yield from walk(f"{prefix}.{i}" if prefix else str(i), v)
+        else:
+            yield prefix or "object", o
+
+    for name, t in walk("", obj):
+        if not isinstance(t, torch.Tensor):
+            yield name, np.array(None, dtype=object)  # a plain number or string: listed as skipped
+            continue
+        t = t.detach().cpu()
+        if t.is_floating_point() and t.dtype not in (torch.float32, torch.float64, torch.float16):
+            t = t.float()  # bfloat16 / fp8 widen exactly
+        yield name, t.numpy()
+
+
+# --------------------------------------------------------------------------------------------
+# the audit
+
+
+@dataclass
+class FormatAudit:
+    """One format's verdict on one tensor (or on all of them): counts at scale 1 and the
+    range of safe loss-scale exponents ``(k_min, k_max)`` (None if no 2^k in the search
+    range is safe)."""
+
+    format: str
+    nonzero: int
+    flushed: int
+    subnormal: int
+    overflow: int
+    scale_range: tuple[int, int] | None
+
+    @property
+    def pct_flushed(self) -> float:
+        return 100.0 * self.flushed / self.nonzero if self.nonzero else 0.0
+
+    @property
+    def pct_subnormal(self) -> float:
+        return 100.0 * self.subnormal / self.nonzero if self.nonzero else 0.0
+
+    @property
+    def pct_overflow(self) -> float:
+        return 100.0 * self.overflow / self.nonzero if self.nonzero else 0.0
+
+    def to_dict(self) -> dict:
+        return {"format": self.format, "nonzero": self.nonzero, "flushed": self.flushed,
+                "subnormal": self.subnormal, "overflow": self.overflow, "pct_flushed": self.pct_flushed,
+                "pct_subnormal": self.pct_subnormal, "pct_overflow": self.pct_overflow,
+                "scale_exponents": list(self.scale_range) if self.scale_range else None}
+
+
+@dataclass
+class TensorAudit:
+    name: str
+    shape: tuple
+    dtype: str
+    n: int
+    zeros: int
+    nonfinite: int
+    formats: dict[str, FormatAudit]
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "n": self.n, "zeros": self.zeros,
+                "nonfinite": self.nonfinite, "formats": {k: v.to_dict() for k, v in self.formats.items()}}
+
+
+@dataclass
+class AuditReport:
+    """Per tensor and overall, per format: % flushed / subnormal / overflow of the non-zero
+    values at scale 1, and the safe power-of-two loss scales.  ``edges``/``counts`` are a
+    histogram of log2|x| over all non-zero finite values (quarter-binade bins)."""
+
+    source: str
+    formats: tuple[str, ...]
+    k_range: tuple[int, int]
+    keep: float
+    tensors: list[TensorAudit]
+    overall: TensorAudit
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    edges: np.ndarray = field(default_factory=lambda: HIST_EDGES.copy(), repr=False)
+    counts: np.ndarray = field(default_factory=lambda: np.zeros(HIST_EDGES.size - 1, np.int64), repr=False)
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "formats": list(self.formats), "scale_exponents_searched": list(self.k_range),
+                "keep": self.keep, "overall": self.overall.to_dict(), "tensors": [t.to_dict() for t in self.tensors],
+                "skipped": [{"name": n, "reason": r} for n, r in self.skipped]}
+
+    def table(self) -> str:
+        """The report as aligned text: overall first, then each tensor."""
+        o = self.overall
+        lo, hi = self.k_range
+        lines = [f"audit of {self.source}: {len(self.tensors)} tensor(s), {o.n:,} values "
+                 f"({o.n - o.zeros - o.nonfinite:,} non-zero, {o.zeros:,} zero, {o.nonfinite:,} inf/NaN)",
+                 f"a loss scale 2^k (k in {lo}..{hi}) is safe when the scaled values keep >= {100 * self.keep:g}% "
+                 "of the non-zero values (not flushed to 0) and none overflow", ""]
+        cols = ["tensor", "format", "flushed to 0", "subnormal", "overflow", "safe loss scales"]
+        rows = []
+        for t in [o, *self.tensors]:
+            for i, (name, fa) in enumerate(t.formats.items()):
+                rng = fa.scale_range
+                safe = "none" if rng is None else (f"2^{rng[0]}" if rng[0] == rng[1] else f"2^{rng[0]} .. 2^{rng[1]}")
+                rows.append([t.name if i == 0 else "", name, f"{fa.pct_flushed:.2f}%", f"{fa.pct_subnormal:.2f}%",
+                             f"{fa.pct_overflow:.2f}%", safe])
+        widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+        right = {2, 3, 4}
+        fmt = lambda r: "  ".join(x.rjust(w) if i in right else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths)))
+        lines += [fmt(cols), "  ".join("-" * w for w in widths)] + [fmt(r).rstrip() for r in rows]
+        if self.skipped:
+            lines.append("")
+            lines += [f"skipped {n}: {r}" for n, r in self.skipped]
+        return "\n".join(lines)
+
+    def histogram(self):
+        """The overall histogram as :class:`fpsim.plots.HistogramData`, with this audit's
+        exact percentages (empty bins at both ends trimmed)."""
+        from .plots import HistogramData, format_bands
+
+        nz = np.flatnonzero(self.counts)
+        if nz.size:
+            a, b = max(nz[0] - 2, 0), min(nz[-1] + 3, self.counts.size)
+        else:
+            a, b = 0, 1
+        o = self.overall
+        pct = {n: {"flushed": fa.pct_flushed, "subnormal": fa.pct_subnormal, "overflow": fa.pct_overflow}
+               for n, fa in o.formats.items()}
+        return HistogramData(edges=self.edges[a:b + 1], counts=self.counts[a:b], n=o.n, zeros=o.zeros,
+                             nonfinite=o.nonfinite, bands={n: format_bands(n) for n in self.formats},
+                             percent=pct)
+
+    def figure(self, path=None, title=None):
+        """The gradient histogram with each format's bands; saved to ``path`` if given."""
+        from .plots import gradient_histogram
+
+        return gradient_histogram(self.histogram(), formats=self.formats, path=path,
+                                  title=title or f"{os.path.basename(self.source)}: where the values lie")
+
+
+def _keep_fraction(keep: float) -> Fraction:
+    if not 0 < keep <= 1:
+        raise ValueError(f"keep must be a fraction in (0, 1], got {keep}")
+    return Fraction(keep).limit_denominator(10**9)
+
+
+class _Acc:
+    """Running per-format counts: at scale 1 and at every scale exponent k."""
+
+    def __init__(self, nk: int):
+        self.nonzero = 0
+        self.flushed = self.subnormal = self.overflow = 0
+        self.flush_k = np.zeros(nk, np.int64)
+        self.over_k = np.zeros(nk, np.int64)
+
+    def add(self, other: _Acc) -> None:
+        self.nonzero += other.nonzero
+        self.flushed += other.flushed
+        self.subnormal += other.subnormal
+        self.overflow += other.overflow
+        self.flush_k += other.flush_k
+        self.over_k += other.over_k
+
+    def verdict(self, name, ks, keep: Fraction) -> FormatAudit:
+        # kept >= keep * nonzero, in integers: (nonzero - flushed) * q >= p * nonzero
+        ok = ((self.nonzero - self.flush_k) * keep.denominator >= keep.numerator * self.nonzero) & (self.over_k == 0)
+        good = ks[ok]
+        # flushing falls and overflow grows with k, so the safe exponents form one interval
+        rng = (int(good[0]), int(good[-1])) if good.size else None
+        return FormatAudit(name, self.nonzero, self.flushed, self.subnormal, self.overflow, rng)
+
+
+def _thresholds(f):
+    """(flush threshold, overflow threshold, whether the overflow threshold itself overflows)."""
+    thr = f.overflow_threshold
+    at = cast(np.float64(thr), f).astype(np.float64)
+    return f.flush_threshold, thr, not np.isfinite(at)
+
+
+def _audit_one(arr: np.ndarray, fnames, ks):
+    """Counts for one tensor: (n, zeros, nonfinite, {format: _Acc}, histogram counts)."""
+    v = _float_values(arr)
+    finite = np.isfinite(v)
+    a = np.abs(v[finite & (v != 0)]).astype(np.float64)
+    a.sort()
+    n, nonfinite = int(v.size), int(v.size - np.count_nonzero(finite))
+    zeros = n - nonfinite - int(a.size)
+    scales = np.ldexp(1.0, -ks)  # 2^-k: the thresholds move down as the scale grows
+    accs = {}
+    for name in fnames:
+        f = get_format(name)
+        fthr, othr, over_at = _thresholds(f)
+        acc = _Acc(ks.size)
+        acc.nonzero = int(a.size)
+        cat = np.bincount(classify(a, f).category, minlength=5)
+        acc.flushed, acc.subnormal, acc.overflow = int(cat[0]), int(cat[1]), int(cat[3] + cat[4])
+        acc.flush_k = np.searchsorted(a, fthr * scales, side="right").astype(np.int64)
+        acc.over_k = (a.size - np.searchsorted(a, othr * scales, side="left" if over_at else "right")).astype(np.int64)
+        accs[name] = acc
+    with np.errstate(divide="ignore"):
+        lg = np.clip(np.log2(a), HIST_EDGES[0], HIST_EDGES[-1] - 1e-9)
+    hist = np.histogram(lg, HIST_EDGES)[0].astype(np.int64)
+    return n, zeros, nonfinite, accs, hist
+
+
+def audit_arrays(arrays, formats=DEFAULT_FORMATS, *, k_range=K_RANGE, keep=KEEP, source="(arrays)",
+                 progress=None) -> AuditReport:
+    """Audit ``(name, array)`` pairs (an iterable, consumed one at a time) or a dict of arrays.
+
+    Non-float arrays (integers, booleans, objects, void) are skipped and listed with the
+    reason.  ``progress(i, name)`` is called before each tensor if given.
+    """
+    fnames = tuple(get_format(f).name for f in formats)
+    if not fnames:
+        raise ValueError("audit needs at least one format")
+    lo, hi = int(k_range[0]), int(k_range[1])
+    if lo > hi:
+        raise ValueError(f"k_range must be (low, high) with low <= high, got {k_range}")
+    kf = _keep_fraction(keep)
+    ks = np.arange(lo, hi + 1)
+    items = arrays.items() if isinstance(arrays, dict) else arrays
+    total = {n: _Acc(ks.size) for n in fnames}
+    tensors, skipped = [], []
+    n_all = zeros_all = nonfinite_all = 0
+    counts = np.zeros(HIST_EDGES.size - 1, np.int64)
+    for i, (name, arr) in enumerate(items):
+        if progress is not None:
+            progress(i, name)
+        arr = np.asarray(arr)
+        if not _is_float(arr.dtype):
+            if arr.dtype.kind == "O":
+                why = "not a tensor"
+            elif arr.dtype.kind == "V":
+                why = f"dtype {arr.dtype} is raw bytes (bfloat16/fp8 lose their type in .npy/.npz: save as float32)"
+            else:
+                why = f"dtype {arr.dtype} is not floating point"
+            skipped.append((name, why))
+            continue
+        n, zeros, nonfinite, accs, hist = _audit_one(arr, fnames, ks)
+        tensors.append(TensorAudit(name, tuple(arr.shape), str(arr.dtype), n, zeros, nonfinite,
+                                   {k: acc.verdict(k, ks, kf) for k, acc in accs.items()}))
+        for k, acc in accs.items():
+            total[k].add(acc)
+        n_all, zeros_all, nonfinite_all = n_all + n, zeros_all + zeros, nonfinite_all + nonfinite
+        counts += hist
+    overall = TensorAudit("(all)", (n_all,), "", n_all, zeros_all, nonfinite_all,
+                          {k: acc.verdict(k, ks, kf) for k, acc in total.items()})
+    return AuditReport(source, fnames, (lo, hi), float(keep), tensors, overall, skipped, HIST_EDGES.copy(), counts)
+
+
+def audit(path, formats=DEFAULT_FORMATS, *, k_range=K_RANGE, keep=KEEP, progress=None) -> AuditReport:
+    """Audit every tensor in a file (see :func:`read_tensors`), one tensor at a time."""
+    return audit_arrays(read_tensors(path), formats, k_range=k_range, keep=keep, source=os.fspath(path),
+                        progress=progress)
+
+
+# --------------------------------------------------------------------------------------------
+# the command
+
+
+def add_arguments(p) -> None:
+    """The ``fpsim audit`` arguments."""
+    p.add_argument("file", help="gradients (or any tensors) in .npz, .npy, .safetensors or .pt/.pth")
+    p.add_argument("--formats", nargs="+", default=list(DEFAULT_FORMATS), metavar="FORMAT",
+                   help="formats to check (names or aliases, space or comma separated; default: %(default)s)")
+    p.add_argument("--out", help="where to write the histogram figure (default: FILE's name with _audit.png, "
+                                 "next to FILE)")
+    p.add_argument("--no-figure", action="store_true", help="do not draw the figure")
+    p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+
+
+def default_figure_path(file) -> str:
+    stem, _ = os.path.splitext(os.fspath(file))
+    return stem + "_audit.png"
+
+
+def main(args) -> int:
+    """``fpsim audit``: print the report, write the figure; errors surface as ValueError/OSError."""
+    fmts = [get_format(x).name for item in args.formats for x in item.split(",") if x.strip()]
+    start = time.monotonic()
+
+    def progress(i, name):
+        # Say something only when the audit is slow enough to wonder about.
+        if time.monotonic() - start > 2.0:
+            print(f"fpsim audit: reading tensor {i + 1}: {name}", file=sys.stderr, flush=True)
+
+    report = audit(args.file, fmts, progress=progress)
+    fig_path = None
+    if not args.no_figure:
+        fig_path = args.out or default_figure_path(args.file)
+        import matplotlib.pyplot as plt
+
+        fig = report.figure(fig_path)
+        plt.close(fig)
+    if args.json:
+        d = report.to_dict()
+        d["figure"] = fig_path
+        print(json.dumps(d, indent=2))
+    else:
+        print(report.table())
+        if fig_path:
+            print(f"\nfigure: {fig_path}")
+    return 0

@@ -1,0 +1,321 @@
+"""The named training recipes and the reference task on which they differ.
+
+The reference task is a small autoencoder trained on the mean squared error over EVERY output
+coordinate of a full batch: 16,384 samples x 64 dimensions = 2**20 outputs.  That mean is the
+honest reason its gradients are tiny: d(loss)/d(output) = 2 (y - x) / N with N = 2**20, so a
+reconstruction error of 0.01 gives a gradient near 2e-8 - at float16's flush-to-zero threshold
+(2**-25 = 2.98e-8).  Dense prediction (segmentation, detection, per-pixel or per-token losses
+averaged over millions of outputs) produces gradients this small in real training; typical small
+classifiers do not (their gradients stay within float16's range, as ../reference says).
+
+A recipe names the formats of parameters, activations and gradients, whether the optimizer
+keeps float32 master weights, and which loss scaler runs:
+
+- ``fp32``          float32 throughout.
+- ``fp16-pure``     float16 parameters, activations, gradients AND optimizer state; no cure.
+- ``fp16-master``   float16 model, float32 master weights (Apex O2 without loss scaling).
+- ``fp16-static``   ... plus a static loss scale (1024).
+- ``fp16-dynamic``  ... plus PyTorch's dynamic GradScaler (2**16 start, growth interval 100).
+- ``fp16-amp``      float32 parameters under ``autocast("float16")`` with GradScaler: PyTorch's
+                    usual AMP (matmuls in float16, losses and reductions in float32).
+- ``bf16-pure``     bfloat16 parameters, activations, gradients and optimizer state.
+- ``bf16-master``   bfloat16 model with float32 master weights; no scaler (none is needed).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import nn, ops
+from .data import lowrank_autoencoder
+from .formats import get_format
+from .optim import Adam
+from .tensor import HOOKS, no_grad, tensor
+
+__all__ = ["Recipe", "RECIPES", "get_recipe", "RunResult", "ReferenceTask", "run_recipe", "compare",
+           "format_table", "DEFAULT_RECIPES"]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one training run stores and protects its numbers."""
+
+    name: str
+    params: str  # format of the model's parameters (and so of its activations)
+    master: bool = False  # float32 master weights in the optimizer
+    scaler: str | None = None  # None, "static" or "dynamic"
+    static_scale: float = 1024.0
+    autocast: str | None = None  # run matmuls under autocast(fmt), params stay as they are
+    growth_interval: int = 100
+    description: str = ""
+
+    @property
+    def activations(self) -> str:
+        return self.autocast or self.params
+
+    @property
+    def gradients(self) -> str:
+        """Format of the gradients flowing between layers."""
+        return self.activations
+
+
+RECIPES: dict[str, Recipe] = {r.name: r for r in (
+    Recipe("fp32", "float32", description="float32 throughout"),
+    Recipe("fp16-pure", "float16", description="float16 weights, activations, gradients and Adam state"),
+    Recipe("fp16-master", "float16", master=True, description="float16 model + float32 master weights"),
+    Recipe("fp16-static", "float16", master=True, scaler="static",
+           description="float16 model + float32 masters + static loss scale 1024"),
+    Recipe("fp16-dynamic", "float16", master=True, scaler="dynamic",
+           description="float16 model + float32 masters + dynamic GradScaler"),
+    Recipe("fp16-amp", "float32", scaler="dynamic", autocast="float16",
+           description="float32 params, autocast float16 matmuls, GradScaler (PyTorch AMP)"),
+    Recipe("bf16-pure", "bfloat16", description="bfloat16 weights, activations, gradients and Adam state"),
+    Recipe("bf16-master", "bfloat16", master=True, description="bfloat16 model + float32 master weights"),
+)}
+DEFAULT_RECIPES = ("fp32", "fp16-pure", "fp16-master", "fp16-static", "fp16-dynamic", "bf16-pure", "bf16-master")
+
+
+def get_recipe(name) -> Recipe:
+    if isinstance(name, Recipe):
+        return name
+    if name not in RECIPES:
+        raise ValueError(f"unknown recipe {name!r}; known: {', '.join(RECIPES)}")
+    return RECIPES[name]
+
+
+@dataclass(frozen=True)
+class ReferenceTask:
+    """The autoencoder of the module docstring: sizes, data and optimizer settings."""
+
+    n: int = 16384
+    dim: int = 64
+    rank: int = 4
+    hidden: tuple = (32, 8, 32)
+    lr: float = 3e-3
+    steps: int = 150
+    data_seed: int = 0
+    amplitude: float = 0.5
+
+    def data(self) -> np.ndarray:
+        return lowrank_autoencoder(self.n, self.dim, self.rank, self.data_seed, self.amplitude)
+
+    def model(self, seed: int = 0) -> nn.Module:
+        return nn.MLP([self.dim, *self.hidden, self.dim], activation="tanh", seed=seed)
+
+
+@dataclass
+class RunResult:
+    """What one recipe did on the reference task, step by step and at the end."""
+
+    recipe: str
+    losses: list = field(default_factory=list)  # float32 loss (unscaled) before each step
+    scales: list = field(default_factory=list)  # loss scale used at each step (1.0 without a scaler)
+    skipped: list = field(default_factory=list)  # whether the optimizer step was skipped
+    act_grad_flushed: dict = field(default_factory=dict)  # step -> fraction of activation gradients lost
+    weight_grad_flushed: dict = field(default_factory=dict)  # step -> fraction of weight-gradient entries lost
+    frozen_fraction: float = float("nan")  # parameters (entries) that never changed
+    r2: float = float("nan")  # 1 - mse / variance of the data, on the final model
+    failure: str = ""  # where a NaN / inf came from, if the run died
+    seconds: float = 0.0
+
+    @property
+    def final_loss(self) -> float:
+        return self.losses[-1] if self.losses else float("nan")
+
+    @property
+    def steps_skipped(self) -> int:
+        return int(sum(self.skipped))
+
+    @property
+    def final_scale(self) -> float:
+        return self.scales[-1] if self.scales else float("nan")
+
+
+class _FlushCounter:
+    """A rounding hook: of the backward gradients float32 had non-zero, how many became 0."""
+
+    def __init__(self):
+        self.act = [0, 0]
+        self.weight = [0, 0]
+
+    def __call__(self, op, direction, scope, target, fmt, exact32, stored):
+        if direction != "backward" or fmt.name == "float32" or op == "accumulate":
+            return
+        nz = exact32 != 0
+        n_nz = int(nz.sum())
+        if not n_nz:
+            return
+        lost = int((nz & (stored == 0)).sum())
+        bucket = self.weight if target in ("weight", "bias") else self.act
+        bucket[0] += lost
+        bucket[1] += n_nz
+
+
+def _make_scaler(recipe: Recipe):
+    if recipe.scaler is None:
+        return None
+    from .amp import GradScaler, StaticScaler
+
+    if recipe.scaler == "static":
+        return StaticScaler(recipe.static_scale)
+    return GradScaler(init_scale=2.0**16, growth_interval=recipe.growth_interval)
+
+
+def run_recipe(recipe="fp32", task: ReferenceTask | None = None, *, steps: int | None = None, seed: int = 0,
+               lr: float | None = None, measure_at=(0, -1), progress=None, backend=None) -> RunResult:
+    """Train the reference task under ``recipe`` (Adam, full batch) and measure what happened.
+
+    ``measure_at`` lists the steps (negative counts from the end) at which the fraction of
+    backward gradients flushed to zero is measured; ``progress`` is called with no arguments
+    after every step (tqdm's ``update``).
+    """
+    r = get_recipe(recipe)
+    task = task or ReferenceTask()
+    steps = task.steps if steps is None else int(steps)
+    lr = task.lr if lr is None else lr
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    if not (isinstance(lr, int | float) and lr > 0 and math.isfinite(lr)):
+        raise ValueError(f"learning rate must be a finite number > 0, got {lr!r}")
+    measure = {s % steps for s in measure_at}
+
+    x_np = task.data()
+    model = task.model(seed)
+    if backend is not None:
+        model.to(backend=backend)
+    model.to(r.params)
+    x = tensor(x_np, r.params, backend=backend)  # the input, rounded into the model's format
+    target = tensor(x_np, "float32", backend=backend)  # the loss compares against exact data
+    opt = Adam(model.parameters(), lr=lr, master_weights=r.master)
+    scaler = _make_scaler(r)
+    start = [p.f32().copy() for p in opt.master_params()]
+    out = RunResult(r.name)
+    t0 = time.perf_counter()
+    for step in range(steps):
+        counter = _FlushCounter() if step in measure else None
+        if counter is not None:
+            HOOKS.append(counter)
+        try:
+            opt.zero_grad()
+            if r.autocast:
+                from .amp import autocast
+
+                with autocast(r.autocast):
+                    pred = model(x)
+            else:
+                pred = model(x)
+            loss = ops.mse_loss(pred.to("float32"), target)  # losses run in float32 (autocast policy)
+            scale = scaler.get_scale() if scaler is not None else 1.0
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+        finally:
+            if counter is not None:
+                HOOKS.remove(counter)
+        lval = loss.item()
+        out.losses.append(lval)
+        out.scales.append(float(scale))
+        if counter is not None:
+            out.act_grad_flushed[step] = counter.act[0] / counter.act[1] if counter.act[1] else 0.0
+            out.weight_grad_flushed[step] = counter.weight[0] / counter.weight[1] if counter.weight[1] else 0.0
+        if scaler is not None:
+            stepped = scaler.step(opt)
+            scaler.update()
+            out.skipped.append(stepped is None and _was_skipped(scaler, opt))
+        else:
+            opt.step()
+            out.skipped.append(False)
+        if not out.failure:
+            out.failure = _diagnose(model, opt, step, lval)
+        if progress is not None:
+            progress()
+    out.seconds = time.perf_counter() - t0
+    with no_grad():
+        final = [p.f32() for p in opt.master_params()]
+        changed = sum(int((a != b).sum()) for a, b in zip(start, final))
+        total = sum(a.size for a in start)
+        out.frozen_fraction = 1 - changed / total
+        pred = model(x).f32().astype(np.float64)
+        err = float(((pred - x_np) ** 2).mean())
+        out.r2 = 1 - err / float(x_np.astype(np.float64).var())
+    return out
+
+
+def _was_skipped(scaler, opt) -> bool:
+    return bool(getattr(scaler, "last_step_skipped", lambda o: False)(opt))
+
+
+def _diagnose(model, opt, step: int, loss: float) -> str:
+    """Where a non-finite number first appeared: the loss, or which parameters."""
+    bad = [n for n, p in model.named_parameters() if not np.all(np.isfinite(p.f32()))]
+    if bad:
+        why = ""
+        if opt.master is None and isinstance(opt, Adam):
+            zeros = [n for (n, _), st in zip(model.named_parameters(), opt.state)
+                     if st and float((st["exp_avg_sq"].f32() == 0).mean()) > 0]
+            if zeros:
+                why = f"; Adam's exp_avg_sq had entries flushed to 0 in {', '.join(zeros[:3])} (denominator -> 0)"
+        return f"step {step}: parameters {', '.join(bad[:4])} became non-finite in the optimizer update{why}"
+    if not math.isfinite(loss):
+        return f"step {step}: the loss itself was {loss} (forward overflow)"
+    return ""
+
+
+def compare(recipes=DEFAULT_RECIPES, task: ReferenceTask | None = None, *, steps: int | None = None, seed: int = 0,
+            lr: float | None = None, progress: bool = True, backend=None) -> dict[str, RunResult]:
+    """Run every recipe on the same task, seed and initial weights; results by recipe name."""
+    names = [get_recipe(r).name for r in recipes]
+    task = task or ReferenceTask()
+    n_steps = task.steps if steps is None else steps
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n_steps * len(names), desc="fpsim compare", unit="step", leave=False)
+    results = {}
+    try:
+        for name in names:
+            if bar is not None:
+                bar.set_postfix_str(name)
+            results[name] = run_recipe(name, task, steps=steps, seed=seed, lr=lr,
+                                       progress=bar.update if bar is not None else None, backend=backend)
+    finally:
+        if bar is not None:
+            bar.close()
+    return results
+
+
+def format_table(results: dict[str, RunResult], baseline: str = "fp32") -> str:
+    """The comparison table ``fpsim compare`` prints."""
+    base = results.get(baseline)
+    cols = ["recipe", "final loss", "vs fp32", "R^2", "skipped", "final scale", "act-grad 0s",
+            "weight-grad 0s", "frozen params"]
+    rows = []
+    for name, r in results.items():
+        last = max(r.act_grad_flushed) if r.act_grad_flushed else None
+        rel = (f"{r.final_loss / base.final_loss:.3f}x" if base and math.isfinite(r.final_loss)
+               and base.final_loss > 0 else "-")
+        rows.append([
+            name, f"{r.final_loss:.4e}", rel, f"{r.r2:.4f}" if math.isfinite(r.r2) else "nan",
+            str(r.steps_skipped), f"{r.final_scale:g}",
+            f"{100 * r.act_grad_flushed[last]:.1f}%" if last is not None else "-",
+            f"{100 * r.weight_grad_flushed[last]:.2f}%" if last is not None else "-",
+            f"{100 * r.frozen_fraction:.1f}%",
+        ])
+    widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths)), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in rows]
+    notes = [f"  {n}: {r.failure}" for n, r in results.items() if r.failure]
+    if notes:
+        lines += ["", "where it went wrong:", *notes]
+    lines += ["", "act-grad 0s / weight-grad 0s: gradients (between layers / of weights) that were non-zero in",
+              "float32 and became 0 in the low format, at the last step.  frozen: parameter entries that never",
+              "changed (their updates were all below half an ulp)."]
+    return "\n".join(lines)
+
+
+def low_format_of(recipe) -> str:
+    return get_format(get_recipe(recipe).activations).name
+

@@ -1,0 +1,147 @@
+"""The one op-checking helper (tinygrad's ``helper_test_op`` style) and a few bit utilities.
+
+``check_op`` builds random inputs from shapes, runs the fpsim op and a reference written on
+float64 numpy arrays, and checks the forward (shape, format, storage dtype, values) and the
+backward (each input's gradient against central finite differences of
+``sum(ref(x) * W)`` computed in float64, W random).  With ``torch_fn`` it also checks values
+and gradients against PyTorch float32 (callers skip when torch is absent).  The references
+never call fpsim.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from fpsim.tensor import Tensor, tensor
+
+# (mantissa bits, exponent of the smallest normal, storage dtype), written from the layouts
+LAYOUT = {
+    "float32": (23, -126, np.dtype(np.float32)),
+    "float16": (10, -14, np.dtype(np.float16)),
+    "bfloat16": (7, -126, np.dtype(ml_dtypes.bfloat16)),
+    "float8_e4m3fn": (3, -6, np.dtype(ml_dtypes.float8_e4m3fn)),
+    "float8_e5m2": (2, -14, np.dtype(ml_dtypes.float8_e5m2)),
+}
+UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+
+
+def spacing(x, name: str) -> np.ndarray:
+    """The gap between neighbouring values of format ``name`` around x (float64)."""
+    m, emin, _ = LAYOUT[name]
+    a = np.abs(np.asarray(x, dtype=np.float64))
+    e = np.floor(np.log2(np.where(a > 0, a, 1.0)))
+    return np.exp2(np.maximum(np.where(a > 0, e, emin), emin) - m)
+
+
+def bits(a) -> np.ndarray:
+    """The raw bit patterns of a float array (any width)."""
+    a = np.ascontiguousarray(np.asarray(a))
+    return a.view(UINT[a.dtype.itemsize])
+
+
+def same_bits(got, want) -> np.ndarray:
+    """Elementwise: identical bit patterns, or both NaN (NaN payloads and signs may differ)."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    with np.errstate(invalid="ignore"):  # signalling NaN patterns
+        g64, w64 = got.astype(np.float64), want.astype(np.float64)
+    return (bits(got) == bits(want)) | (np.isnan(g64) & np.isnan(w64))
+
+
+def assert_same_bits(got, want, what: str = "") -> None:
+    ok = same_bits(got, want)
+    if not ok.all():
+        i = np.flatnonzero(~ok.ravel())[:5]
+        raise AssertionError(f"{what}: {int((~ok).sum())} of {ok.size} differ, e.g. at {i.tolist()}: "
+                             f"got {np.asarray(got).ravel()[i]} want {np.asarray(want).ravel()[i]}")
+
+
+def f64(t: Tensor) -> np.ndarray:
+    """A tensor's exact values as float64 numpy."""
+    return np.asarray(t.backend.to_numpy(t.f32()), dtype=np.float64)
+
+
+def finite_difference(f, xs: list[np.ndarray], i: int, h: float = 1e-6) -> np.ndarray:
+    """d f(xs) / d xs[i] by central differences in float64 (f returns a float)."""
+    x = xs[i]
+    g = np.zeros_like(x)
+    flat, gflat = x.reshape(-1), g.reshape(-1)
+    for j in range(flat.size):
+        old = flat[j]
+        step = h * max(1.0, abs(old))
+        flat[j] = old + step
+        hi = f(*xs)
+        flat[j] = old - step
+        lo = f(*xs)
+        flat[j] = old
+        gflat[j] = (hi - lo) / (2 * step)
+    return g
+
+
+def check_op(shapes, ref_fn, fp_fn, *, fmt="float32", out_fmt=None, ranges=None, inputs=None, grad=True,
+             rtol=1e-6, atol=1e-6, ulps=1.0, grad_rtol=1e-4, grad_atol=1e-5, seed=0, torch_fn=None,
+             backend=None):
+    """Check one op: forward against float64 ``ref_fn`` and backward against finite differences.
+
+    shapes: one shape per tensor input (``()`` for a 0-d tensor).  ranges: ``(low, high)`` for
+    all inputs or a list of one per input (default (-2, 2)).  inputs: explicit arrays instead.
+    Inputs are rounded into ``fmt``; the reference sees those exact values in float64.
+    Forward: shape, ``out_fmt`` (default ``fmt``), storage dtype; float32 values within
+    rtol/atol, low formats within ``ulps`` of the format's spacing at the reference.
+    Backward (``grad``): ``out.backward(W)`` for random W; each input's gradient (shape, its
+    format) against central differences of sum(ref_fn(x) * W) in float64.
+    torch_fn: the same function on torch float32 tensors; values and grads compared too.
+    Returns (out, tensors) for further checks.
+    """
+    rng = np.random.default_rng(seed)
+    if inputs is None:
+        rs = ranges if isinstance(ranges, list) else [ranges or (-2.0, 2.0)] * len(shapes)
+        inputs = [rng.uniform(lo, hi, s) for s, (lo, hi) in zip(shapes, rs)]
+    ts = [tensor(np.asarray(x, dtype=np.float64), fmt, requires_grad=True, backend=backend) for x in inputs]
+    xs = [f64(t) for t in ts]
+    out_fmt = out_fmt or fmt
+    with np.errstate(all="ignore"):
+        out = fp_fn(*ts)
+        ref = np.asarray(ref_fn(*[x.copy() for x in xs]), dtype=np.float64)
+    assert isinstance(out, Tensor), type(out)
+    assert out.shape == ref.shape, f"shape {out.shape}, reference {ref.shape}"
+    assert out.fmt.name == out_fmt, f"format {out.fmt.name}, expected {out_fmt}"
+    assert out.numpy().dtype == LAYOUT[out_fmt][2]
+    got = f64(out)
+    if out_fmt == "float32":
+        np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol, err_msg="forward values")
+    else:
+        err = np.abs(got - ref)
+        tol = ulps * spacing(ref, out_fmt)
+        assert np.all(err <= tol), f"forward off by {np.max(err / tol):.3g} x {ulps} ulp of {out_fmt}"
+
+    W = rng.standard_normal(out.shape).astype(np.float32)
+    if grad:
+        out.backward(W)
+        W64 = W.astype(np.float64)
+        loss = lambda *a: float(np.sum(np.asarray(ref_fn(*a), dtype=np.float64) * W64))
+        for i, t in enumerate(ts):
+            assert t.grad is not None, f"input {i} got no gradient"
+            assert t.grad.shape == t.shape and t.grad.fmt == t.grad_fmt
+            fd = finite_difference(loss, [x.copy() for x in xs], i)
+            scale = max(1.0, float(np.max(np.abs(fd))))
+            np.testing.assert_allclose(f64(t.grad), fd, rtol=grad_rtol, atol=grad_atol * scale,
+                                       err_msg=f"gradient of input {i}")
+    if torch_fn is not None:
+        _check_torch(torch_fn, ts, xs, out, W, grad)
+    return out, ts
+
+
+def _check_torch(torch_fn, ts, xs, out, W, grad):
+    import torch
+
+    tt = [torch.tensor(x.astype(np.float32), requires_grad=True) for x in xs]
+    tout = torch_fn(*tt)
+    np.testing.assert_allclose(f64(out), tout.detach().double().numpy(), rtol=1e-5, atol=1e-6,
+                               err_msg="forward vs torch")
+    if grad:
+        tout.backward(torch.tensor(W))
+        for i, (t, x) in enumerate(zip(ts, tt)):
+            np.testing.assert_allclose(f64(t.grad), x.grad.double().numpy(), rtol=1e-4, atol=1e-6,
+                                       err_msg=f"gradient of input {i} vs torch")

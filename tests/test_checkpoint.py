@@ -1,0 +1,193 @@
+"""Checkpoints: bit-exact round trips of model and optimizer state (master weights, float16 /
+bfloat16 params), training resumed after a load identical to uninterrupted training, and bad
+files that raise clearly and change nothing."""
+
+import numpy as np
+import pytest
+from helpers import bits
+
+from fpsim import checkpoint, nn
+from fpsim.optim import SGD, Adam
+from fpsim.tensor import tensor
+
+RNG = np.random.default_rng(0)
+BATCHES = [(RNG.standard_normal((6, 3)).astype(np.float32), RNG.standard_normal((6, 2)).astype(np.float32))
+           for _ in range(6)]
+
+OPTIMIZERS = {
+    "sgd-momentum-master": lambda p: SGD(p, lr=0.05, momentum=0.9, master_weights=True),
+    "sgd-momentum": lambda p: SGD(p, lr=0.05, momentum=0.9),
+    "adam-master": lambda p: Adam(p, lr=1e-2, master_weights=True),
+    "adam": lambda p: Adam(p, lr=1e-2),
+}
+
+
+def make(fmt, kind, seed=0):
+    model = nn.MLP([3, 5, 2], fmt=fmt, seed=seed)
+    return model, OPTIMIZERS[kind](model.parameters())
+
+
+def train(model, opt, batches):
+    fmt = model[0].weight.fmt
+    with np.errstate(all="ignore"):  # pure-float16 Adam blows up (test_nn_optim); its state still round-trips
+        for x, y in batches:
+            opt.zero_grad()
+            nn.mse_loss(model(tensor(x, fmt)).to("float32"), y).backward()
+            opt.step()
+
+
+def snapshot(model, opt=None):
+    """Every array of the state as raw bits (so -0, NaN payloads and bf16 all compare exactly)."""
+    out = {f"model/{k}": bits(v).copy() for k, v in model.state_dict().items()}
+    if opt is not None:
+        for k, v in opt.state_dict().items():
+            out[f"optim/{k}"] = bits(v).copy() if isinstance(v, np.ndarray) else v
+    return out
+
+
+def assert_same(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert np.array_equal(a[k], b[k]), k
+        if isinstance(a[k], np.ndarray):
+            assert a[k].dtype == b[k].dtype, k
+
+
+@pytest.mark.parametrize("kind", list(OPTIMIZERS))
+@pytest.mark.parametrize("fmt", ["float32", "float16", "bfloat16"])
+def test_round_trip_is_bit_exact_and_resumes_identically(tmp_path, fmt, kind):
+    model, opt = make(fmt, kind)
+    train(model, opt, BATCHES[:3])
+    path = checkpoint.save(tmp_path / "ck.npz", model, opt)
+    saved = snapshot(model, opt)
+
+    model2, opt2 = make(fmt, kind, seed=7)  # different weights, fresh optimizer
+    checkpoint.load(path, model2, opt2)
+    assert_same(snapshot(model2, opt2), saved)
+    assert [p.fmt.name for p in model2.parameters()] == [fmt] * 4
+
+    train(model, opt, BATCHES[3:])  # uninterrupted
+    train(model2, opt2, BATCHES[3:])  # resumed
+    assert_same(snapshot(model2, opt2), snapshot(model, opt))
+
+
+def test_file_is_plain_npz_of_raw_bits(tmp_path):
+    model, opt = make("bfloat16", "adam-master")
+    train(model, opt, BATCHES[:1])
+    path = checkpoint.save(tmp_path / "ck.npz", model, opt)
+    with np.load(path, allow_pickle=False) as z:
+        files = set(z.files)
+        w = z["model/0.weight"]
+        assert w.dtype == np.uint16 and str(z["model/0.weight#fmt"]) == "bfloat16"
+        assert np.array_equal(w, bits(model[0].weight.numpy()))
+        assert z["optim/master.0"].dtype == np.uint32
+        assert int(z["optim/step_count"]) == 1
+    assert {"optim/state.0.exp_avg", "optim/state.0.exp_avg_sq", "optim/state.0.step"} <= files
+    assert not (tmp_path / "ck.npz.tmp").exists()
+
+
+def test_special_values_survive(tmp_path):
+    model = nn.MLP([2, 2], fmt="float16", seed=0)
+    vals = np.array([[-0.0, np.inf], [np.nan, 2.0**-24]], np.float16)
+    model[0].weight.data = vals.copy()
+    checkpoint.save(tmp_path / "ck.npz", model)
+    other = nn.MLP([2, 2], fmt="float16", seed=1)
+    checkpoint.load(tmp_path / "ck.npz", other)
+    assert bits(other[0].weight.numpy()).tolist() == bits(vals).tolist()
+
+
+def _corrupt(path, how):
+    raw = path.read_bytes()
+    if how == "truncated":
+        path.write_bytes(raw[: len(raw) // 2])
+    elif how == "flipped":
+        b = bytearray(raw)
+        i = raw.index(b"model/0.weight.npy") + 100  # inside that member's data: CRC mismatch
+        b[i: i + 8] = bytes(8)
+        path.write_bytes(bytes(b))
+    else:
+        path.write_bytes(b"not a checkpoint at all")
+
+
+@pytest.mark.parametrize("how", ["truncated", "flipped", "garbage"])
+def test_corrupt_file_raises_and_changes_nothing(tmp_path, how):
+    model, opt = make("float16", "adam-master")
+    train(model, opt, BATCHES[:2])
+    path = checkpoint.save(tmp_path / "ck.npz", model, opt)
+    _corrupt(path, how)
+    target, topt = make("float16", "adam-master", seed=3)
+    before = snapshot(target, topt)
+    with pytest.raises(ValueError, match="ck.npz"):
+        checkpoint.load(path, target, topt)
+    assert_same(snapshot(target, topt), before)
+
+
+def test_missing_file(tmp_path):
+    model = nn.MLP([3, 2], seed=0)
+    before = snapshot(model)
+    with pytest.raises(FileNotFoundError, match="nope.npz"):
+        checkpoint.load(tmp_path / "nope.npz", model)
+    assert_same(snapshot(model), before)
+
+
+def test_wrong_model_raises_and_changes_nothing(tmp_path):
+    src = nn.MLP([3, 5, 2], seed=0)
+    path = checkpoint.save(tmp_path / "ck.npz", src)
+    for other, pattern in [(nn.MLP([3, 5, 5, 2], seed=1), r"missing \['4\.weight', '4\.bias'\]"),
+                           (nn.MLP([3, 2], seed=1), r"unexpected \['2\.weight', '2\.bias'\]"),
+                           (nn.MLP([4, 5, 2], seed=1), r"0\.weight: expected \(5, 4\), got \(5, 3\)")]:
+        before = snapshot(other)
+        with pytest.raises(ValueError, match=pattern):
+            checkpoint.load(path, other)
+        assert_same(snapshot(other), before)
+
+
+def test_optimizer_mismatch_rolls_the_model_back(tmp_path):
+    model, opt = make("float16", "sgd-momentum-master")
+    train(model, opt, BATCHES[:2])
+    path = checkpoint.save(tmp_path / "ck.npz", model, opt)
+    target, topt = make("float16", "sgd-momentum", seed=4)  # no masters: the file's master.* do not fit
+    before = snapshot(target, topt)
+    with pytest.raises(ValueError, match=r"unexpected \['master\.0'"):
+        checkpoint.load(path, target, topt)
+    assert_same(snapshot(target, topt), before)
+    model_only = checkpoint.save(tmp_path / "model.npz", model)
+    with pytest.raises(ValueError, match="no optimizer state"):
+        checkpoint.load(model_only, target, topt)
+    assert_same(snapshot(target, topt), before)
+
+
+class _FailingScaler:
+    def state_dict(self):
+        return {"scale": 1024.0}
+
+    def load_state_dict(self, sd):
+        raise ValueError("scaler state refused")
+
+
+def test_scaler_failure_rolls_back_model_and_optimizer(tmp_path):
+    model, opt = make("float16", "adam-master")
+    train(model, opt, BATCHES[:2])
+    path = checkpoint.save(tmp_path / "ck.npz", model, opt, scaler=_FailingScaler())
+    with np.load(path, allow_pickle=False) as z:
+        assert float(z["scaler/scale"]) == 1024.0
+    target, topt = make("float16", "adam-master", seed=5)
+    train(target, topt, BATCHES[2:3])
+    before = snapshot(target, topt)
+    with pytest.raises(ValueError, match="scaler state refused"):
+        checkpoint.load(path, target, topt, scaler=_FailingScaler())
+    assert_same(snapshot(target, topt), before)
+
+
+def test_failed_save_keeps_the_earlier_file(tmp_path, monkeypatch):
+    model = nn.MLP([3, 2], seed=0)
+    path = checkpoint.save(tmp_path / "ck.npz", model)
+    good = path.read_bytes()
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez", boom)
+    with pytest.raises(OSError, match="disk full"):
+        checkpoint.save(path, nn.MLP([3, 2], seed=1))
+    assert path.read_bytes() == good
