@@ -78,6 +78,57 @@ def cmd_example(args) -> int:
     return 0
 
 
+def _recipe_arg(name: str) -> str:
+    from .experiments import get_recipe
+
+    try:
+        return get_recipe(name).name
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {text!r}")
+    return v
+
+
+def cmd_compare(args) -> int:
+    import json
+    from pathlib import Path
+
+    from .experiments import DEFAULT_RECIPES, ReferenceTask, compare, format_table
+
+    task = ReferenceTask()
+    steps = args.steps or task.steps
+    recipes = args.recipes or list(DEFAULT_RECIPES)
+    print(f"reference task: autoencoder {task.dim}-{'-'.join(map(str, task.hidden))}-{task.dim} (tanh), "
+          f"{task.n} x {task.dim} = 2^{(task.n * task.dim).bit_length() - 1} outputs, mean squared error, "
+          f"Adam lr {args.lr or task.lr:g}, {steps} full-batch steps, seed {args.seed}", file=sys.stderr)
+    results = compare(recipes, task, steps=steps, seed=args.seed, lr=args.lr, progress=not args.quiet,
+                      backend=args.backend)
+    if args.json:
+        print(json.dumps({n: {"final_loss": r.final_loss, "r2": r.r2, "steps_skipped": r.steps_skipped,
+                              "final_scale": r.final_scale, "act_grad_flushed": r.act_grad_flushed,
+                              "weight_grad_flushed": r.weight_grad_flushed, "stalled": r.stalled,
+                              "failure": r.failure, "losses": r.losses, "seconds": r.seconds}
+                          for n, r in results.items()}, indent=1, allow_nan=True))
+    else:
+        print(format_table(results, baseline=recipes[0] if "fp32" not in recipes else "fp32"))
+    if args.figure != "none":
+        from .plots import loss_curves
+
+        path = Path(args.figure)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        loss_curves({n: r.losses for n, r in results.items()}, path=path)
+        print(f"\nloss curves: {path}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fpsim", description="See, number by number, what low precision does to training.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -88,6 +139,22 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--scale", type=_positive_float, help="the loss scale S (default: 1024, then 2^15)")
     sp.add_argument("--format", type=_fmt_arg, default="float16", help="the low-precision format (default float16)")
     sp.set_defaults(func=cmd_example)
+    sp = sub.add_parser("compare", help="train the reference task under every recipe; one table of what went wrong",
+                        description="Train the reference task (an autoencoder whose loss is averaged over 2^20 "
+                                    "outputs, so its gradients are tiny) under each recipe, from the same weights, "
+                                    "and print one table.")
+    sp.add_argument("--recipes", nargs="+", type=_recipe_arg, metavar="RECIPE",
+                    help="recipes to run (default: fp32 fp16-pure fp16-master fp16-static fp16-dynamic bf16-pure "
+                         "bf16-master; also fp16-amp)")
+    sp.add_argument("--steps", type=_positive_int, help="training steps (default 150)")
+    sp.add_argument("--seed", type=int, default=0, help="seed of the initial weights (default 0)")
+    sp.add_argument("--lr", type=_positive_float, help="Adam learning rate (default 1e-2)")
+    sp.add_argument("--backend", choices=["numpy", "cupy"], default=None, help="array backend (default numpy)")
+    sp.add_argument("--figure", default="figures/compare_loss.png",
+                    help="where to write the loss-curve figure ('none' for no figure; default figures/compare_loss.png)")
+    sp.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
+    sp.add_argument("--quiet", action="store_true", help="no progress bar")
+    sp.set_defaults(func=cmd_compare)
     from . import audit as _audit
 
     sp = sub.add_parser("audit", help="which formats and loss scales keep the gradients in a .npz/.safetensors/.pt file")

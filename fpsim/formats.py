@@ -273,11 +273,16 @@ def f32_to_f16(x: np.ndarray) -> np.ndarray:
     subnormal grid (multiples of 2**-24) ourselves - adding and subtracting C, where C's ulp is
     2**-24, rounds to that grid with ties to even - and numpy then casts exact values quickly.
     """
-    a = np.abs(x)
+    x = np.asarray(x)
+    a = np.abs(x, out=np.empty_like(x))
     tiny = a < _F16_TINY
     if tiny.any():
         c = x.dtype.type(0.5 if x.dtype == np.float32 else 2.0**28)
-        x = np.where(tiny, np.copysign((a + c) - c, x), x)
+        a += c  # in place: these arrays are large and this is the emulator's hottest path
+        a -= c
+        np.copysign(a, x, out=a)
+        np.copyto(a, x, where=~tiny)
+        x = a
     return x.astype(np.float16)
 
 

@@ -22,7 +22,10 @@ is float16, computed as float32(x) * float32(1e-8) and rounded once, as PyTorch 
 from __future__ import annotations
 
 import builtins
+import functools
 import numbers
+
+from numpy import errstate as _np_errstate  # only the warning switch; arrays go through the backend
 
 from .formats import Format, get_format
 from .tensor import Tensor, promote, round_result
@@ -195,6 +198,39 @@ def matmul(a, b, acc=None) -> Tensor:
         return _unbroadcast(ga, a.shape, xp), _unbroadcast(gb, b.shape, xp)
 
     return _make(out32, fmt, (a, b), backward, "matmul")
+
+
+def linear(x, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x @ weight.T + bias as ONE op, like PyTorch's ``linear`` (addmm): float32 products and
+    accumulation, the bias added in float32, one rounding.  Under autocast all three inputs
+    are narrowed to the autocast format, as PyTorch does for ``linear``."""
+    if not isinstance(x, Tensor):
+        x = _const(x, weight)
+    ins = (x, weight) if bias is None else (x, weight, bias)
+    ins = _to_low_policy(*ins)
+    x, weight = ins[0], ins[1]
+    bias = ins[2] if bias is not None else None
+    fmt = promote(*(t.fmt for t in ins))
+    if weight.ndim != 2 or x.ndim < 1 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"linear: input shape {x.shape} does not fit weight shape {weight.shape} "
+                         f"(need (..., {weight.shape[-1] if weight.ndim else '?'}))")
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise ValueError(f"linear: bias shape {bias.shape} does not fit weight shape {weight.shape}")
+    be = x.backend
+    xp = be.xp
+    x32, w32 = x.f32(), weight.f32()
+    out32 = be.matmul(x32, w32.T)
+    if bias is not None:
+        out32 += bias.f32()
+
+    def backward(g):
+        g2 = g.reshape(-1, g.shape[-1])
+        gx = be.matmul(g, w32) if x.requires_grad else None
+        gw = be.matmul(g2.T, x32.reshape(-1, x32.shape[-1]))
+        gb = g2.sum(axis=0, dtype=xp.float32) if bias is not None else None
+        return (gx, gw) if bias is None else (gx, gw, gb)
+
+    return _make(out32, fmt, ins, backward, "linear")
 
 
 def _matmul_low_acc(a32, b32, acc: Format, be):
@@ -480,3 +516,22 @@ def mse_loss(pred: Tensor, target) -> Tensor:
     scale = xp.float32(2.0 / n)
     return _make(out32, pred.fmt if weak else promote(pred.fmt, target.fmt), (pred, target),
                  lambda g: (g * scale * d, -(g * scale * d)), "mse_loss")
+
+
+def _quiet(fn):
+    """Run an op with numpy's floating-point warnings off: inf and NaN are results the
+    emulated hardware produces silently (and the monitor counts), not accidents."""
+
+    @functools.wraps(fn)
+    def op(*args, **kwargs):
+        with _np_errstate(all="ignore"):
+            return fn(*args, **kwargs)
+
+    return op
+
+
+_OPS = ("cast_to", "add", "sub", "mul", "div", "neg", "pow", "matmul", "linear", "exp", "log", "sqrt", "tanh",
+        "sigmoid", "relu", "gelu", "abs", "sum", "mean", "max", "concat", "log_softmax", "softmax", "mse_loss")
+for _name in _OPS:
+    globals()[_name] = _quiet(globals()[_name])
+del _name

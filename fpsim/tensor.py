@@ -221,8 +221,9 @@ class Tensor:
                 _accumulate_leaf(node, g)
                 continue
             _bwd_scope = node._scope
+            g32 = be.to_f32(g)
             try:
-                parent_grads = node._backward(be.to_f32(g))
+                parent_grads = node._backward(g32)
             finally:
                 _bwd_scope = ""
             for p, pg in zip(node._parents, parent_grads):
@@ -230,7 +231,10 @@ class Tensor:
                     continue
                 _bwd_scope = node._scope
                 try:
-                    r = round_result(pg, p.grad_fmt, be, node._op, "backward", p.name)
+                    if pg is g32 and p.grad_fmt == node.grad_fmt:
+                        r = g  # passed through unchanged (add, cast to the same format): no rounding
+                    else:
+                        r = round_result(pg, p.grad_fmt, be, node._op, "backward", p.name)
                     prev = grads.get(id(p))
                     if prev is not None:  # a node used twice: add in float32, round again
                         r = round_result(be.to_f32(prev) + be.to_f32(r), p.grad_fmt, be, "accumulate", "backward", p.name)

@@ -120,8 +120,8 @@ def test_mlp_scopes_and_parameter_targets():
         loss.backward()
     d = m.to_dict()
     assert {"0", "1", "2"} <= set(d["forward"]) and {"0", "1", "2"} <= set(d["backward"])
-    assert m.totals(direction="forward", scope="0", op="matmul")["n"] == 5 * 8
-    assert m.totals(direction="forward", scope="2", op="matmul")["n"] == 5 * 3
+    assert m.totals(direction="forward", scope="0", op="linear")["n"] == 5 * 8
+    assert m.totals(direction="forward", scope="2", op="linear")["n"] == 5 * 3
     assert m.totals(direction="forward", scope="1", op="relu")["n"] == 5 * 8
     # the weight's gradient is rounded once, attributed to the layer and named "weight"
     assert m.totals(direction="backward", scope="0", target="weight")["n"] == 8 * 4

@@ -246,9 +246,9 @@ def test_hooks_see_scopes_and_targets():
         loss.backward()
     finally:
         tensor_mod.HOOKS.clear()
-    assert ("matmul", "forward", "0", "") in seen and ("add", "forward", "2", "") in seen
-    # a weight's gradient reaches it through the transpose in x @ W.T; a bias's through broadcasting
-    assert ("transpose", "backward", "2", "weight") in seen and ("broadcast", "backward", "0", "bias") in seen
+    assert ("linear", "forward", "0", "") in seen and ("linear", "forward", "2", "") in seen
+    # linear is one fused op (as PyTorch's addmm): it rounds the weight's and the bias's gradients itself
+    assert ("linear", "backward", "2", "weight") in seen and ("linear", "backward", "0", "bias") in seen
     assert ("mse_loss", "backward", "", "") in seen
 
 

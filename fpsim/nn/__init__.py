@@ -147,13 +147,7 @@ class Linear(Module):
                             backend=backend, name="bias") if bias else None)
 
     def forward(self, x: Tensor) -> Tensor:
-        y = ops.matmul(x, self.weight.T)
-        if self.bias is None:
-            return y
-        # autocast: linear is one low-precision op in PyTorch, so the bias is narrowed too
-        # (else float16 y + float32 bias would promote the output to float32)
-        (b,) = ops._to_low_policy(self.bias)
-        return y + b
+        return ops.linear(x, self.weight, self.bias)
 
     def __repr__(self) -> str:
         return f"Linear({self.in_features}, {self.out_features}, fmt={self.weight.fmt.name})"
