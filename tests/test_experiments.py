@@ -1,0 +1,109 @@
+"""The headline experiment: the recipes on the reference task differ as the 2018 paper says.
+
+One full run of every default recipe (about 40 s on 2 cores) is shared by the assertions.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from fpsim import cli
+from fpsim.experiments import DEFAULT_RECIPES, RECIPES, ReferenceTask, compare, get_recipe, run_recipe
+
+
+@pytest.fixture(scope="module")
+def results():
+    return compare(DEFAULT_RECIPES, progress=False)
+
+
+def rel(a, b):
+    return abs(a - b) / b
+
+
+@pytest.mark.slow
+def test_cures_match_fp32(results):
+    fp32 = results["fp32"].final_loss
+    assert rel(results["fp16-dynamic"].final_loss, fp32) < 0.02
+    assert rel(results["fp16-static"].final_loss, fp32) < 0.02
+    assert rel(results["bf16-master"].final_loss, fp32) < 0.05
+    assert get_recipe("bf16-master").scaler is None  # bfloat16 needs no scaler
+    assert results["fp16-static"].final_scale == 1024.0
+    assert results["fp16-dynamic"].final_scale > 2.0**16  # the scale grew: gradients were far from overflow
+    for name in ("fp32", "fp16-dynamic", "fp16-static", "bf16-master"):
+        assert results[name].r2 > 0.95 and not results[name].failure
+
+
+@pytest.mark.slow
+def test_fp16_pure_fails_and_says_where(results):
+    r = results["fp16-pure"]
+    assert not math.isfinite(r.final_loss) or r.final_loss >= 1.5 * results["fp32"].final_loss
+    assert "exp_avg_sq" in r.failure and "step 0" in r.failure
+
+
+@pytest.mark.slow
+def test_master_weights_alone_do_not_save_underflowing_gradients(results):
+    r = results["fp16-master"]
+    last = max(r.act_grad_flushed)
+    assert r.act_grad_flushed[last] >= 0.10  # the paper measured 67% on SSD
+    assert r.act_grad_flushed[last] > r.act_grad_flushed[0]  # underflow grows as the errors shrink
+    assert r.final_loss >= 1.02 * results["fp16-dynamic"].final_loss
+    # loss scaling is what moves those gradients back into range
+    assert results["fp16-dynamic"].act_grad_flushed[last] < 0.01
+    assert results["fp32"].act_grad_flushed[last] == 0.0
+
+
+@pytest.mark.slow
+def test_bf16_pure_updates_stall(results):
+    r = results["bf16-pure"]
+    last = max(r.stalled)
+    assert r.stalled[last] > 0.10  # updates below half a bfloat16 ulp: the weight does not move
+    assert results["bf16-master"].stalled[last] < 0.01
+    assert r.final_loss > results["bf16-master"].final_loss
+    assert r.act_grad_flushed[last] == 0.0  # bfloat16's range: nothing underflows
+
+
+def test_recipes_say_formats_masters_and_scalers():
+    assert set(DEFAULT_RECIPES) <= set(RECIPES)
+    r = get_recipe("fp16-dynamic")
+    assert (r.params, r.master, r.scaler) == ("float16", True, "dynamic")
+    assert get_recipe("fp16-pure").master is False and get_recipe("fp16-pure").scaler is None
+    assert get_recipe("fp16-amp").autocast == "float16" and get_recipe("fp16-amp").params == "float32"
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="fp16-dynamic"):
+        get_recipe("fp17-magic")
+    with pytest.raises(ValueError, match="learning rate"):
+        run_recipe("fp32", steps=1, lr=0)
+    with pytest.raises(ValueError, match="learning rate"):
+        run_recipe("fp32", steps=1, lr=-1e-3)
+    with pytest.raises(ValueError, match="steps"):
+        run_recipe("fp32", steps=0)
+
+
+def test_small_task_runs_every_recipe_including_amp():
+    task = ReferenceTask(n=512, steps=3)
+    out = compare(list(RECIPES), task, progress=False)
+    assert set(out) == set(RECIPES)
+    for name, r in out.items():
+        assert len(r.losses) == (1 if name == "fp16-pure" and r.failure else 3)
+        assert all(np.isfinite(r.losses)) or r.failure
+
+
+def test_cli_compare_prints_table_and_writes_figure(tmp_path, capsys):
+    fig = tmp_path / "figs" / "loss.png"
+    rc = cli.main(["compare", "--recipes", "fp32", "fp16-dynamic", "fp16-pure", "--steps", "3", "--quiet",
+                   "--figure", str(fig)])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "fp16-dynamic" in out and "act-grad 0s" in out
+    assert "diverged" in out and "where it went wrong" in out  # reported, not crashed on
+    assert fig.exists() and fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_compare_rejects_unknown_recipe(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["compare", "--recipes", "fp17"])
+    assert e.value.code == 2
+    assert "fp16-master" in capsys.readouterr().err
