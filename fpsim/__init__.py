@@ -1,6 +1,7 @@
 """fpsim: a float-format simulator and teaching lab for mixed precision training."""
 
-from . import amp
+from . import amp, nn, ops, optim
+from . import backend as backends  # fpsim.backends.available()
 from .amp import GradScaler, StaticScaler, autocast
 from .formats import (
     CATEGORIES,
@@ -15,10 +16,18 @@ from .formats import (
     ulp,
 )
 from .monitor import monitor
+from .tensor import Tensor, no_grad, tensor  # fpsim.tensor(...) is the factory, as torch.tensor is
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Tensor",
+    "tensor",
+    "no_grad",
+    "nn",
+    "ops",
+    "optim",
+    "backends",
     "amp",
     "autocast",
     "GradScaler",

@@ -160,6 +160,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("audit", help="which formats and loss scales keep the gradients in a .npz/.safetensors/.pt file")
     _audit.add_arguments(sp)
     sp.set_defaults(func=_audit.main)
+    from . import bench as _bench
+
+    sp = sub.add_parser("bench", help="how fast the emulation runs, as ratios against numpy, BLAS and PyTorch",
+                        description="Time rounding, matmul, a training step and the monitor hook, each against a "
+                                    "peer measured in the same run; print a table with the targets.")
+    _bench.add_arguments(sp)
+    sp.set_defaults(func=_bench.main)
+    from . import figures as _figures
+
+    sp = sub.add_parser("figures", help="regenerate every figure in figures/ from code (fixed seeds)")
+    _figures.add_arguments(sp)
+    sp.set_defaults(func=_figures.main)
     return p
 
 

@@ -23,6 +23,18 @@ keeps float32 master weights, and which loss scaler runs:
                     usual AMP (matmuls in float16, losses and reductions in float32).
 - ``bf16-pure``     bfloat16 parameters, activations, gradients and optimizer state.
 - ``bf16-master``   bfloat16 model with float32 master weights; no scaler (none is needed).
+
+Beyond float16 (``EXTENDED_RECIPES``; ``fpsim compare --recipes ...`` runs them):
+
+- ``fp8-delayed``     float32 parameters (the master weights); every Linear runs in fp8
+                      (``fpsim.fp8``): weights and inputs cast to e4m3fn, the gradients to e5m2,
+                      each with its own per-tensor scale from an amax history (Transformer
+                      Engine's DelayedScaling: history 16, margin 0), saturating casts, float32
+                      accumulation; activations between layers and the loss stay float32.
+- ``bf16-kahan``      ``bf16-pure`` with Kahan-compensated weight updates (a bfloat16
+                      compensation buffer; Zamirai et al. 2020).
+- ``bf16-stochastic`` ``bf16-pure`` with the updated weights rounded stochastically into
+                      bfloat16 (seeded by the run's seed).
 """
 
 from __future__ import annotations
@@ -34,13 +46,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import nn, ops
+from . import fp8, nn, ops
 from .data import lowrank_autoencoder
 from .optim import Adam
 from .tensor import HOOKS, no_grad, tensor
 
 __all__ = ["Recipe", "RECIPES", "get_recipe", "RunResult", "ReferenceTask", "run_recipe", "compare",
-           "format_table", "DEFAULT_RECIPES"]
+           "format_table", "DEFAULT_RECIPES", "EXTENDED_RECIPES"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,8 @@ class Recipe:
     static_scale: float = 1024.0
     autocast: str | None = None  # run matmuls under autocast(fmt), params stay as they are
     growth_interval: int = 100
+    update_rounding: str = "nearest"  # how the optimizer writes updated weights (optim.UPDATE_ROUNDINGS)
+    fp8: fp8.DelayedScaling | None = None  # run every Linear in fp8 with this scaling recipe
     description: str = ""
 
     @property
@@ -62,7 +76,8 @@ class Recipe:
 
     @property
     def gradients(self) -> str:
-        """Format of the gradients flowing between layers."""
+        """Format of the gradients flowing between layers (fp8: cast to the backward format
+        inside each Linear; they flow between layers in float32)."""
         return self.activations
 
 
@@ -78,8 +93,16 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            description="float32 params, autocast float16 matmuls, GradScaler (PyTorch AMP)"),
     Recipe("bf16-pure", "bfloat16", description="bfloat16 weights, activations, gradients and Adam state"),
     Recipe("bf16-master", "bfloat16", master=True, description="bfloat16 model + float32 master weights"),
+    Recipe("fp8-delayed", "float32", fp8=fp8.DelayedScaling(margin=0, amax_history_len=16),
+           description="fp8 matmuls: e4m3 weights/inputs, e5m2 gradients, delayed per-tensor scaling, "
+                       "float32 masters"),
+    Recipe("bf16-kahan", "bfloat16", update_rounding="kahan",
+           description="bfloat16 weights and Adam state, Kahan-compensated updates (bfloat16 buffer)"),
+    Recipe("bf16-stochastic", "bfloat16", update_rounding="stochastic",
+           description="bfloat16 weights and Adam state, stochastically rounded updates"),
 )}
 DEFAULT_RECIPES = ("fp32", "fp16-pure", "fp16-master", "fp16-static", "fp16-dynamic", "bf16-pure", "bf16-master")
+EXTENDED_RECIPES = ("fp8-delayed", "bf16-kahan", "bf16-stochastic")
 
 
 def get_recipe(name) -> Recipe:
@@ -125,6 +148,7 @@ class RunResult:
     r2: float = float("nan")  # 1 - mse / variance of the data, on the final model
     failure: str = ""  # where a NaN / inf came from, if the run died (training stops there)
     seconds: float = 0.0
+    fp8: dict = field(default_factory=dict)  # fp8 recipes: tensor -> ScalingState.summary() after the last step
 
     @property
     def final_loss(self) -> float:
@@ -192,9 +216,10 @@ def run_recipe(recipe="fp32", task: ReferenceTask | None = None, *, steps: int |
     if backend is not None:
         model.to(backend=backend)
     model.to(r.params)
+    scaling = fp8.convert(model, r.fp8) if r.fp8 is not None else None  # Linear -> fp8.Linear
     x = tensor(x_np, r.params, backend=backend)  # the input, rounded into the model's format
     target = tensor(x_np, "float32", backend=backend)  # the loss compares against exact data
-    opt = Adam(model.parameters(), lr=lr, master_weights=r.master)
+    opt = Adam(model.parameters(), lr=lr, master_weights=r.master, update_rounding=r.update_rounding, seed=seed)
     scaler = _make_scaler(r)
     start = [p.f32().copy() for p in opt.master_params()]
     out = RunResult(r.name)
@@ -232,6 +257,8 @@ def run_recipe(recipe="fp32", task: ReferenceTask | None = None, *, steps: int |
         else:
             opt.step()
             out.skipped.append(False)
+        if scaling is not None:  # delayed scaling: this step's amaxes set the next step's scales
+            scaling.update()
         if before is not None:
             same = sum(int((a == p.f32()).sum()) for a, p in zip(before, opt.master_params()))
             out.stalled[step] = same / sum(a.size for a in before)
@@ -244,6 +271,8 @@ def run_recipe(recipe="fp32", task: ReferenceTask | None = None, *, steps: int |
                     progress()
             break
     out.seconds = time.perf_counter() - t0
+    if scaling is not None:
+        out.fp8 = scaling.summary()
     with no_grad():
         final = [p.f32() for p in opt.master_params()]
         changed = sum(int((a != b).sum()) for a, b in zip(start, final))
@@ -316,7 +345,7 @@ def format_table(results: dict[str, RunResult], baseline: str = "fp32") -> str:
         rows.append([
             name, f"{r.final_loss:.4e}" if ok else "diverged", rel,
             f"{r.r2:.4f}" if ok and math.isfinite(r.r2) else "-",
-            str(r.steps_skipped), f"{r.final_scale:g}",
+            str(r.steps_skipped), "per tensor" if r.fp8 else f"{r.final_scale:g}",
             f"{pct(r.act_grad_flushed, first)} -> {pct(r.act_grad_flushed, last)}" if first is not None else "-",
             pct(r.weight_grad_flushed, last, 2) if last is not None else "-",
             pct(r.stalled, max(r.stalled)) if r.stalled else "-",
@@ -328,6 +357,14 @@ def format_table(results: dict[str, RunResult], baseline: str = "fp32") -> str:
     notes = [f"  {n}: {r.failure}" for n, r in results.items() if r.failure]
     if notes:
         lines += ["", "where it went wrong:", *notes]
+    for name, r in results.items():
+        if r.fp8:
+            rec = get_recipe(name).fp8 if name in RECIPES else None
+            title = f"{name}: per-tensor fp8 scales after the last step" + (f" ({rec})" if rec else "")
+            lines += ["", fp8.format_scaling_table(r.fp8, title)]
+    if any(r.fp8 for r in results.values()):
+        lines += ["  (saturated: clamped to +-max by the saturating cast; flushed to 0: non-zero values the cast "
+                  "lost; for fp8 recipes act-grad 0s counts the e5m2 gradient casts)"]
     lines += [
         "",
         "act-grad 0s: gradients flowing between layers that float32 had non-zero and the low format",

@@ -9,6 +9,34 @@ g ~ 1e-4) underflows in float16.
 With ``master_weights=True`` (Apex O2 style) the optimizer keeps a float32 copy of every
 parameter (``master_params()``), applies the update and keeps its state there, and writes a
 freshly rounded copy back into the low-format parameter after each step.
+
+Without masters, ``update_rounding`` says how the new weight is written into the parameter's
+format - the two cures Zamirai et al. (2020) found for pure-bfloat16 training.  In each case
+``u`` is the update as a float32 number (SGD: ``-lr * g``; Adam: ``-step_size * exp_avg /
+denom``, from the state as stored) and ``w`` the weight as stored:
+
+- ``"nearest"`` (default): ``w <- round(w + u)``, to nearest even, one rounding (float32 sum
+  first, as PyTorch's ``add_`` / ``addcdiv_`` compute in float32).  An update below half an ulp
+  of ``w`` is lost.
+- ``"stochastic"``: ``w <- round_stochastic(float32(w + u))``: the float32 sum, then rounded
+  up with probability equal to its distance from the lower neighbour in ulps (what torchao's
+  bf16 stochastic-rounding optimizers do to the float32 result).  Unbiased: E[w] = w + u, so
+  small updates survive on average.  Seeded by ``seed`` (a numpy generator held by the
+  optimizer; ``seed=None`` uses fpsim's module generator, reset by ``fpsim.manual_seed``).
+- ``"kahan"``: compensated summation with a buffer ``c`` in the parameter's format
+  (``state["kahan_comp"]``, starting at 0)::
+
+      y = u - c                    float32, not stored
+      t = round(w + y)             the new weight: one rounding into the format
+      c = round((t - w) - y)       t - w is exact in float32; the rest rounds once into the format
+      w = t
+
+  ``c`` holds (minus) what the rounding of ``t`` lost, and the next step adds it back, so the
+  weight follows the exact sum of the updates to within about an ulp.
+
+Both need the update to land in the low format: with ``master_weights=True`` they raise
+ValueError.  Only the weight write changes; Adam's moments still round to nearest, and
+AdamW's decoupled decay ``w * (1 - lr * wd)`` rounds to nearest before the update.
 """
 
 from __future__ import annotations
@@ -18,6 +46,7 @@ import numbers
 
 import numpy as np
 
+from . import formats as _formats
 from .formats import get_format
 from .tensor import Tensor, no_grad, round_result
 
@@ -26,8 +55,12 @@ __all__ = ["Optimizer", "SGD", "Adam", "AdamW"]
 F32 = get_format("float32")
 
 
+UPDATE_ROUNDINGS = ("nearest", "stochastic", "kahan")
+
+
 class Optimizer:
-    def __init__(self, params, lr: float, master_weights: bool = False):
+    def __init__(self, params, lr: float, master_weights: bool = False, update_rounding: str = "nearest",
+                 seed=None):
         self.params: list[Tensor] = list(params)
         if not self.params:
             raise ValueError("optimizer got an empty parameter list")
@@ -42,6 +75,17 @@ class Optimizer:
         if self.master_weights:
             self.master = [Tensor(p.f32().copy(), F32, requires_grad=True, backend=p.backend, name=p.name)
                            for p in self.params]
+        if update_rounding not in UPDATE_ROUNDINGS:
+            raise ValueError(f"unknown update_rounding {update_rounding!r}; known: {', '.join(UPDATE_ROUNDINGS)}")
+        if update_rounding != "nearest" and self.master_weights:
+            raise ValueError(f"update_rounding={update_rounding!r} rounds the update into the parameter's own "
+                             "format; with master_weights=True the update lands in float32 instead")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
+            raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}")
+        self.update_rounding = update_rounding
+        self.seed = seed
+        # None: formats' module generator (fpsim.manual_seed), as fpsim.cast uses without a seed.
+        self._rng = np.random.default_rng(seed) if seed is not None else None
         self.state: list[dict] = [{} for _ in self.params]
         self.step_count = 0
 
@@ -89,6 +133,26 @@ class Optimizer:
 
     def _update(self, t: Tensor, g, state: dict) -> None:
         raise TypeError(f"{type(self).__name__} defines no update rule")
+
+    def _apply(self, t: Tensor, w, u, state: dict) -> None:
+        """Write weight ``w`` (float32 values) plus update ``u`` (float32) into ``t``, rounded as
+        ``update_rounding`` says (see the module docstring)."""
+        op = f"{type(self).__name__.lower()}.step"
+        if self.update_rounding == "nearest":
+            t.data = self._r(w + u, t, "step")
+        elif self.update_rounding == "stochastic":
+            rng = self._rng if self._rng is not None else _formats._global_rng
+            t.data = round_result(w + u, t.fmt, t.backend, op, "update", t.name, rounding="stochastic", rng=rng)
+        else:
+            be = t.backend
+            comp = state.get("kahan_comp")
+            if comp is None:
+                comp = state["kahan_comp"] = Tensor(be.round(be.xp.zeros(t.shape, be.xp.float32), t.fmt), t.fmt,
+                                                    backend=be)
+            y = u - comp.f32()
+            new = self._r(w + y, t, "step")
+            comp.data = self._r((be.to_f32(new) - w) - y, t, "kahan_comp")
+            t.data = new
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -139,8 +203,9 @@ class SGD(Optimizer):
     """Stochastic gradient descent with PyTorch's momentum, dampening, Nesterov and weight decay."""
 
     def __init__(self, params, lr: float, momentum: float = 0.0, weight_decay: float = 0.0,
-                 dampening: float = 0.0, nesterov: bool = False, master_weights: bool = False):
-        super().__init__(params, lr, master_weights)
+                 dampening: float = 0.0, nesterov: bool = False, master_weights: bool = False,
+                 update_rounding: str = "nearest", seed=None):
+        super().__init__(params, lr, master_weights, update_rounding, seed)
         if momentum < 0 or weight_decay < 0:
             raise ValueError(f"momentum and weight_decay must be >= 0, got {momentum}, {weight_decay}")
         if nesterov and (momentum <= 0 or dampening != 0):
@@ -160,7 +225,7 @@ class SGD(Optimizer):
                 buf = Tensor(self._r(b + (1 - self.dampening) * g, t, "momentum"), t.fmt, backend=t.backend)
             state["momentum_buffer"] = buf
             g = t.backend.to_f32(self._r(g + self.momentum * buf.f32(), t, "nesterov")) if self.nesterov else buf.f32()
-        t.data = self._r(w - self.lr * g, t, "step")
+        self._apply(t, w, -(self.lr * g), state)
 
 
 class Adam(Optimizer):
@@ -170,8 +235,9 @@ class Adam(Optimizer):
     decoupled = False
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.0, master_weights: bool = False):
-        super().__init__(params, lr, master_weights)
+                 weight_decay: float = 0.0, master_weights: bool = False, update_rounding: str = "nearest",
+                 seed=None):
+        super().__init__(params, lr, master_weights, update_rounding, seed)
         b1, b2 = betas
         if not (0 <= b1 < 1 and 0 <= b2 < 1):
             raise ValueError(f"betas must lie in [0, 1), got {betas}")
@@ -208,7 +274,7 @@ class Adam(Optimizer):
         denom = f(self._r(denom + xp.float32(self.eps), t, "denom"))
         with_errs = xp.errstate(divide="ignore", invalid="ignore") if hasattr(xp, "errstate") else _null()
         with with_errs:
-            t.data = self._r(w + xp.float32(-step_size) * (m / denom), t, "step")
+            self._apply(t, w, xp.float32(-step_size) * (m / denom), state)
 
 
 class AdamW(Adam):
@@ -217,8 +283,9 @@ class AdamW(Adam):
     decoupled = True
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.01, master_weights: bool = False):
-        super().__init__(params, lr, betas, eps, weight_decay, master_weights)
+                 weight_decay: float = 0.01, master_weights: bool = False, update_rounding: str = "nearest",
+                 seed=None):
+        super().__init__(params, lr, betas, eps, weight_decay, master_weights, update_rounding, seed)
 
 
 class _null:

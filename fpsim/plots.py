@@ -206,7 +206,11 @@ def histogram_data(values, formats=DEFAULT_FORMATS, bins=None, scale=None) -> Hi
 
 def _pct_text(p: dict) -> str:
     def one(v):
-        return "0%" if v == 0 else (f"{v:.2g}%" if v < 0.1 else f"{v:.1f}%")
+        if v == 0 or v == 100:
+            return f"{v:g}%"
+        if v > 99.9:  # not "100.0%" when some values survive
+            return f"{v:.2f}%" if v < 99.995 else ">99.99%"
+        return f"{v:.2g}%" if v < 0.1 else f"{v:.1f}%"
 
     text = f"{one(p['flushed'])} flushed to 0, {one(p['subnormal'])} subnormal"
     if p["overflow"]:
@@ -260,7 +264,8 @@ def gradient_histogram(values, formats=DEFAULT_FORMATS, scale=None, ax=None, *, 
                      color=FORMAT_COLORS[name], bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})
             ax_.set_ylabel("count")
             ax_.set_xlim(xlo, xhi)
-            ax_.set_ylim(0, max(1, int(c.max()) if c.size else 1) * 1.45)
+            # Headroom above the tallest bar for the one or two lines of percentages.
+            ax_.set_ylim(0, max(1, int(c.max()) if c.size else 1) * (1.8 if data.scale else 1.45))
         axes[-1].set_xlabel("log2 |gradient|")
         axes[0].set_title(title or f"where the gradients lie ({data.nonzero:,} non-zero values)")
         axes[0].legend(loc="upper right", ncol=2, fontsize=11)
@@ -379,7 +384,8 @@ def _all_values(f) -> np.ndarray:
     if f.bits > 16:
         raise ValueError(f"number_line draws formats of at most 16 bits, not {f.name}")
     pats = np.arange(2**f.bits, dtype=np.uint16 if f.bits == 16 else np.uint8)
-    v = pats.view(f.dtype).astype(np.float64)
+    with np.errstate(invalid="ignore"):  # ml_dtypes' bfloat16 NaN patterns warn when widened
+        v = pats.view(f.dtype).astype(np.float64)
     return np.unique(v[np.isfinite(v)])  # also merges +0 and -0
 
 

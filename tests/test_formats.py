@@ -346,3 +346,11 @@ def test_classify_counts():
     assert b["overflow"] == 0 and b["normal"] == 100
     s = classify(np.array([1e4, 1e6]), "e5m2", saturate=True)
     assert list(s.overflow) == [False, True]
+
+
+def test_classify_saturated_overflow_respects_the_tie_at_the_top():
+    # e4m3fn: 464 is halfway between max 448 and the (NaN) pattern above; the tie goes to 448
+    assert list(classify(np.array([448.0, 464.0, 464.5, 1e4]), "e4m3", saturate=True).overflow) == [
+        False, False, True, True]
+    # float16: 65520 is the tie above max 65504 whose even neighbour is 2^16 - an overflow
+    assert list(classify(np.array([65519.0, 65520.0]), "fp16", saturate=True).overflow) == [False, True]

@@ -1,0 +1,675 @@
+"""``fpsim bench``: how fast the emulation runs, as ratios against a peer timed in the same run.
+
+Five sections, each row one thing fpsim does and the peer it is held against:
+
+1. rounding - ``fpsim.cast`` of 10**6 values (float32 and float64 input; a normal-ish mix and
+   gradient-like tiny values, log-uniform in 1e-10..1e-3) into float16, bfloat16, e4m3fn and
+   e5m2, against numpy / ml_dtypes ``astype`` of the same array (and gfloat's
+   ``round_ndarray`` where installed).  ``astype`` is the floor: fpsim must round correctly
+   where it does not (ml_dtypes' float64 -> bfloat16/fp8 rounds twice), and numpy's
+   float32 -> float16 cast is ~25x slower on results in float16's subnormal range.
+2. matmul - ``ops.matmul`` of two float16 tensors (float32 accumulation, one rounding of the
+   float16 result) against ``np.matmul`` of float32 arrays of the same size: raw BLAS.
+3. step - one SGD training step of an MLP 784-256-256-10 (batch 128, cross-entropy) under the
+   recipes fp32, fp16-dynamic and bf16-master, against PyTorch CPU float32 and float16
+   (``model.half()``, the same step) at the same thread count.
+4. monitor - the fp16-dynamic step with one no-op rounding hook against none (an upper bound
+   on what the ``if HOOKS:`` check costs when no monitor runs), and inside ``fpsim.monitor()``.
+5. gpu - the step on the cupy backend against PyTorch CUDA autocast + GradScaler, when a GPU
+   is present; otherwise one row says why it was skipped.
+
+Timing: ``time.perf_counter``; each callable runs untimed first (warm-up), then is timed in
+samples of enough calls to last ``min_time``; the callables of one row are timed interleaved
+(A B, B A, A B, ...) so that a drift in machine load hits both, and a row's ratio is the median
+of the per-sample ratios.  Times are medians per call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from . import backend as _backend
+from . import nn, ops
+from .amp import GradScaler
+from .experiments import get_recipe
+from .formats import cast, get_format
+from .optim import SGD
+from .tensor import HOOKS, no_grad, tensor
+
+__all__ = ["Row", "BenchSettings", "machine_info", "run_bench", "format_report", "main"]
+
+ROUND_FORMATS = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+STEP_RECIPES = ("fp32", "fp16-dynamic", "bf16-master")
+MLP_SIZES = (784, 256, 256, 10)
+SECTIONS = ("rounding", "matmul", "step", "monitor", "gpu")
+_GFLOAT_FORMATS = {"float16": "format_info_binary16", "bfloat16": "format_info_bfloat16",
+                   "float8_e4m3fn": "format_info_ocp_e4m3", "float8_e5m2": "format_info_ocp_e5m2"}
+
+
+@dataclass
+class Row:
+    """One measurement: ``seconds`` per call of what fpsim does, ``peer_seconds`` of the peer,
+    ``ratio`` (fpsim / peer, so below 1 means fpsim is faster) and, where there is a target,
+    the largest ratio that meets it (``limit``) and whether it was met."""
+
+    section: str
+    name: str
+    peer: str
+    seconds: float | None = None
+    peer_seconds: float | None = None
+    ratio: float | None = None
+    target: str = ""
+    limit: float | None = None
+    met: bool | None = None
+    note: str = ""
+    skipped: str = ""  # why the row was not measured (then every number is None)
+    others: dict = field(default_factory=dict)  # further peers: label -> seconds
+
+    def judge(self, stretch: float | None = None) -> Row:
+        if self.limit is not None and self.ratio is not None:
+            self.met = self.ratio <= self.limit
+            if stretch is not None:
+                self.note = ("stretch target " if self.ratio <= stretch else "stretch target NOT ") + \
+                            f"<= {stretch:g}x met" + (f"; {self.note}" if self.note else "")
+        return self
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """Sizes and repeat counts of a run (``quick()`` for a smoke run of a few seconds)."""
+
+    n_round: int = 10**6
+    matmul_sizes: tuple = (256, 1024)
+    batch: int = 128
+    repeats: int = 9  # timed samples per callable
+    monitor_repeats: int = 31  # the 2% monitor-off target needs many interleaved samples
+    warmup: int = 2  # untimed calls before timing
+    min_time: float = 0.05  # seconds a sample lasts at least (calls are batched to reach it)
+    gfloat_repeats: int = 3  # gfloat takes ~0.1-1 s per 10**6 values
+    quick: bool = False
+
+    @classmethod
+    def quick_settings(cls) -> BenchSettings:
+        return cls(n_round=10**4, matmul_sizes=(32, 64), batch=32, repeats=2, monitor_repeats=2, warmup=1,
+                   min_time=0.002, gfloat_repeats=1, quick=True)
+
+
+# ------------------------------------------------------------------------------------- timing
+
+
+def _calls_per_sample(fn, min_time: float) -> int:
+    t0 = time.perf_counter()
+    fn()
+    dt = time.perf_counter() - t0
+    return max(1, min(10_000, math.ceil(min_time / dt))) if dt > 0 else 10_000
+
+
+def _sample(fn, number: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(number):
+        fn()
+    return (time.perf_counter() - t0) / number
+
+
+def time_interleaved(fns: list, repeats: int, warmup: int, min_time: float) -> list[list[float]]:
+    """Seconds per call of each callable, ``repeats`` samples each, taken interleaved (the
+    order rotates every round so no callable always runs first)."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    numbers = [_calls_per_sample(fn, min_time) for fn in fns]
+    samples: list[list[float]] = [[] for _ in fns]
+    gc.collect()
+    for r in range(repeats):
+        order = list(range(len(fns)))
+        if r % 2:
+            order.reverse()
+        for i in order:
+            samples[i].append(_sample(fns[i], numbers[i]))
+    return samples
+
+
+def _median_ratio(a: list[float], b: list[float]) -> float:
+    """Median of the per-round ratios a/b (robust to load that drifts between rounds)."""
+    return statistics.median(x / y for x, y in zip(a, b))
+
+
+def _compare(section, name, fn, peer, peer_fn, s: BenchSettings, *, repeats=None, target="", limit=None,
+             stretch=None, note="") -> Row:
+    a, b = time_interleaved([fn, peer_fn], repeats or s.repeats, s.warmup, s.min_time)
+    row = Row(section, name, peer, statistics.median(a), statistics.median(b), _median_ratio(a, b), target,
+              limit, note=note)
+    return row.judge(stretch)
+
+
+# ------------------------------------------------------------------------------------- machine
+
+
+def _version(mod: str) -> str | None:
+    try:
+        return importlib.import_module(mod).__version__
+    except Exception:  # not installed, or no __version__: reported as absent
+        try:
+            from importlib.metadata import version
+
+            return version(mod)
+        except Exception:
+            return None
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def blas_threads() -> tuple[int, str]:
+    """(threads numpy's BLAS uses, how that was found).  threadpoolctl is asked when it is
+    importable (it is not a dependency); otherwise the usual environment variables, else the
+    usable cores (OpenBLAS's and MKL's default)."""
+    try:
+        from threadpoolctl import threadpool_info
+
+        blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+        if blas:
+            return int(blas[0]["num_threads"]), f"threadpoolctl ({blas[0].get('internal_api', '?')})"
+    except ImportError:
+        pass
+    for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        v = os.environ.get(var, "")
+        if v.isdigit() and int(v) > 0:
+            return int(v), f"${var}"
+    return _usable_cores(), "usable cores (threadpoolctl not installed; OpenBLAS default)"
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def machine_info() -> dict:
+    """The machine and library versions a run was measured on."""
+    threads, how = blas_threads()
+    info = {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "usable_cores": _usable_cores(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "ml_dtypes": _version("ml_dtypes"),
+        "torch": _version("torch"),
+        "gfloat": _version("gfloat"),
+        "blas": _blas_name(),
+        "blas_threads": threads,
+        "blas_threads_from": how,
+        "backends": _backend.available(),
+    }
+    with contextlib.suppress(OSError, AttributeError):
+        info["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    return info
+
+
+def _blas_name() -> str:
+    try:
+        cfg = np.show_config(mode="dicts")
+        blas = cfg["Build Dependencies"]["blas"]
+        return f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
+    except Exception:  # older numpy without mode="dicts": not worth failing a benchmark over
+        return "?"
+
+
+# ------------------------------------------------------------------------------------- rounding
+
+
+def _round_inputs(n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """float64 test inputs: 'normal' ~ N(0, 1); 'tiny' = +-10**U(-10, -3), gradient-like."""
+    rng = np.random.default_rng(seed)
+    normal = rng.standard_normal(n)
+    tiny = 10.0 ** rng.uniform(-10, -3, n) * rng.choice([-1.0, 1.0], n)
+    return {"normal": normal, "tiny": tiny}
+
+
+def _gfloat_fn(fmt: str, x: np.ndarray):
+    try:
+        gf = importlib.import_module("gfloat")
+        fi = getattr(importlib.import_module("gfloat.formats"), _GFLOAT_FORMATS[fmt])
+    except (ImportError, AttributeError):
+        return None
+    return lambda: gf.round_ndarray(fi, x)
+
+
+def _rounding_rows(s: BenchSettings, tick) -> list[Row]:
+    rows = []
+    inputs = _round_inputs(s.n_round)
+    n_text = f"10^{round(math.log10(s.n_round))}" if s.n_round >= 10 else str(s.n_round)
+    for src in ("float32", "float64"):
+        for dist, x64 in inputs.items():
+            x = x64.astype(src)
+            for name in ROUND_FORMATS:
+                f = get_format(name)
+                peer = "numpy astype" if name == "float16" else "ml_dtypes astype"
+                label = f"{n_text} {src} {dist} -> {name}"
+                tick(f"rounding {label}")
+                target, limit = "", None
+                if name == "float16":
+                    target, limit = "<= 1.5x", 1.5
+                elif name == "bfloat16":
+                    target, limit = "<= 10x (correct vs astype)", 10.0
+                with np.errstate(over="ignore", invalid="ignore"):
+                    row = _compare("rounding", label, lambda x=x, f=f: cast(x, f), peer,
+                                   lambda x=x, f=f: x.astype(f.dtype), s, target=target, limit=limit)
+                    if src == "float64" and name != "float16":
+                        row.note = "astype rounds twice here (via float32); fpsim once"
+                    g = _gfloat_fn(name, x)
+                    if g is not None:
+                        samples = time_interleaved([g], s.gfloat_repeats, 0, 0.0)[0]
+                        row.others["gfloat round_ndarray"] = statistics.median(samples)
+                rows.append(row)
+    return rows
+
+
+# ------------------------------------------------------------------------------------- matmul
+
+
+def _matmul_rows(s: BenchSettings, tick) -> list[Row]:
+    rows = []
+    rng = np.random.default_rng(1)
+    for i, n in enumerate(s.matmul_sizes):
+        tick(f"matmul n={n}")
+        a = tensor(rng.standard_normal((n, n)), "float16")
+        b = tensor(rng.standard_normal((n, n)), "float16")
+        a32, b32 = a.f32().copy(), b.f32().copy()
+
+        def emulated(a=a, b=b):
+            with no_grad():
+                return ops.matmul(a, b)
+
+        last = i == len(s.matmul_sizes) - 1
+        rows.append(_compare("matmul", f"float16 @ float16 -> float16 (f32 accumulate), n={n}", emulated,
+                             "np.matmul float32 (BLAS)", lambda a32=a32, b32=b32: np.matmul(a32, b32), s,
+                             target=">= 0.8x throughput (<= 1.25x time)" if last else "",
+                             limit=1.25 if last else None))
+    return rows
+
+
+# ------------------------------------------------------------------------------------- training step
+
+
+def _step_data(batch: int, seed: int = 2):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, MLP_SIZES[0])).astype(np.float32)
+    y = rng.integers(0, MLP_SIZES[-1], batch)
+    return x, y
+
+
+def fpsim_step(recipe: str, batch: int = 128, backend=None, lr: float = 0.01):
+    """A callable doing one SGD step of the MLP 784-256-256-10 on a fixed batch under
+    ``recipe`` (its parameter format, master weights and loss scaler); the loss is computed
+    in float32 from the logits, as the recipes do."""
+    r = get_recipe(recipe)
+    be = _backend.get_backend(backend)
+    x_np, y_np = _step_data(batch)
+    model = nn.MLP(list(MLP_SIZES), activation="relu", seed=0)
+    if backend is not None:
+        model.to(backend=be)
+    model.to(r.params)
+    x = tensor(x_np, r.params, backend=be)
+    y = be.asarray(y_np)
+    opt = SGD(model.parameters(), lr=lr, master_weights=r.master)
+    scaler = GradScaler(init_scale=2.0**16, growth_interval=r.growth_interval) if r.scaler == "dynamic" else None
+    if r.scaler not in (None, "dynamic") or r.autocast:
+        raise ValueError(f"bench steps support recipes without autocast and with a dynamic or no scaler, "
+                         f"not {recipe!r}")
+
+    def step():
+        opt.zero_grad()
+        loss = nn.cross_entropy(model(x).to("float32"), y)
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        return loss
+
+    return step
+
+
+def _torch():
+    try:
+        return importlib.import_module("torch")
+    except ImportError:
+        return None
+
+
+def torch_step(torch, dtype: str, batch: int = 128, device: str = "cpu", amp: bool = False, lr: float = 0.01):
+    """The same step in PyTorch: ``dtype`` 'float32' or 'float16' (``model.half()``), or
+    float32 parameters under CUDA autocast + GradScaler with ``amp=True``."""
+    x_np, y_np = _step_data(batch)
+    torch.manual_seed(0)
+    a, h1, h2, c = MLP_SIZES
+    model = torch.nn.Sequential(torch.nn.Linear(a, h1), torch.nn.ReLU(), torch.nn.Linear(h1, h2), torch.nn.ReLU(),
+                                torch.nn.Linear(h2, c)).to(device)
+    dt = getattr(torch, dtype)
+    if not amp:
+        model = model.to(dt)
+    x = torch.from_numpy(x_np).to(device=device, dtype=dt if not amp else torch.float32)
+    y = torch.from_numpy(y_np).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    scaler = torch.amp.GradScaler(device) if amp else None
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        if amp:
+            with torch.autocast(device_type=device, dtype=torch.float16):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+        sync()
+        return loss
+
+    return step
+
+
+@contextlib.contextmanager
+def _torch_threads(torch, n: int):
+    if torch is None:
+        yield
+        return
+    prev = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(prev)
+
+
+def _step_rows(s: BenchSettings, tick, threads: int) -> list[Row]:
+    torch = _torch()
+    rows = []
+    b = s.batch
+    label = f"MLP {'-'.join(map(str, MLP_SIZES))} batch {b} SGD step"
+    tick(f"step {label}")
+    steps = {r: fpsim_step(r, b) for r in STEP_RECIPES}
+    names = list(steps)
+    fns = [steps[n] for n in names]
+    if torch is not None:
+        with _torch_threads(torch, threads):
+            names += ["torch-float32", "torch-float16"]
+            fns += [torch_step(torch, "float32", b), torch_step(torch, "float16", b)]
+            samples = dict(zip(names, time_interleaved(fns, s.repeats, s.warmup, s.min_time)))
+    else:
+        samples = dict(zip(names, time_interleaved(fns, s.repeats, s.warmup, s.min_time)))
+    med = {k: statistics.median(v) for k, v in samples.items()}
+
+    def row(name, a, peer, pb, **kw):
+        r = Row("step", name, peer, med[a], med[pb], _median_ratio(samples[a], samples[pb]),
+                kw.get("target", ""), kw.get("limit"), note=kw.get("note", ""))
+        return r.judge(kw.get("stretch"))
+
+    skip = "PyTorch not installed"
+    if torch is not None:
+        rows.append(row(f"fpsim fp32 {label}", "fp32", "PyTorch CPU float32", "torch-float32",
+                        target="<= 1.0x", limit=1.0))
+    else:
+        rows.append(Row("step", f"fpsim fp32 {label}", "PyTorch CPU float32", med["fp32"], skipped=skip))
+    rows.append(row(f"fpsim fp16-dynamic {label}", "fp16-dynamic", "fpsim fp32", "fp32",
+                    target="<= 1.5x (stretch 1.2x)", limit=1.5, stretch=1.2))
+    if torch is not None:
+        rows.append(row(f"fpsim fp16-dynamic {label}", "fp16-dynamic", "PyTorch CPU float16 (model.half())",
+                        "torch-float16", target=">= 10x faster (<= 0.1x)", limit=0.1))
+    else:
+        rows.append(Row("step", f"fpsim fp16-dynamic {label}", "PyTorch CPU float16 (model.half())",
+                        med["fp16-dynamic"], skipped=skip))
+    rows.append(row(f"fpsim bf16-master {label}", "bf16-master", "fpsim fp32", "fp32"))
+    if torch is not None:
+        rows.append(row(f"PyTorch CPU float16 {label}", "torch-float16", "PyTorch CPU float32", "torch-float32",
+                        note="PyTorch's own float16 CPU kernels"))
+    else:
+        rows.append(Row("step", f"PyTorch CPU float16 {label}", "PyTorch CPU float32", skipped=skip))
+    return rows
+
+
+# ------------------------------------------------------------------------------------- monitor
+
+
+def _noop_hook(op, direction, scope, target, fmt, exact32, stored):
+    return None
+
+
+def _monitor_rows(s: BenchSettings, tick) -> list[Row]:
+    from .monitor import monitor
+
+    rows = []
+    label = f"fp16-dynamic MLP step (batch {s.batch})"
+    tick("monitor no-op hook")
+    step = fpsim_step("fp16-dynamic", s.batch)
+
+    def with_hook():
+        HOOKS.append(_noop_hook)
+        try:
+            return step()
+        finally:
+            HOOKS.remove(_noop_hook)
+
+    rows.append(_compare("monitor", f"{label}, one no-op hook in tensor.HOOKS", with_hook,
+                         "same step, tensor.HOOKS empty", step, s, repeats=s.monitor_repeats,
+                         target="monitor off: <= 1.02x", limit=1.02,
+                         note="bounds the 'if HOOKS:' check from above"))
+    tick("monitor on")
+
+    def monitored():
+        with monitor():
+            return step()
+
+    rows.append(_compare("monitor", f"{label} inside fpsim.monitor()", monitored, "same step, no monitor", step,
+                         s))
+    return rows
+
+
+# ------------------------------------------------------------------------------------- gpu
+
+
+def _gpu_rows(s: BenchSettings, tick, gpu_backend=None) -> list[Row]:
+    """The step on the cupy backend (``gpu_backend``, default the real one when available)
+    against PyTorch CUDA autocast + GradScaler."""
+    be = gpu_backend
+    if be is None:
+        if "cupy" not in _backend.available():
+            why = f"no GPU: fpsim.backend.available() = {_backend.available()} (needs cupy and a CUDA device)"
+            return [Row("gpu", f"cupy {r} MLP step", "PyTorch CUDA autocast + GradScaler", skipped=why)
+                    for r in ("fp32", "fp16-dynamic")]
+        be = _backend.get_backend("cupy")
+    xp = be.xp
+    sync = (lambda: None) if xp is np else xp.cuda.get_current_stream().synchronize
+    torch = _torch()
+    cuda = torch is not None and torch.cuda.is_available()
+    rows = []
+    ref = torch_step(torch, "float32", s.batch, device="cuda", amp=True) if cuda else None
+    for r in ("fp32", "fp16-dynamic"):
+        tick(f"gpu {r}")
+        step = fpsim_step(r, s.batch, backend=be)
+
+        def synced(step=step):
+            out = step()
+            sync()
+            return out
+
+        name = f"cupy {r} MLP step (batch {s.batch})" + (" [numpy stand-in]" if xp is np else "")
+        if ref is None:
+            t = statistics.median(time_interleaved([synced], s.repeats, s.warmup, s.min_time)[0])
+            rows.append(Row("gpu", name, "PyTorch CUDA autocast + GradScaler", t,
+                            skipped="" if xp is np else "PyTorch has no CUDA here",
+                            note="no CUDA PyTorch to compare with" if xp is np else ""))
+        else:
+            rows.append(_compare("gpu", name, synced, "PyTorch CUDA autocast + GradScaler", ref, s))
+    return rows
+
+
+# ------------------------------------------------------------------------------------- driver
+
+
+def run_bench(settings: BenchSettings | None = None, *, sections=SECTIONS, progress: bool = True,
+              gpu_backend=None) -> dict:
+    """Run the benchmark; returns ``{"machine", "settings", "threads", "rows"}`` (rows as dicts)."""
+    s = settings or BenchSettings()
+    unknown = [x for x in sections if x not in SECTIONS]
+    if unknown:
+        raise ValueError(f"unknown bench section(s) {unknown}; known: {', '.join(SECTIONS)}")
+    info = machine_info()
+    threads = info["blas_threads"]
+    counts = {"rounding": 2 * 2 * len(ROUND_FORMATS), "matmul": len(s.matmul_sizes), "step": 1, "monitor": 2,
+              "gpu": 2}
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=sum(counts[x] for x in sections), desc="fpsim bench", unit="row", leave=False,
+                   disable=None, file=sys.stderr)
+
+    started = []
+
+    def tick(what: str):  # called as each row starts: the previous one is done
+        if bar is not None:
+            if started:
+                bar.update(1)
+            started.append(what)
+            bar.set_postfix_str(what[:50])
+
+    rows: list[Row] = []
+    try:
+        with np.errstate(all="ignore"):
+            for sec in SECTIONS:
+                if sec not in sections:
+                    continue
+                if sec == "rounding":
+                    rows += _rounding_rows(s, tick)
+                elif sec == "matmul":
+                    rows += _matmul_rows(s, tick)
+                elif sec == "step":
+                    rows += _step_rows(s, tick, threads)
+                elif sec == "monitor":
+                    rows += _monitor_rows(s, tick)
+                else:
+                    rows += _gpu_rows(s, tick, gpu_backend)
+    finally:
+        if bar is not None:
+            bar.close()
+    torch = _torch()
+    return {
+        "machine": info,
+        "settings": asdict(s),
+        "threads": {"numpy_blas": threads, "torch": threads if torch is not None else None,
+                    "how": f"torch.set_num_threads({threads}) to match numpy's BLAS ({info['blas_threads_from']})"},
+        "rows": [asdict(r) for r in rows],
+    }
+
+
+# ------------------------------------------------------------------------------------- report
+
+
+def _t(sec) -> str:
+    if sec is None:
+        return "-"
+    if sec >= 1:
+        return f"{sec:.2f} s"
+    if sec >= 1e-3:
+        return f"{sec * 1e3:.3g} ms"
+    return f"{sec * 1e6:.3g} us"
+
+
+def _ratio(r) -> str:
+    return "-" if r is None else (f"{r:.3g}x" if r < 100 else f"{r:.0f}x")
+
+
+def format_report(result: dict) -> str:
+    """The table ``fpsim bench`` prints: the machine, then one line per row."""
+    m = result["machine"]
+    lines = [
+        f"machine: {m['cpu']}, {m['cores']} cores ({m['usable_cores']} usable), {m['platform']}",
+        f"python {m['python']}, numpy {m['numpy']} ({m['blas']}), ml_dtypes {m['ml_dtypes']}, "
+        f"torch {m['torch'] or 'not installed'}, gfloat {m['gfloat'] or 'not installed'}",
+        f"threads: {result['threads']['how']}" if result["threads"]["torch"] else
+        f"threads: numpy BLAS {m['blas_threads']} ({m['blas_threads_from']})",
+    ]
+    if "load_average" in m:
+        lines.append(f"load average at start: {', '.join(map(str, m['load_average']))}")
+    s = result["settings"]
+    lines.append(f"{s['repeats']} interleaved samples per timing ({s['monitor_repeats']} for the monitor-off row), "
+                 f"{s['warmup']} warm-up calls, samples >= {s['min_time'] * 1e3:g} ms; medians"
+                 + (" [--quick: smoke run, numbers not meaningful]" if s["quick"] else ""))
+    lines.append("")
+    cols = ["section", "measurement", "fpsim", "peer", "peer time", "ratio", "target", "met", "notes"]
+    table = []
+    for r in result["rows"]:
+        notes = [f"{k} {_t(v)} ({_ratio(r['seconds'] / v) if r['seconds'] and v else '-'})"
+                 for k, v in r["others"].items()]
+        if r["note"]:
+            notes.append(r["note"])
+        if r["skipped"]:
+            notes.insert(0, f"skipped: {r['skipped']}")
+        met = "-" if r["met"] is None else ("yes" if r["met"] else "NO")
+        table.append([r["section"], r["name"], _t(r["seconds"]), r["peer"], _t(r["peer_seconds"]),
+                      _ratio(r["ratio"]), r["target"] or "-", met, "; ".join(notes)])
+    widths = [max(len(c), *(len(row[i]) for row in table)) if table else len(c) for i, c in enumerate(cols)]
+    lines.append("  ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip())
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in table]
+    targets = [r for r in result["rows"] if r["limit"] is not None and r["met"] is not None]
+    lines += ["", f"targets met: {sum(r['met'] for r in targets)} of {len(targets)}",
+              "ratio = fpsim time / peer time (below 1: fpsim faster), the median of per-sample ratios."]
+    return "\n".join(lines)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, 1-2 repeats, a few seconds")
+    p.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
+    p.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS), metavar="SECTION",
+                   help=f"which sections to run (default all: {' '.join(SECTIONS)})")
+    p.add_argument("--repeats", type=int, default=None, help="timed samples per measurement (default 9)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def main(args) -> int:
+    """``fpsim bench``: run, then print the table (or JSON)."""
+    s = BenchSettings.quick_settings() if args.quick else BenchSettings()
+    if args.repeats is not None:
+        if args.repeats < 1:
+            raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+        s = BenchSettings(**{**asdict(s), "repeats": args.repeats})
+    if not args.json:
+        print("fpsim bench" + (" --quick" if args.quick else "") + ": measuring (a full run takes a minute or two)",
+              file=sys.stderr)
+    result = run_bench(s, sections=args.sections, progress=not args.quiet)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print(format_report(result))
+    return 0

@@ -1,0 +1,471 @@
+"""fp8 training with per-tensor delayed scaling (Transformer Engine's ``DelayedScaling``).
+
+fp8 has too little range for raw activations and gradients (e4m3fn: 2^-9 .. 448; e5m2:
+2^-16 .. 57344), so every fp8 tensor carries a float32 **scale**: the stored fp8 numbers are
+``x * scale``, rounded (to nearest even) with **saturation** - values beyond the format's max
+become +-max, as the hardware's saturating conversions do - and the value they stand for is
+``fp8 * (1 / scale)`` (:class:`Fp8Tensor`).  Following Micikevicius et al. (2022) and
+Transformer Engine's HYBRID format, weights and forward activations use e4m3fn (more
+precision), gradients e5m2 (more range).
+
+**Delayed scaling**: the scale used at step t comes from the amax (max |x|) of that tensor
+at the steps BEFORE t, so the cast needs no extra pass over the data.  Each tensor has a
+:class:`ScalingState` with an amax history of the last ``amax_history_len`` steps; after every
+step (``ScalingGroup.update()``)::
+
+    history <- history + [amax of this step]   (the oldest entry drops out beyond the length)
+    amax    <- max(history)                    ("most_recent": history[-1])
+    scale   <- 2 ** (floor(log2(fmt.max / amax)) - margin)
+
+computed exactly (a power of two, so scaling and unscaling are exact in float32).  An amax of
+0 or a non-finite amax keeps the previous scale.  The first step runs with scale 1, as in
+Transformer Engine - there is no history yet, and with the tiny gradients of the reference task
+that step's e5m2 gradients mostly flush to zero.
+
+**The fp8 linear layer** (:func:`linear`, the module :class:`Linear`, :func:`convert` to swap
+them into a model) follows Transformer Engine's ``te.Linear``:
+
+- forward: ``x`` and ``W`` are cast to e4m3fn with their own scales; the matmul multiplies the
+  fp8 numbers exactly in float32, accumulates in float32 and multiplies the sum by
+  ``(1/s_x) * (1/s_W)`` (both powers of two: exact); the bias is added in float32 and the sum
+  rounded once into the output format (that of an ordinary ``linear`` on the unquantized
+  inputs: float32 for a float32 model).
+- backward: the incoming gradient ``g`` is cast to e5m2 with its own delayed scale; then
+  ``dx = (g8 @ W8) / (s_g s_W)`` and ``dW = (g8.T @ x8) / (s_g s_x)``, float32 accumulation
+  again; ``db`` is summed in float32 from the unquantized ``g`` (TE computes it in the same
+  pass as the cast, from the high-precision gradient).
+- the parameters stay in their own (float32) format: they are the master weights, and the
+  optimizer updates them as usual.  The fp8 weight is a fresh cast each step.
+
+Every cast goes through ``tensor.round_result`` (op ``"fp8.cast"``, target ``"input"``,
+``"weight"`` or ``"grad_output"``), so ``fpsim.monitor()`` counts the saturations (as
+overflows) and the flushes to zero per layer; each :class:`ScalingState` also counts them and
+shows its scale and history (``ScalingGroup.table()``).
+
+:func:`qdq` is the same cast as one differentiable "fake quantization" op on any tensor:
+forward ``x -> fp8 -> float32``, backward straight through, with the incoming gradient cast
+to e5m2 with its own delayed scale.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import nn
+from .backend import Backend
+from .formats import Format, get_format
+from .tensor import Tensor, promote, round_result
+
+__all__ = ["DelayedScaling", "ScalingState", "ScalingGroup", "Fp8Tensor", "LinearScaling", "Linear",
+           "compute_scale", "quantize", "qdq", "linear", "convert", "FP8_FORMATS", "AMAX_ALGOS"]
+
+FP8_FORMATS = ("float8_e4m3fn", "float8_e5m2")
+AMAX_ALGOS = ("max", "most_recent")
+# The scale and its inverse stay normal float32 numbers: 2^-126 <= scale <= 2^126.
+_MAX_EXP = 126
+
+
+@dataclass(frozen=True)
+class DelayedScaling:
+    """The recipe: ``margin`` (scale backs off by 2^margin below the largest safe power of
+    two), ``amax_history_len`` (steps of amax remembered), ``amax_compute_algo`` (``"max"``
+    over the history or ``"most_recent"``), and the fp8 formats for the forward pass (weights,
+    activations) and the backward pass (gradients).  Transformer Engine's defaults are margin
+    0, history 1024, max, HYBRID (e4m3 forward, e5m2 backward)."""
+
+    margin: int = 0
+    amax_history_len: int = 1024
+    amax_compute_algo: str = "max"
+    fwd_format: str = "float8_e4m3fn"
+    bwd_format: str = "float8_e5m2"
+
+    def __post_init__(self):
+        h = self.amax_history_len
+        if isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1:
+            raise ValueError(f"amax_history_len must be an integer >= 1, got {h!r}")
+        m = self.margin
+        if isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 0:
+            raise ValueError(f"margin must be an integer >= 0 (the scale is divided by 2**margin), got {m!r}")
+        if self.amax_compute_algo not in AMAX_ALGOS:
+            raise ValueError(f"unknown amax_compute_algo {self.amax_compute_algo!r}; known: {', '.join(AMAX_ALGOS)}")
+        for which in ("fwd_format", "bwd_format"):
+            name = get_format(getattr(self, which)).name  # unknown names raise, listing the valid ones
+            if name not in FP8_FORMATS:
+                raise ValueError(f"{which} must be an fp8 format ({', '.join(FP8_FORMATS)}), got {name}")
+            object.__setattr__(self, which, name)
+
+    def __str__(self) -> str:
+        return (f"delayed scaling: {self.fwd_format} forward, {self.bwd_format} gradients, amax history "
+                f"{self.amax_history_len} ({self.amax_compute_algo}), margin {self.margin}")
+
+
+def compute_scale(amax: float, fmt, margin: int = 0, previous: float = 1.0) -> np.float32:
+    """``2 ** (floor(log2(fmt.max / amax)) - margin)`` as a float32, computed exactly.
+
+    ``amax`` 0 (nothing seen) or non-finite keeps ``previous``.  The exponent is clamped to
+    [-126, 126], so the scale and its inverse are normal float32 numbers.
+    """
+    f = get_format(fmt)
+    a = float(amax)
+    if not (math.isfinite(a) and a > 0):
+        return np.float32(previous)
+    # frexp gives floor(log2(r)) for the rounded float64 ratio; check it against the exact
+    # products (powers of two times amax are exact) so a rounded ratio cannot move it.
+    _, e = math.frexp(f.max / a)
+    k = e - 1
+    while math.ldexp(a, k) > f.max:
+        k -= 1
+    while math.ldexp(a, k + 1) <= f.max:
+        k += 1
+    k = min(max(k - int(margin), -_MAX_EXP), _MAX_EXP)
+    return np.float32(math.ldexp(1.0, k))
+
+
+class ScalingState:
+    """Delayed scaling of one tensor: its fp8 format, scale, amax history and counts.
+
+    ``scale`` (float32, a power of two) is what the next cast multiplies by; ``amax_history``
+    the amaxes of the last ``amax_history_len`` steps, oldest first; ``step_amax`` the amax seen
+    so far in the current step (None before the first cast).  Counts: ``n`` values cast,
+    ``saturated`` finite values whose scaled magnitude lay beyond what rounds to max (clamped
+    to +-max instead of becoming inf / NaN), ``underflow`` non-zero values that became 0 -
+    totals in ``counts``, the most recent finished step in ``last``.
+    """
+
+    def __init__(self, name: str, fmt, recipe: DelayedScaling | None = None, init_scale: float = 1.0):
+        recipe = recipe if recipe is not None else DelayedScaling()
+        f = get_format(fmt)
+        if f.name not in FP8_FORMATS:
+            raise ValueError(f"ScalingState {name!r}: format must be fp8 ({', '.join(FP8_FORMATS)}), got {f.name}")
+        if not (isinstance(init_scale, numbers.Real) and init_scale > 0 and math.isfinite(init_scale)):
+            raise ValueError(f"init_scale must be a finite number > 0, got {init_scale!r}")
+        self.name = name
+        self.fmt: Format = f
+        self.recipe = recipe
+        self.scale = np.float32(init_scale)
+        self.amax_history: list[float] = []
+        self.step_amax: float | None = None
+        self.steps = 0
+        self.counts = {"n": 0, "saturated": 0, "underflow": 0}
+        self._current = dict.fromkeys(self.counts, 0)
+        self.last = dict.fromkeys(self.counts, 0)
+
+    @property
+    def scale_inv(self) -> np.float32:
+        """1 / scale, exact (the scale is a power of two)."""
+        return np.float32(1.0 / float(self.scale))
+
+    @property
+    def amax(self) -> float:
+        """The amax the current scale came from (0.0 before the first update)."""
+        if not self.amax_history:
+            return 0.0
+        if self.recipe.amax_compute_algo == "most_recent":
+            return self.amax_history[-1]
+        return float(np.max(self.amax_history))  # NaN-propagating, unlike max()
+
+    def cast(self, x32, backend: Backend, op: str = "fp8.cast", direction: str = "forward", target: str = ""):
+        """Round ``x32 * scale`` (float32) into the fp8 format with saturation - the one rounding
+        - record this step's amax and counts, and return the stored fp8 array."""
+        xp = backend.xp
+        a = xp.abs(x32)
+        amax = float(a.max()) if a.size else 0.0
+        self.step_amax = amax if self.step_amax is None else float(np.max([self.step_amax, amax]))
+        s = xp.float32(self.scale)
+        codes = round_result(x32 * s, self.fmt, backend, op, direction, target, saturate=True)
+        a_s = a * s
+        sat = 0
+        if not amax * float(self.scale) < _beyond_threshold(self.fmt):  # else nothing can have saturated
+            thr = self.fmt.overflow_threshold
+            beyond = (a_s >= thr) if self.fmt.has_inf else (a_s > thr)  # e4m3fn rounds the tie itself to max
+            sat = int(xp.count_nonzero(beyond & xp.isfinite(x32)))
+        # To nearest, |v| <= half the smallest subnormal becomes 0 (the tie goes to 0, the even side).
+        under = int(xp.count_nonzero(a_s <= self.fmt.flush_threshold)) - int(xp.count_nonzero(a == 0))
+        for k, v in (("n", int(x32.size)), ("saturated", sat), ("underflow", under)):
+            self.counts[k] += v
+            self._current[k] += v
+        return codes
+
+    def update(self) -> None:
+        """End of a step: push this step's amax into the history and recompute the scale.
+        A tensor not cast during the step keeps its history and scale."""
+        if self.step_amax is None:
+            return
+        self.amax_history.append(self.step_amax)
+        del self.amax_history[:-self.recipe.amax_history_len]
+        self.scale = compute_scale(self.amax, self.fmt, self.recipe.margin, self.scale)
+        self.step_amax = None
+        self.steps += 1
+        self.last = self._current
+        self._current = dict.fromkeys(self.counts, 0)
+
+    def summary(self) -> dict:
+        """Plain numbers: name, format, scale (and log2), the amax it came from, the history
+        length, and the counts (totals and the last step's)."""
+        return {"name": self.name, "format": self.fmt.name, "scale": float(self.scale),
+                "log2_scale": int(math.log2(float(self.scale))), "amax": self.amax,
+                "history": len(self.amax_history), "steps": self.steps, **self.counts,
+                "last_n": self.last["n"], "last_saturated": self.last["saturated"],
+                "last_underflow": self.last["underflow"]}
+
+    def __repr__(self) -> str:
+        return (f"ScalingState({self.name!r}, {self.fmt.name}, scale=2^{int(math.log2(float(self.scale)))}, "
+                f"amax={self.amax:.4g}, history={len(self.amax_history)}/{self.recipe.amax_history_len}, "
+                f"saturated={self.counts['saturated']}, underflow={self.counts['underflow']})")
+
+
+# fp8 -> float32 by table look-up on the byte (exact; ml_dtypes' own cast costs ~20 ns a value).
+_WIDEN = {name: np.arange(256, dtype=np.uint8).view(get_format(name).dtype).astype(np.float32)
+          for name in FP8_FORMATS}
+
+
+def _widen(codes, fmt: Format, backend: Backend):
+    if isinstance(codes, np.ndarray) and codes.dtype == fmt.dtype:
+        return _WIDEN[fmt.name].take(codes.view(np.uint8))
+    return backend.to_f32(codes)
+
+
+def _beyond_threshold(f: Format) -> float:
+    """Scaled magnitudes below this cannot saturate."""
+    return f.overflow_threshold if f.has_inf else math.nextafter(f.overflow_threshold, math.inf)
+
+
+@dataclass(frozen=True)
+class Fp8Tensor:
+    """fp8 numbers and the float32 scale they were cast with: ``value = codes * (1 / scale)``.
+
+    ``codes`` is in the format's storage dtype (``ml_dtypes.float8_e4m3fn`` / ``float8_e5m2``
+    on numpy: one byte per value).
+    """
+
+    codes: object
+    fmt: Format
+    scale: np.float32
+    backend: Backend
+
+    @property
+    def scale_inv(self) -> np.float32:
+        return np.float32(1.0 / float(self.scale))
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self.codes.shape)
+
+    def codes_f32(self):
+        """The fp8 numbers themselves (x * scale, rounded), widened exactly to float32."""
+        return _widen(self.codes, self.fmt, self.backend)
+
+    def f32(self):
+        """The values they stand for, ``codes * (1/scale)`` in float32 (exact: a power of two)."""
+        return self.codes_f32() * self.backend.xp.float32(self.scale_inv)
+
+    def numpy(self) -> np.ndarray:
+        """The stored fp8 numbers as a numpy array in the storage dtype."""
+        out = self.backend.to_numpy(self.codes)
+        return out if out.dtype == self.fmt.dtype else out.astype(self.fmt.dtype)
+
+
+def quantize(x, state: ScalingState, *, direction: str = "forward", target: str = "") -> Fp8Tensor:
+    """Cast ``x`` (a Tensor, or a float32 array on the numpy backend) to fp8 with ``state``'s
+    current scale and saturation; records the amax and counts in ``state``.  Not differentiable
+    (see :func:`qdq`)."""
+    if isinstance(x, Tensor):
+        be, x32 = x.backend, x.f32()
+    else:
+        from .backend import get_backend
+
+        be = get_backend(None)
+        x32 = np.asarray(x, dtype=np.float32)
+    scale = state.scale
+    codes = state.cast(x32, be, direction=direction, target=target or state.name)
+    return Fp8Tensor(codes, state.fmt, scale, be)
+
+
+def qdq(x: Tensor, state: ScalingState, grad_state: ScalingState | None = None) -> Tensor:
+    """Fake quantization as one op: forward ``x -> fp8 (state) -> float32``, the result holding
+    exactly the values the fp8 numbers stand for; backward straight through, the incoming
+    float32 gradient cast to ``grad_state``'s format and scale (e5m2) and back, or passed
+    unchanged when ``grad_state`` is None."""
+    q = quantize(x, state, target=state.name)
+    be = x.backend
+    out32 = q.f32()
+
+    def backward(g):
+        if grad_state is None:
+            return (g,)
+        gq = Fp8Tensor(grad_state.cast(g, be, direction="backward", target=grad_state.name), grad_state.fmt,
+                       grad_state.scale, be)
+        return (gq.f32(),)
+
+    f32 = get_format("float32")
+    return Tensor._from_op(round_result(out32, f32, be, "fp8.qdq", "forward"), f32, (x,), backward, "fp8.qdq", be)
+
+
+class LinearScaling:
+    """The three scaling states of one fp8 linear layer: ``input`` and ``weight`` (forward
+    format) and ``grad_output`` (backward format), named ``<layer>.input`` etc."""
+
+    def __init__(self, name: str, recipe: DelayedScaling):
+        self.name = name
+        self.recipe = recipe
+        self.input = ScalingState(f"{name}.input" if name else "input", recipe.fwd_format, recipe)
+        self.weight = ScalingState(f"{name}.weight" if name else "weight", recipe.fwd_format, recipe)
+        self.grad_output = ScalingState(f"{name}.grad_output" if name else "grad_output", recipe.bwd_format, recipe)
+
+    def states(self) -> tuple[ScalingState, ScalingState, ScalingState]:
+        return (self.input, self.weight, self.grad_output)
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None, meta: LinearScaling) -> Tensor:
+    """``x @ weight.T + bias`` with fp8 inputs (see the module docstring for every rounding).
+
+    In: Tensors of any format (their exact float32 values are cast).  Out: rounded once into
+    ``promote(x.fmt, weight.fmt[, bias.fmt])``.  Gradients for ``x``, ``weight``, ``bias``
+    come back as float32 sums and are rounded into their gradient formats by the graph walk.
+    """
+    if not isinstance(x, Tensor):
+        raise TypeError(f"fp8.linear: x must be a Tensor, got {type(x).__name__}")
+    if weight.ndim != 2 or x.ndim < 1 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"fp8.linear: input shape {x.shape} does not fit weight shape {weight.shape}")
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise ValueError(f"fp8.linear: bias shape {bias.shape} does not fit weight shape {weight.shape}")
+    be = x.backend
+    xp = be.xp
+    ins = (x, weight) if bias is None else (x, weight, bias)
+    fmt = promote(*(t.fmt for t in ins))
+    xq = quantize(x, meta.input, target="input")
+    wq = quantize(weight, meta.weight, target="weight")
+    w8 = wq.codes_f32()
+    with np.errstate(over="ignore", invalid="ignore"):
+        out32 = be.matmul(xq.codes_f32(), w8.T)  # fp8 x fp8 products are exact in float32
+        out32 *= xp.float32(float(xq.scale_inv) * float(wq.scale_inv))
+        if bias is not None:
+            out32 += bias.f32()
+
+    def backward(g):
+        gq = Fp8Tensor(meta.grad_output.cast(g, be, direction="backward", target="grad_output"),
+                       meta.grad_output.fmt, meta.grad_output.scale, be)
+        g8 = gq.codes_f32()
+        g2 = g8.reshape(-1, g8.shape[-1])
+        with np.errstate(over="ignore", invalid="ignore"):
+            gx = None
+            if x.requires_grad:
+                gx = be.matmul(g8, wq.codes_f32()) * xp.float32(float(gq.scale_inv) * float(wq.scale_inv))
+            x8 = xq.codes_f32()
+            gw = be.matmul(g2.T, x8.reshape(-1, x8.shape[-1])) * xp.float32(float(gq.scale_inv) * float(xq.scale_inv))
+            gb = g.reshape(-1, g.shape[-1]).sum(axis=0, dtype=xp.float32) if bias is not None else None
+        return (gx, gw) if bias is None else (gx, gw, gb)
+
+    return Tensor._from_op(round_result(out32, fmt, be, "fp8.linear", "forward"), fmt, ins, backward,
+                           "fp8.linear", be)
+
+
+class Linear(nn.Module):
+    """An ``nn.Linear`` whose matmuls run in fp8 with delayed scaling.  It shares the weight and
+    bias tensors of the layer it was made from, so an optimizer holding them keeps working."""
+
+    def __init__(self, layer: nn.Linear, recipe: DelayedScaling | None = None, name: str = ""):
+        super().__init__()
+        if not isinstance(layer, nn.Linear):
+            raise TypeError(f"fp8.Linear wraps an nn.Linear, got {type(layer).__name__}")
+        self.in_features, self.out_features = layer.in_features, layer.out_features
+        self.weight = layer.weight
+        if layer.bias is not None:
+            self.bias = layer.bias
+        else:
+            object.__setattr__(self, "bias", None)
+        object.__setattr__(self, "meta", LinearScaling(name, recipe if recipe is not None else DelayedScaling()))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.weight, self.bias, self.meta)
+
+    def __repr__(self) -> str:
+        return (f"fp8.Linear({self.in_features}, {self.out_features}, {self.meta.recipe.fwd_format}/"
+                f"{self.meta.recipe.bwd_format})")
+
+
+class ScalingGroup:
+    """Every :class:`ScalingState` of a converted model, by name (``"0.input"``,
+    ``"0.weight"``, ``"0.grad_output"``, ...).  Call :meth:`update` once after every step."""
+
+    def __init__(self, recipe: DelayedScaling, states: dict[str, ScalingState]):
+        self.recipe = recipe
+        self.states = states
+
+    def update(self) -> None:
+        for s in self.states.values():
+            s.update()
+
+    def __getitem__(self, name: str) -> ScalingState:
+        if name not in self.states:
+            raise KeyError(f"no scaling state {name!r}; known: {', '.join(self.states)}")
+        return self.states[name]
+
+    def __iter__(self):
+        return iter(self.states.values())
+
+    def __len__(self) -> int:
+        return len(self.states)
+
+    def summary(self) -> dict[str, dict]:
+        return {n: s.summary() for n, s in self.states.items()}
+
+    def table(self) -> str:
+        """One row per tensor: format, scale, the amax it came from, and saturated / flushed
+        counts (the most recent step, then the totals)."""
+        return format_scaling_table(self.summary(), str(self.recipe))
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def __repr__(self) -> str:
+        return f"<ScalingGroup: {len(self.states)} tensors, {self.recipe}>"
+
+
+def format_scaling_table(summary: dict[str, dict], title: str = "") -> str:
+    """The text table of :meth:`ScalingGroup.table`, from its ``summary()`` dicts."""
+    cols = ["tensor", "format", "scale", "amax", "saturated (last step)", "flushed to 0 (last step)",
+            "saturated (all)", "flushed (all)"]
+    rows = []
+    for name, s in summary.items():
+        rows.append([name, s["format"], f"2^{s['log2_scale']}", f"{s['amax']:.4g}",
+                     _count_pct(s["last_saturated"], s["last_n"]), _count_pct(s["last_underflow"], s["last_n"]),
+                     _count_pct(s["saturated"], s["n"]), _count_pct(s["underflow"], s["n"])])
+    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
+    right = set(range(2, len(cols)))
+    line = lambda r: "  ".join(v.rjust(w) if i in right else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths)))
+    out = [title] if title else []
+    out += [line(cols), "  ".join("-" * w for w in widths), *(line(r).rstrip() for r in rows)]
+    return "\n".join(out)
+
+
+def _count_pct(k: int, n: int) -> str:
+    if n == 0:
+        return "-"
+    return f"{k} ({100.0 * k / n:.2f}%)" if k else "0"
+
+
+def convert(model: nn.Module, recipe: DelayedScaling | None = None) -> ScalingGroup:
+    """Swap every ``nn.Linear`` inside ``model`` for an :class:`fp8.Linear <Linear>` (in place,
+    sharing the parameters) and return the :class:`ScalingGroup` of their scaling states."""
+    recipe = recipe if recipe is not None else DelayedScaling()
+    if not isinstance(recipe, DelayedScaling):
+        raise TypeError(f"recipe must be an fp8.DelayedScaling, got {type(recipe).__name__}")
+    if isinstance(model, nn.Linear):
+        raise ValueError("convert() swaps the Linear layers inside a model; wrap a lone Linear in nn.Sequential")
+    states: dict[str, ScalingState] = {}
+    for mname, parent in list(model.named_modules()):
+        for cname, child in list(parent._modules.items()):
+            if type(child) is nn.Linear:
+                name = f"{mname}.{cname}" if mname else cname
+                layer = Linear(child, recipe, name)
+                setattr(parent, cname, layer)
+                for s in layer.meta.states():
+                    states[s.name] = s
+    if not states:
+        raise ValueError(f"convert(): {type(model).__name__} has no nn.Linear layers to run in fp8")
+    return ScalingGroup(recipe, states)
