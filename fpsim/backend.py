@@ -156,7 +156,9 @@ def _probe_native_bfloat16(cp) -> bool:
         d = cp.asarray(vals).astype(bf16)
         back = d.astype(cp.float32)
         view = cp.broadcast_to(d[None], (2, vals.size)).transpose().reshape(-1).copy()
-        ok = bool((back == cp.asarray(vals)).all()) and view.dtype == bf16 and cp.asnumpy(d).dtype == bf16
+        picked = d[cp.asarray([1, 0, 1])].astype(cp.float32)
+        ok = (bool((back == cp.asarray(vals)).all()) and view.dtype == bf16 and cp.asnumpy(d).dtype == bf16
+              and int((d == 0).sum()) == 2 and cp.asnumpy(picked).tolist() == [-2.5, 1.0, -2.5])
         return ok and np.array_equal(cp.asnumpy(back).view(np.uint32), vals.view(np.uint32))
     except Exception:  # no bfloat16 in this CuPy (TypeError / NotImplementedError / compile errors)
         return False
@@ -250,8 +252,9 @@ class CupyBackend(Backend):
         return np.asarray(x) if self._xp is np else self.xp.asnumpy(x)
 
     def index_add(self, z, idx, g) -> None:
-        if self._xp is np:
-            np.add.at(z, idx, g)
+        xp = self.xp
+        if hasattr(xp.add, "at"):  # numpy; CuPy >= 13 (atomic adds on the device)
+            xp.add.at(z, idx, g)
         else:
             importlib.import_module("cupyx").scatter_add(z, idx, g)
 

@@ -87,6 +87,17 @@ def _recipe_arg(name: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _backend_arg(name: str) -> str:
+    from .backend import BACKENDS, available
+
+    if name not in BACKENDS:
+        raise argparse.ArgumentTypeError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")
+    if name not in available():
+        raise argparse.ArgumentTypeError(f"backend {name!r} is not available here (it needs CuPy and a CUDA GPU); "
+                                         f"available: {', '.join(available())}")
+    return name
+
+
 def _positive_int(text: str) -> int:
     try:
         v = int(text)
@@ -115,7 +126,7 @@ def cmd_compare(args) -> int:
         print(json.dumps({n: {"final_loss": r.final_loss, "r2": r.r2, "steps_skipped": r.steps_skipped,
                               "final_scale": r.final_scale, "act_grad_flushed": r.act_grad_flushed,
                               "weight_grad_flushed": r.weight_grad_flushed, "stalled": r.stalled,
-                              "failure": r.failure, "losses": r.losses, "seconds": r.seconds}
+                              "failure": r.failure, "losses": r.losses, "seconds": r.seconds, "fp8": r.fp8}
                           for n, r in results.items()}, indent=1, allow_nan=True))
     else:
         print(format_table(results, baseline=recipes[0] if "fp32" not in recipes else "fp32"))
@@ -145,11 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
                                     "and print one table.")
     sp.add_argument("--recipes", nargs="+", type=_recipe_arg, metavar="RECIPE",
                     help="recipes to run (default: fp32 fp16-pure fp16-master fp16-static fp16-dynamic bf16-pure "
-                         "bf16-master; also fp16-amp)")
+                         "bf16-master; also fp16-amp, fp8-delayed, bf16-kahan, bf16-stochastic)")
     sp.add_argument("--steps", type=_positive_int, help="training steps (default 150)")
     sp.add_argument("--seed", type=int, default=0, help="seed of the initial weights (default 0)")
     sp.add_argument("--lr", type=_positive_float, help="Adam learning rate (default 1e-2)")
-    sp.add_argument("--backend", choices=["numpy", "cupy"], default=None, help="array backend (default numpy)")
+    sp.add_argument("--backend", type=_backend_arg, default=None, metavar="{numpy,cupy}",
+                    help="array backend (default numpy; cupy needs CuPy and a CUDA GPU)")
     sp.add_argument("--figure", default="figures/compare_loss.png",
                     help="where to write the loss-curve figure ('none' for no figure; default figures/compare_loss.png)")
     sp.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
@@ -172,6 +184,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("figures", help="regenerate every figure in figures/ from code (fixed seeds)")
     _figures.add_arguments(sp)
     sp.set_defaults(func=_figures.main)
+    from . import gpu_check as _gpu_check
+
+    sp = sub.add_parser("gpu-check", help="compare the cupy backend with numpy: every op, the reference task, PyTorch",
+                        description="Run every op and the reference task on numpy and on the cupy backend from the "
+                                    "same inputs and weights and report how far they agree (bit-identical where "
+                                    "they must be), with step times.  Without a GPU it says so and exits 0.")
+    _gpu_check.add_arguments(sp)
+    sp.set_defaults(func=_gpu_check.main)
     return p
 
 

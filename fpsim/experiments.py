@@ -278,7 +278,7 @@ def run_recipe(recipe="fp32", task: ReferenceTask | None = None, *, steps: int |
         changed = sum(int((a != b).sum()) for a, b in zip(start, final))
         total = sum(a.size for a in start)
         out.frozen_fraction = 1 - changed / total
-        pred = model(x).f32().astype(np.float64)
+        pred = x.backend.to_numpy(model(x).f32()).astype(np.float64)  # to the host: x_np is a numpy array
         err = float(((pred - x_np) ** 2).mean())
         out.r2 = 1 - err / float(x_np.astype(np.float64).var())
     return out
@@ -286,7 +286,12 @@ def run_recipe(recipe="fp32", task: ReferenceTask | None = None, *, steps: int |
 
 def _diagnose(model, opt, step: int, loss: float) -> str:
     """Where a non-finite number first appeared: the loss, or which parameters."""
-    bad = [n for n, p in model.named_parameters() if not np.all(np.isfinite(p.f32()))]
+    named = list(model.named_parameters())
+    if not named:
+        return ""
+    be = named[0][1].backend  # one device -> host copy for all parameters, not one each
+    finite = be.to_numpy(be.xp.stack([be.xp.isfinite(p.f32()).all() for _, p in named]))
+    bad = [n for (n, _), ok in zip(named, finite) if not ok]
     if bad:
         why = ""
         if opt.master is None and isinstance(opt, Adam):

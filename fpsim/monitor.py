@@ -12,8 +12,10 @@ The engine rounds in one place (``tensor.round_result``) and calls every hook in
 - ``inf``, ``nan``: results that are inf / NaN (whatever the cause), and
 - ``nan_in``: NaNs already present in the exact value (the float32 computation made them).
 
-The comparisons run on the backend's own arrays (numpy or cupy); only the final counts
-become Python ints.  With no monitor active the engine pays one ``if HOOKS:`` per rounding.
+The comparisons run on the backend's own arrays (numpy or cupy).  On a device the counts are
+also added up there, and copied to the host once, when they are read (``counts``, ``totals``,
+``table``, ``to_dict``): a monitored training step synchronises nothing per op.  With no
+monitor active the engine pays one ``if HOOKS:`` per rounding.
 
 :func:`capture_gradients` uses the same hook to keep the float32 gradients a backward pass
 produces, per layer, and says what each format would keep of them.
@@ -40,15 +42,27 @@ _NUMPY = BACKENDS["numpy"]
 
 
 def _xp_of(x):
-    """numpy for numpy arrays and scalars, else the array's own module (cupy)."""
+    """numpy for numpy arrays and scalars, else the array's own module (cupy, or a stand-in
+    array type that names its module in ``_fpsim_xp``)."""
+    xp = getattr(type(x), "_fpsim_xp", None)
+    if xp is not None:
+        return xp
     if isinstance(x, np.ndarray | np.generic | float | int):
         return np
     return importlib.import_module(type(x).__module__.split(".")[0])
 
 
 def _count_rounding(fmt, exact32, stored) -> list[int]:
-    """The COUNTERS for one rounding of ``exact32`` (float32) into ``stored`` (fmt's storage)."""
+    """The COUNTERS for one rounding of ``exact32`` (float32) into ``stored`` (fmt's storage),
+    as Python ints (on a device: one device -> host copy)."""
     xp = _xp_of(exact32)
+    n, events = _event_counts(fmt, exact32, stored, xp)
+    return [n, *(int(v) for v in (events.tolist() if xp is np else events.get().tolist()))]
+
+
+def _event_counts(fmt, exact32, stored, xp):
+    """(n, events): the number of values rounded (a Python int) and the other COUNTERS as one
+    int array on ``xp``'s device, computed there - nothing is copied to the host."""
     x = xp.asarray(exact32)
     # numpy's own float16 -> float32 cast is slow on subnormals; the backend's is not.
     r = _NUMPY.to_f32(np.asarray(stored)) if xp is np else xp.asarray(stored).astype(xp.float32, copy=False)
@@ -57,11 +71,9 @@ def _count_rounding(fmt, exact32, stored) -> list[int]:
     masks_same = [(a > 0) & (a < fmt.tiny), xp.isinf(r), nan_r]
     if r is x or r.dtype == x.dtype and fmt.name == "float32":
         # Rounding into float32 from float32 changes nothing: no underflow or overflow possible.
-        counts = [xp.count_nonzero(m) for m in masks_same]
-        if xp is not np:
-            counts = xp.stack(counts).get().tolist()
-        sub, inf, nan = (int(c) for c in counts)
-        return [int(x.size), 0, 0, sub, 0, inf, nan, nan]
+        sub, inf, nan = (xp.count_nonzero(m) for m in masks_same)
+        zero = sub * 0
+        return int(x.size), xp.stack([zero, zero, sub, zero, inf, nan, nan])
     nan_x = xp.isnan(x)
     finite_x = xp.isfinite(x)
     zero_r = a == 0
@@ -81,11 +93,8 @@ def _count_rounding(fmt, exact32, stored) -> list[int]:
         nan_x,
         nan_x & nan_r,
     ]
-    counts = [xp.count_nonzero(m) for m in masks]
-    if xp is not np:
-        counts = xp.stack(counts).get().tolist()  # one device->host copy per rounding
-    ne, under, sub, over_n, inf, nan, nan_in, nan_kept = (int(c) for c in counts)
-    return [int(x.size), ne - nan_kept, under, sub, over_n, inf, nan, nan_in]
+    ne, under, sub, over_n, inf, nan, nan_in, nan_kept = (xp.count_nonzero(m) for m in masks)
+    return int(x.size), xp.stack([ne - nan_kept, under, sub, over_n, inf, nan, nan_in])
 
 
 class Monitor:
@@ -103,7 +112,10 @@ class Monitor:
     """
 
     def __init__(self, capture=None):
-        self.counts: dict[tuple, list[int]] = {}
+        self._counts: dict[tuple, list[int]] = {}
+        # On a device the counts stay there until read: key -> [n, events array] (see counts).
+        self._pending: dict[tuple, list] = {}
+        self._pending_xp = None
         self.captured: list[tuple[tuple, np.ndarray]] = []
         if capture is None or callable(capture):
             self._capture = capture
@@ -120,17 +132,37 @@ class Monitor:
 
     def _record(self, op, direction, scope, target, fmt, exact32, stored) -> None:
         key = (direction, scope, op, target, fmt.name)
-        c = _count_rounding(fmt, exact32, stored)
-        acc = self.counts.get(key)
+        xp = _xp_of(exact32)
+        if xp is not np:  # add on the device: no host synchronisation per op
+            n, events = _event_counts(fmt, exact32, stored, xp)
+            p = self._pending.get(key)
+            self._pending[key] = [n, events] if p is None else [p[0] + n, p[1] + events]
+            self._pending_xp = xp
+        else:
+            self._add(key, _count_rounding(fmt, exact32, stored))
+        if self._capture is not None and self._capture(op, direction, scope, target, fmt):
+            arr = exact32.get() if xp is not np else np.array(exact32, dtype=np.float32, copy=True)
+            self.captured.append((key, np.asarray(arr, dtype=np.float32)))
+
+    def _add(self, key, c) -> None:
+        acc = self._counts.get(key)
         if acc is None:
-            self.counts[key] = c
+            self._counts[key] = list(c)
         else:
             for i, v in enumerate(c):
                 acc[i] += v
-        if self._capture is not None and self._capture(op, direction, scope, target, fmt):
-            xp = _xp_of(exact32)
-            arr = exact32.get() if xp is not np else np.array(exact32, dtype=np.float32, copy=True)
-            self.captured.append((key, np.asarray(arr, dtype=np.float32)))
+
+    @property
+    def counts(self) -> dict[tuple, list[int]]:
+        """(direction, scope, op, target, format) -> the COUNTERS as Python ints.  Counts made
+        on a device are copied to the host here, all in one copy, when first read."""
+        if self._pending:
+            keys = list(self._pending)
+            host = self._pending_xp.stack([self._pending[k][1] for k in keys]).get().tolist()
+            for k, ev in zip(keys, host):
+                self._add(k, [self._pending[k][0], *(int(v) for v in ev)])
+            self._pending.clear()
+        return self._counts
 
     # -- context manager -----------------------------------------------------------------
 
@@ -160,7 +192,8 @@ class Monitor:
 
     def reset(self) -> None:
         """Forget every count and captured array (the hook stays registered)."""
-        self.counts.clear()
+        self._counts.clear()
+        self._pending.clear()
         self.captured.clear()
 
     # -- reading the counts ----------------------------------------------------------------

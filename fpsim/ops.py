@@ -25,6 +25,7 @@ import builtins
 import functools
 import numbers
 
+from numpy import broadcast_shapes as _broadcast_shapes  # shape arithmetic only (CuPy may lack it)
 from numpy import errstate as _np_errstate  # only the warning switch; arrays go through the backend
 
 from .formats import Format, get_format
@@ -70,7 +71,7 @@ def _broadcast_pair(a: Tensor, b: Tensor, op: str):
     if a.shape == b.shape:
         return a, b
     try:
-        shape = tuple(a.backend.xp.broadcast_shapes(a.shape, b.shape))
+        shape = tuple(_broadcast_shapes(a.shape, b.shape))
     except ValueError:
         raise ValueError(f"{op}: shapes {a.shape} and {b.shape} do not broadcast") from None
     return broadcast_to(a, shape), broadcast_to(b, shape)
@@ -182,7 +183,7 @@ def matmul(a, b, acc=None) -> Tensor:
     try:
         if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
             raise ValueError
-        xp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        _broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except ValueError:
         raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not fit (need (..., n, k) @ (..., k, m) "
                          "with broadcastable batch dimensions)") from None
@@ -235,7 +236,7 @@ def linear(x, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 def _matmul_low_acc(a32, b32, acc: Format, be):
     xp = be.xp
-    shape = xp.broadcast_shapes(a32.shape[:-2], b32.shape[:-2]) + (a32.shape[-2], b32.shape[-1])
+    shape = _broadcast_shapes(a32.shape[:-2], b32.shape[:-2]) + (a32.shape[-2], b32.shape[-1])
     s = xp.zeros(shape, dtype=xp.float32)
     for k in range(a32.shape[-1]):
         s = be.to_f32(be.round(s + a32[..., :, k : k + 1] * b32[..., k : k + 1, :], acc))
@@ -420,7 +421,7 @@ def transpose(x: Tensor, axes=None) -> Tensor:
     if sorted(a % x.ndim if -x.ndim <= a < x.ndim else x.ndim for a in axes) != list(range(x.ndim)):
         raise ValueError(f"transpose: {axes} is not a permutation of the axes of shape {x.shape}")
     axes = tuple(a % x.ndim for a in axes)  # the inverse permutation below needs them non-negative
-    inv = tuple(int(i) for i in xp.argsort(xp.asarray(axes)).tolist()) if x.ndim else ()
+    inv = tuple(sorted(range(len(axes)), key=axes.__getitem__))  # on the host: no device round trip
     return _view(xp.transpose(x.data, axes), x.fmt, (x,), lambda g: (xp.transpose(g, inv),), "transpose")
 
 

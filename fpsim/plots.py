@@ -73,8 +73,12 @@ def _figure(ax, nrows=1, figsize=(10, 5.5), sharex=False):
         if len(axes) != nrows:
             raise ValueError(f"this figure needs {nrows} Axes, got {len(axes)}")
         return axes[0].figure, axes
+    # The figure is made outside rc_context: the first figure loads the backend, and Jupyter's
+    # inline backend turns interactive mode on as it loads.  Inside an rc_context that setting
+    # would be undone on exit, and no later figure would show in a notebook.
+    fig = plt.figure(figsize=figsize, dpi=STYLE["figure.dpi"])
     with plt.rc_context(STYLE):
-        fig, axs = plt.subplots(nrows, 1, figsize=figsize, sharex=sharex, squeeze=False)
+        axs = fig.subplots(nrows, 1, sharex=sharex, squeeze=False)
     return fig, list(axs[:, 0])
 
 

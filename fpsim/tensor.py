@@ -92,10 +92,12 @@ def round_result(x32, fmt: Format, backend: Backend, op: str, direction: str, ta
 
 
 def _round_special(x32, fmt: Format, backend: Backend, saturate: bool, rounding: str, rng):
-    from .formats import cast, f32_to_fp8
+    from .formats import cast
 
     if saturate and rounding == "nearest" and fmt.bits == 8 and backend.name == "numpy":
-        return f32_to_fp8(x32, fmt, saturate=True)  # fp8 training's casts: a table, 5-10x ml_dtypes' speed
+        from .fp8 import f32_to_fp8  # fp8 training's casts: a table look-up, 5-10x ml_dtypes' speed
+
+        return f32_to_fp8(x32, fmt, saturate=True)
     if saturate:  # NaN stays NaN, +-inf becomes +-max; max itself is a value of fmt, so this is exact
         x32 = backend.xp.clip(x32, backend.xp.float32(-fmt.max), backend.xp.float32(fmt.max))
     if rounding == "nearest":

@@ -1,8 +1,10 @@
 """Backends: every test runs on numpy, on the cupy code paths with numpy standing in for
 cupy (``CupyBackend(xp=numpy)``: bfloat16 / fp8 stored as float32 arrays holding exact format
-values), and on real CuPy when it imports and sees a GPU (skipped otherwise).  References:
-ml_dtypes / numpy casts from float32, and the numpy backend's own results for the
-stand-in (the same numbers are the contract)."""
+values), on the strict stand-in (``fpsim.gpu_check.GuardBackend``: arrays that refuse to mix
+with numpy arrays, as CuPy's do, and count device -> host copies; also with bfloat16 stored
+natively, as CuPy >= 14 can), and on real CuPy when it imports and sees a GPU (skipped
+otherwise).  References: ml_dtypes / numpy casts from float32, exact values written out,
+and the numpy backend's own results for the stand-ins (the same numbers are the contract)."""
 
 import subprocess
 import sys
@@ -12,23 +14,30 @@ import numpy as np
 import pytest
 from helpers import LAYOUT, assert_same_bits, bits
 
+import fpsim
 from fpsim import backend as B
 from fpsim import nn, ops
+from fpsim.experiments import ReferenceTask, run_recipe
 from fpsim.formats import get_format
+from fpsim.gpu_check import GUARD, GuardArray, GuardBackend, HostArrayError
 from fpsim.optim import SGD, Adam
-from fpsim.tensor import tensor
+from fpsim.tensor import Tensor, tensor
 
 FORMATS = ["float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"]
 STANDIN = B.CupyBackend(xp=np)
+GUARDED = GuardBackend()
+GUARDED_BF16 = GuardBackend(native_bfloat16=True)
+STANDINS = {"cupy-standin": STANDIN, "cupy-guard": GUARDED, "cupy-guard-bf16": GUARDED_BF16}
+HAVE_GPU = B.BACKENDS["cupy"].available()
 
 
-@pytest.fixture(params=["numpy", "cupy-standin", "cupy"])
+@pytest.fixture(params=["numpy", *STANDINS, "cupy"])
 def be(request):
     if request.param == "numpy":
         return B.get_backend("numpy")
-    if request.param == "cupy-standin":
-        return STANDIN
-    if not B.BACKENDS["cupy"].available():
+    if request.param in STANDINS:
+        return STANDINS[request.param]
+    if not HAVE_GPU:
         pytest.skip("CuPy with a GPU is not available here")
     return B.get_backend("cupy")
 
@@ -74,8 +83,8 @@ def test_import_never_needs_cupy():
 def test_storage_dtype(be, fmt):
     f = get_format(fmt)
     want = LAYOUT[fmt][2]
-    if be.name == "cupy" and fmt not in ("float32", "float16"):
-        want = np.dtype(np.float32)  # CuPy has no bfloat16 / fp8 dtype
+    if be.name == "cupy" and fmt not in ("float32", "float16") and not (fmt == "bfloat16" and be.native_bfloat16):
+        want = np.dtype(np.float32)  # CuPy has no fp8 dtype (nor bfloat16 before CuPy 14)
     assert np.dtype(be.storage_dtype(f)) == want
     t = tensor(np.linspace(-3, 3, 8), fmt, backend=be)
     assert np.dtype(t.data.dtype) == want and t.backend is be
@@ -101,7 +110,7 @@ def test_round_matches_reference(be, fmt):
     dt = LAYOUT[fmt][2]
     with np.errstate(all="ignore"):
         want = x.astype(dt)
-        got = host(be, be.to_f32(be.round(be.asarray(x), get_format(fmt))))
+        got = host(be, be.to_f32(be.round(be.asarray(x, dtype=np.float32), get_format(fmt))))
     assert got.dtype == np.float32
     assert_same_bits(got.astype(dt), want, f"{be.name} round to {fmt}")
     assert_same_bits(got, want.astype(np.float32), f"{be.name} values of {fmt}")
@@ -172,6 +181,160 @@ def test_ops_on_backend(be):
         assert ops.matmul(x, x.T, acc="bfloat16").numpy().astype(np.float32)[0, 0] == 14.0
 
 
+# ------------------------------------------------------------------------------ the device rounding
+
+
+def _every_4099th_float32():
+    """About a million float32 bit patterns spread over every class (zeros, subnormals,
+    normals, inf, NaN, both signs), plus the patterns next to the ties of every format."""
+    x = (np.arange(0, 2**32, 4099, dtype=np.uint64)).astype(np.uint32).view(np.float32)
+    edges = np.array([0x7F7FFFFF, 0x7F800000, 0x7FC00000, 0x00000001, 0x00800000, 0x007FFFFF], np.uint32)
+    return np.concatenate([x, edges.view(np.float32), -edges.view(np.float32)])
+
+
+@pytest.mark.parametrize("fmt", ["float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"])
+def test_rne_round_algorithm_matches_reference(fmt):
+    """The device kernel's algorithm (backend.rne_round, run here on numpy) against ml_dtypes /
+    numpy's float32 casts, over ~10^6 bit patterns of every class."""
+    x = _every_4099th_float32()
+    with np.errstate(all="ignore"):
+        want = x.astype(LAYOUT[fmt][2]).astype(np.float32)
+    got = B.rne_round(x, get_format(fmt))
+    assert got.dtype == np.float32
+    assert_same_bits(got, want, f"rne_round to {fmt}")
+
+
+@pytest.mark.parametrize("be_name", ["cupy-standin", "cupy-guard", "cupy"])
+def test_device_rounding_exact_cases(be_name):
+    """Pinned cases, written out from the formats' layouts: ties to even, the subnormal
+    ties, overflow to inf (or NaN in e4m3fn, which has no inf), inf and NaN, -0."""
+    if be_name == "cupy" and not HAVE_GPU:
+        pytest.skip("CuPy with a GPU is not available here")
+    be = STANDINS.get(be_name) or B.get_backend("cupy")
+    inf, nan = np.inf, np.nan
+    cases = {
+        "bfloat16": [(1 + 2.0**-8, 1.0), (1 + 3 * 2.0**-8, 1 + 2.0**-6), (2.0**-134, 0.0),
+                     (1.5 * 2.0**-134, 2.0**-133), (2.0**-133 * 2.5, 2.0**-132), (-(2.0**-126) * 1.00390625, -(2.0**-126)),
+                     (np.finfo(np.float32).max, inf), (3.3895313892515355e38, 3.3895313892515355e38), (-0.0, -0.0),
+                     (inf, inf), (-inf, -inf)],
+        "float8_e4m3fn": [(464.0, 448.0), (465.0, nan), (-465.0, nan), (inf, nan), (17.0, 16.0), (19.0, 20.0),
+                          (2.0**-10, 0.0), (1.5 * 2.0**-10, 2.0**-9), (3 * 2.0**-10, 2.0**-8), (-0.0, -0.0)],
+        "float8_e5m2": [(61439.0, 57344.0), (61440.0, inf), (-61440.0, -inf), (2.0**-17, 0.0),
+                        (1.5 * 2.0**-17, 2.0**-16), (4.5, 4.0), (5.5, 6.0), (inf, inf)],
+        "float16": [(65519.0, 65504.0), (65520.0, inf), (2.0**-25, 0.0), (1.5 * 2.0**-25, 2.0**-24),
+                    (1 + 2.0**-11, 1.0), (1 + 3 * 2.0**-11, 1 + 2.0**-9), (-0.0, -0.0)],
+    }
+    for fmt, pairs in cases.items():
+        x = np.array([p[0] for p in pairs] + [nan], np.float32)
+        want = np.array([p[1] for p in pairs] + [nan], np.float32)
+        with np.errstate(over="ignore"):
+            got = host(be, be.to_f32(be.round(be.asarray(x, dtype=np.float32), get_format(fmt))))
+        assert_same_bits(got, want, f"{be_name} {fmt}")
+        assert np.array_equal(np.signbit(got[~np.isnan(want)]), np.signbit(want[~np.isnan(want)]))
+
+
+@pytest.mark.skipif(not HAVE_GPU, reason="CuPy with a GPU is not available here")
+def test_kernel_equals_array_algorithm_on_device():
+    """On a GPU: the ElementwiseKernel and rne_round written in cupy array ops agree bit for bit."""
+    be = B.get_backend("cupy")
+    cp = be.xp
+    x = cp.asarray(_every_4099th_float32())
+    for fmt in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        f = get_format(fmt)
+        assert_same_bits(cp.asnumpy(be.round_rne(x, f)), cp.asnumpy(B.rne_round(x, f, cp)), f"kernel vs array ops {fmt}")
+
+
+# ------------------------------------------------------------------------------ no silent host round trips
+
+
+def test_guard_refuses_host_arrays():
+    x = GUARD.asarray(np.arange(4, dtype=np.float32))
+    assert isinstance(x, GuardArray) and isinstance(x * 2 + np.float32(1), GuardArray)
+    with pytest.raises(HostArrayError, match="numpy array"):
+        x + np.ones(4, np.float32)  # CuPy: TypeError
+    with pytest.raises(HostArrayError, match="numpy array"):
+        GUARD.where(x > 1, x, np.zeros(4, np.float32))
+    with pytest.raises(HostArrayError, match="implicit conversion"):
+        np.asarray(x)
+    assert not hasattr(GUARD, "errstate")  # CuPy has none: code must not rely on it
+    GUARD.reset()
+    assert x.get().tolist() == [0.0, 1.0, 2.0, 3.0] and float(x.sum()) == 6.0 and GUARD.syncs == 2
+
+
+def _op_with_backward(make_grad):
+    """A custom op, built as ops.py builds them, whose backward makes its gradient with make_grad."""
+    from fpsim.tensor import round_result
+
+    def op(x):
+        out32 = x.f32() * 2
+        return Tensor._from_op(round_result(out32, x.fmt, x.backend, "double", "forward"), x.fmt, (x,),
+                               lambda g: (make_grad(g, x),), "double", x.backend)
+
+    return op
+
+
+def test_guard_catches_a_backward_built_on_the_host():
+    good = _op_with_backward(lambda g, x: g * 2)
+    bad = _op_with_backward(lambda g, x: np.zeros(x.shape, np.float32) + 2)  # np.zeros instead of xp.zeros
+    for be in (B.get_backend("numpy"), STANDIN, GUARDED):
+        x = tensor([1.0, -3.0], "float16", requires_grad=True, backend=be)
+        good(x).sum().backward()
+        assert x.grad.numpy().tolist() == [2.0, 2.0]
+    x = tensor([1.0, -3.0], "float16", requires_grad=True, backend=GUARDED)
+    y = bad(x).sum()
+    with pytest.raises(HostArrayError, match="computed on the host|numpy array"):
+        y.backward()
+    with pytest.raises(HostArrayError, match="numpy array"):  # a numpy constant inside an op's forward
+        Tensor._from_op(x.f32() * np.array([1.0, 2.0], np.float32), x.fmt, (x,), None, "bad", x.backend)
+
+
+def _reference_step(be, recipe_fmt="float32"):
+    """One full training step of the reference task's model (forward, MSE over every output,
+    backward, Adam) on a 256-sample slice of its data."""
+    task = ReferenceTask(n=256)
+    model = task.model(0)
+    model.to(backend=be)
+    model.to(recipe_fmt)
+    x_np = task.data()
+    x = tensor(x_np, recipe_fmt, backend=be)
+    target = tensor(x_np, "float32", backend=be)
+    opt = Adam(model.parameters(), lr=1e-2, master_weights=recipe_fmt != "float32")
+    return model, opt, x, target
+
+
+def test_training_step_makes_no_host_copies():
+    """On the guard, a training step copies nothing to the host - with a monitor running too:
+    the monitor's counts stay on the device until they are read, then come over in one copy."""
+    counts = {}
+    for be in (B.get_backend("numpy"), GUARDED):
+        model, opt, x, target = _reference_step(be, "bfloat16")
+        GUARD.reset()
+        with fpsim.monitor() as m:
+            opt.zero_grad()
+            loss = ops.mse_loss(model(x).to("float32"), target)
+            loss.backward()
+            opt.step()
+        if be is GUARDED:
+            assert GUARD.syncs == 0, GUARD.sync_sites
+        counts[be.name] = dict(m.counts)
+        if be is GUARDED:
+            assert GUARD.syncs == 1, GUARD.sync_sites  # reading the counts: one copy
+            m.totals(), m.table()
+            assert GUARD.syncs == 1
+    assert counts["numpy"] == counts["cupy"] and len(counts["numpy"]) > 20
+
+
+@pytest.mark.parametrize("recipe", ["fp32", "fp16-dynamic", "bf16-master"])
+def test_reference_task_through_the_guard(recipe):
+    """Full training steps of the reference task (fp32, fp16-dynamic with its GradScaler,
+    bf16-master) run through the strict stand-in and give the numpy backend's numbers."""
+    task = ReferenceTask(n=256)
+    a = run_recipe(recipe, task, steps=3)
+    b = run_recipe(recipe, task, steps=3, backend=GUARDED)
+    assert a.losses == b.losses and a.scales == b.scales and a.skipped == b.skipped
+    assert a.act_grad_flushed == b.act_grad_flushed and a.r2 == b.r2
+
+
 def test_move_between_backends():
     model = nn.MLP([3, 4, 2], fmt="bfloat16", seed=0)
     before = [p.numpy().copy() for p in model.parameters()]
@@ -185,3 +348,8 @@ def test_move_between_backends():
     assert moved.backend is STANDIN and moved.numpy().tolist() == [1.5, 2.0] and moved.requires_grad
     with pytest.raises(ValueError, match="different backends: numpy and cupy"):
         t + moved
+    g = fpsim.tensor([0.5, -1.0], "bfloat16", backend=GUARDED_BF16)
+    assert isinstance(g.data, GuardArray) and g.data.dtype == ml_dtypes.bfloat16 and g.numpy().tolist() == [0.5, -1.0]
+    model.to(backend=GUARDED)
+    assert all(isinstance(p.data, GuardArray) and p.data.dtype == np.float32 for p in model.parameters())
+    assert all(np.array_equal(bits(a), bits(p.numpy())) for a, p in zip(before, model.parameters()))

@@ -4,9 +4,9 @@ An fp8 format covers few binades (e4m3fn: 2^-9 .. 448; e5m2: 2^-16 .. 57344), so
 multiplied by its own scale before the cast and divided by it afterwards, as in Micikevicius
 et al. 2022.  The scale here is the simplest one: computed from the tensor's own amax (its
 largest magnitude), a power of two so that multiplying and dividing by it is exact.  (Training
-recipes use *delayed* scaling instead - the scale comes from the amax of earlier steps, which
-is why the cast must saturate: a value larger than any seen before must clamp to max, not
-become NaN or inf.)
+recipes - :mod:`fpsim.fp8` - use *delayed* scaling instead: the scale comes from the amax of
+earlier steps, which is why the cast must saturate: a value larger than any seen before must
+clamp to max, not become NaN or inf.)
 """
 
 from __future__ import annotations
@@ -17,30 +17,22 @@ import numpy as np
 
 from ..audit import survival
 from ..formats import cast, get_format
+from ..fp8 import compute_scale
 
 __all__ = ["per_tensor_scale", "quantize", "survival_table"]
 
 
 def per_tensor_scale(x, fmt, margin: int = 0) -> float:
-    """The largest power of two 2^k with amax(x) * 2^k <= max of ``fmt``, divided by 2^margin.
-
-    amax is the largest finite |x|.  An all-zero (or empty) tensor gets 1.0.  The result
-    is a Python float; multiplying by it is exact as long as nothing over- or underflows.
-    """
-    f = get_format(fmt)
-    if not isinstance(margin, int | np.integer) or margin < 0:
+    """The largest power of two 2^k with amax(x) * 2^k <= max of ``fmt``, divided by 2^margin:
+    :func:`fpsim.fp8.compute_scale` applied to this tensor's own amax (its largest finite |x|)
+    instead of an amax history.  An all-zero (or empty) tensor gets 1.0.  A Python float;
+    multiplying by it is exact as long as nothing over- or underflows."""
+    if isinstance(margin, bool) or not isinstance(margin, int | np.integer) or margin < 0:
         raise ValueError(f"margin must be an integer >= 0, got {margin!r}")
     a = np.abs(np.asarray(x, dtype=np.float64).ravel())
     a = a[np.isfinite(a)]
     amax = float(a.max()) if a.size else 0.0
-    if amax == 0.0:
-        return 1.0
-    k = math.floor(math.log2(f.max / amax))
-    if amax * 2.0**k > f.max:  # log2 rounded up at an exact boundary
-        k -= 1
-    elif amax * 2.0 ** (k + 1) <= f.max:
-        k += 1
-    return 2.0 ** (k - int(margin))
+    return float(compute_scale(amax, fmt, margin=margin, previous=1.0))
 
 
 def quantize(x, fmt, scale: float = 1.0) -> np.ndarray:

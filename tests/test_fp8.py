@@ -1,0 +1,359 @@
+"""fp8 training with delayed scaling: scales, casts, the fp8 linear layer, the recipe.
+
+References are written here with numpy float64 and ml_dtypes (its float32 -> fp8 cast is
+correct round-to-nearest-even; saturation is an explicit clip), never with fpsim.
+"""
+
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fpsim
+from fpsim import cli, fp8, nn
+from fpsim.experiments import EXTENDED_RECIPES, RECIPES, compare, format_table, get_recipe
+from fpsim.tensor import tensor
+
+E4M3, E5M2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
+MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
+DT = {"float8_e4m3fn": E4M3, "float8_e5m2": E5M2}
+
+
+def ref_cast(x, scale, name):
+    """ml_dtypes' correct cast of float32(x * scale), clamped to +-max first (saturation)."""
+    xs = np.clip(np.asarray(x, np.float64) * scale, -MAX[name], MAX[name]).astype(np.float32)
+    return xs.astype(DT[name])
+
+
+def ref_scale(amax, fmt_max, margin):
+    """The largest 2^k with amax * 2^k <= max, divided by 2^margin - by exact rationals."""
+    a, m = Fraction(float(amax)), Fraction(float(fmt_max))
+    k = 0
+    while a * Fraction(2) ** k > m:
+        k -= 1
+    while a * Fraction(2) ** (k + 1) <= m:
+        k += 1
+    return 2.0 ** (k - margin)
+
+
+# ------------------------------------------------------------------------------ scales
+
+
+@pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("amax", [1.0, 448.0, 448.00003, 447.99997, 3.0, 1e-7, 2.0**-20, 57344.0, 6e4, 12345.678])
+@pytest.mark.parametrize("margin", [0, 2])
+def test_compute_scale_is_the_largest_safe_power_of_two(name, amax, margin):
+    a = float(np.float32(amax))
+    got = fp8.compute_scale(a, name, margin)
+    assert got.dtype == np.float32
+    assert float(got) == ref_scale(a, MAX[name], margin)
+
+
+def test_compute_scale_pinned_and_keeps_previous_on_zero_or_nonfinite():
+    assert fp8.compute_scale(1.0, "e4m3") == 256.0  # 448 / 1 -> 2^8
+    assert fp8.compute_scale(1.0, "e5m2") == 2.0**15  # 57344 / 1 -> 2^15
+    assert fp8.compute_scale(448.0, "e4m3") == 1.0  # exactly at max: 2^0
+    assert fp8.compute_scale(float(np.nextafter(np.float32(448), np.float32(1e9))), "e4m3") == 0.5
+    assert fp8.compute_scale(448.0 / 2**30, "e4m3") == 2.0**30  # exact boundary, far out
+    assert fp8.compute_scale(1.0, "e4m3", margin=3) == 32.0
+    for bad in (0.0, float("inf"), float("nan")):
+        assert fp8.compute_scale(bad, "e4m3", previous=8.0) == 8.0
+    assert fp8.compute_scale(1e-45, "e5m2") == 2.0**126  # clamped: the scale and 1/scale stay normal float32
+
+
+def test_delayed_scaling_matches_a_hand_computed_amax_history_step_by_step():
+    """History 3, margin 1, e4m3fn (max 448); each step casts one tensor with the scale the
+    previous steps set, then update() pushes that step's amax and recomputes the scale."""
+    st = fp8.ScalingState("t", "e4m3", fp8.DelayedScaling(margin=1, amax_history_len=3))
+    amaxes = [2.0, 100.0, 0.5, 0.25, 0.1, 0.0, 1000.0]
+    # scale used at each step, and the history / scale after it, worked out by hand:
+    #   448/2=224 -> 2^7, margin 1 -> 2^6;  448/100=4.48 -> 2^2 -> 2^1;  the 100 stays in the window
+    #   for two more steps; then max(0.5, 0.25, 0.1) = 0.5: 896 -> 2^9 -> 2^8; then max(0.25, 0.1, 0)
+    #   = 0.25: 1792 -> 2^10 -> 2^9; then 1000 (saturated at that step): 0.448 -> 2^-2 -> 2^-3.
+    used = [1.0, 64.0, 2.0, 2.0, 2.0, 256.0, 512.0]
+    history = [[2.0], [2.0, 100.0], [2.0, 100.0, 0.5], [100.0, 0.5, 0.25], [0.5, 0.25, 0.1], [0.25, 0.1, 0.0],
+               [0.1, 0.0, 1000.0]]
+    after = [64.0, 2.0, 2.0, 2.0, 256.0, 512.0, 0.125]
+    rng = np.random.default_rng(0)
+    total_sat = 0
+    for step, amax in enumerate(amaxes):
+        x = rng.uniform(-1, 1, 50).astype(np.float32) * np.float32(amax * 0.9)
+        x[7] = -amax  # the amax itself, negative: max |x| counts
+        assert st.scale == used[step]
+        q = fp8.quantize(x, st)
+        assert q.scale == used[step] and q.codes.dtype == E4M3
+        np.testing.assert_array_equal(q.numpy().view(np.uint8), ref_cast(x, used[step], "float8_e4m3fn").view(np.uint8))
+        np.testing.assert_array_equal(q.f32(), ref_cast(x, used[step], "float8_e4m3fn").astype(np.float64) / used[step])
+        st.update()
+        assert st.amax_history == [float(np.float32(a)) for a in history[step]], step  # amaxes are float32
+        assert st.scale == after[step], step
+        # saturated: scaled |x| beyond 464 (there e4m3fn would round past 448); flushed: <= 2^-10
+        scaled = np.abs(x.astype(np.float64)) * used[step]
+        assert st.last["saturated"] == np.sum(scaled > 464), step
+        assert st.last["underflow"] == np.sum((scaled > 0) & (scaled <= 2.0**-10)), step
+        total_sat += st.last["saturated"]
+    assert st.steps == len(amaxes) and st.counts["saturated"] == total_sat and st.counts["n"] == 50 * len(amaxes)
+    # the delayed scale of the last step came from amaxes 0.25 and 0.1: the 1000s saturate
+    assert st.last["saturated"] > 40
+    st.update()  # a step in which the tensor was not cast changes nothing
+    assert st.scale == 0.125 and len(st.amax_history) == 3 and st.steps == len(amaxes)
+
+
+def test_most_recent_and_the_amax_of_a_step_cast_twice():
+    st = fp8.ScalingState("t", "e5m2", fp8.DelayedScaling(amax_history_len=4, amax_compute_algo="most_recent"))
+    fp8.quantize(np.float32([3.0]), st)
+    fp8.quantize(np.float32([-7.0, 1.0]), st)  # same step: its amax is the larger, 7
+    st.update()
+    assert st.amax_history == [7.0] and st.scale == 2.0**13  # 57344 / 7 = 8192: 2^13
+    fp8.quantize(np.float32([1.0]), st)
+    st.update()
+    assert st.amax_history == [7.0, 1.0] and st.scale == 2.0**15  # most recent, not max
+
+
+def test_saturation_and_underflow_counted_by_the_state_and_the_monitor():
+    st = fp8.ScalingState("x", "e4m3", fp8.DelayedScaling())
+    # at scale 1: 1000, -1000, 500, 465 saturate (e4m3fn rounds up to 464 - a tie - to 448 itself);
+    # 1e-4 is below half the smallest subnormal (2^-10) and flushes; 2^-10 exactly is a tie -> 0.
+    x = np.float32([1000, -1000, 500, 465, 464, 448, 3.0, 1e-4, 2.0**-10, 0.0, -2.0**-9])
+    with fpsim.monitor() as m:
+        q = fp8.quantize(x, st, target="x")
+    np.testing.assert_array_equal(q.numpy().astype(np.float32),
+                                  np.float32([448, -448, 448, 448, 448, 448, 3, 0, 0, 0, -2.0**-9]))
+    assert st.counts == {"n": 11, "saturated": 4, "underflow": 2}
+    t = m.totals(op="fp8.cast", target="x", fmt="e4m3")
+    assert (t["n"], t["overflow"], t["underflow"], t["nan"]) == (11, 4, 2, 0)
+    st2 = fp8.ScalingState("g", "e5m2", fp8.DelayedScaling())
+    # e5m2: 61440 is the tie between max 57344 and 65536 (-> inf in IEEE): saturated; 61439 rounds to max
+    fp8.quantize(np.float32([61440, 61439, np.inf, -np.inf, np.nan]), st2)
+    assert st2.counts["saturated"] == 1
+    codes = fp8.quantize(np.float32([np.inf, -np.inf, np.nan]), st2).numpy().astype(np.float32)
+    assert codes[0] == 57344 and codes[1] == -57344 and np.isnan(codes[2])
+
+
+def test_fp8_tensor_stores_one_byte_per_value_and_widens_with_the_scale():
+    st = fp8.ScalingState("w", "e4m3", fp8.DelayedScaling(), init_scale=16.0)
+    x = np.float32([0.1, -0.3, 2.0])
+    q = fp8.quantize(x, st)
+    assert q.codes.nbytes == 3 and q.scale_inv == np.float32(1 / 16)
+    want = ref_cast(x, 16.0, "float8_e4m3fn")
+    np.testing.assert_array_equal(q.codes_f32(), want.astype(np.float32))
+    np.testing.assert_array_equal(q.f32(), want.astype(np.float32) / np.float32(16))
+
+
+def test_fast_fp8_cast_matches_ml_dtypes():
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 2**32, 400_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    # and every float32 within 3 ulps of every fp8 value and midpoint (the ties), both signs
+    for name in ("float8_e4m3fn", "float8_e5m2"):
+        vals = np.arange(256, dtype=np.uint8).view(DT[name]).astype(np.float64)
+        vals = np.sort(vals[np.isfinite(vals)])
+        mids = np.concatenate([vals, (vals[1:] + vals[:-1]) / 2, [MAX[name] * 1.0625, MAX[name] * 1.125]])
+        near = mids.astype(np.float32).view(np.uint32)[:, None].astype(np.int64) + np.arange(-3, 4)
+        y = np.concatenate([x, near.clip(0, 2**31 - 1).astype(np.uint32).view(np.float32).ravel()])
+        y = np.concatenate([y, -y, np.float32([np.inf, -np.inf, np.nan, 0.0, -0.0])])
+        for sat in (False, True):
+            with np.errstate(invalid="ignore", over="ignore"):
+                want = y.astype(DT[name])
+                if sat:
+                    want = np.where(np.isfinite(want.astype(np.float32)) | np.isnan(y), want,
+                                    np.copysign(MAX[name], y).astype(DT[name]))
+            got = fp8.f32_to_fp8(y, name, saturate=sat)
+            assert got.dtype == DT[name]
+            g, w = got.astype(np.float32), want.astype(np.float32)
+            assert np.all((g.view(np.uint32) == w.view(np.uint32)) | (np.isnan(g) & np.isnan(w))), (name, sat)
+
+
+# ------------------------------------------------------------------------------ the fp8 linear layer
+
+
+def small_layer(x, w, b, recipe=None):
+    layer = nn.Linear(w.shape[1], w.shape[0])
+    layer.weight = tensor(w, "float32", requires_grad=True, name="weight")
+    layer.bias = tensor(b, "float32", requires_grad=True, name="bias")
+    model = nn.Sequential(layer)
+    group = fp8.convert(model, recipe or fp8.DelayedScaling(amax_history_len=2))
+    return model, group
+
+
+def test_fp8_linear_exact_case_forward_and_backward():
+    """Values that fp8 holds exactly, at scale 1: the result is the exact float64 one."""
+    x = np.float32([[1, 2, -0.5], [0.25, -3, 4]])
+    w = np.float32([[1, -1, 2], [0.5, 0.75, -6]])
+    b = np.float32([0.125, -1])
+    g = np.float32([[0.5, -2], [1.5, 0.25]])  # e5m2 values
+    model, group = small_layer(x, w, b)
+    xt = tensor(x, "float32", requires_grad=True)
+    out = model(xt)
+    assert out.fmt.name == "float32"
+    np.testing.assert_array_equal(out.f32(), x.astype(np.float64) @ w.T.astype(np.float64) + b)
+    out.backward(g)
+    np.testing.assert_array_equal(xt.grad.f32(), g.astype(np.float64) @ w)
+    np.testing.assert_array_equal(model[0].weight.grad.f32(), g.T.astype(np.float64) @ x)
+    np.testing.assert_array_equal(model[0].bias.grad.f32(), g.sum(0))
+    assert model[0].weight.grad.fmt.name == "float32"  # the masters' gradients are float32
+
+
+def test_fp8_linear_against_a_float64_reference_after_scales_settle():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((32, 24)).astype(np.float32) * np.float32(0.3)
+    w = rng.uniform(-0.2, 0.2, (16, 24)).astype(np.float32)
+    b = rng.uniform(-0.1, 0.1, 16).astype(np.float32)
+    g = (rng.standard_normal((32, 16)) * 1e-7).astype(np.float32)  # tiny, as in the reference task
+    model, group = small_layer(x, w, b)
+    for _ in range(2):  # step 1 sets the scales from step 0's amaxes (gradients all flush at scale 1)
+        xt = tensor(x, "float32", requires_grad=True)
+        model[0].weight.grad = model[0].bias.grad = None
+        scales = {n: float(s.scale) for n, s in group.states.items()}
+        out = model(xt)
+        out.backward(g)
+        group.update()
+    sx, sw, sg = scales["0.input"], scales["0.weight"], scales["0.grad_output"]
+    assert (sx, sw, sg) == (ref_scale(np.abs(x).max(), 448, 0), ref_scale(np.abs(w).max(), 448, 0),
+                            ref_scale(np.abs(g).max(), 57344, 0))
+    xq = ref_cast(x, sx, "float8_e4m3fn").astype(np.float64)
+    wq = ref_cast(w, sw, "float8_e4m3fn").astype(np.float64)
+    gq = ref_cast(g, sg, "float8_e5m2").astype(np.float64)
+
+    def close(got, exact_sum, abs_terms, scale):
+        # float32 accumulation of exact products: |error| <= k * 2^-24 * sum|terms|, then one rounding
+        k = 32
+        bound = (k * 2.0**-24 * abs_terms + 2.0**-24 * np.abs(exact_sum)) / scale
+        assert np.all(np.abs(got - exact_sum / scale) <= bound + 1e-30)
+
+    close(out.f32() - b, xq @ wq.T, np.abs(xq) @ np.abs(wq).T, sx * sw)
+    close(xt.grad.f32(), gq @ wq, np.abs(gq) @ np.abs(wq), sg * sw)
+    close(model[0].weight.grad.f32(), gq.T @ xq, np.abs(gq).T @ np.abs(xq), sg * sx)
+    g64 = g.astype(np.float64)
+    close(model[0].bias.grad.f32(), g64.sum(0), np.abs(g64).sum(0), 1.0)  # float32 sum of the unquantized g
+
+
+def test_first_step_gradients_flush_at_scale_one_then_delayed_scaling_rescues_them():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((8, 4)).astype(np.float32)
+    model, group = small_layer(x, rng.uniform(-1, 1, (3, 4)).astype(np.float32), np.zeros(3, np.float32))
+    g = np.full((8, 3), 1e-8, np.float32)  # far below e5m2's flush threshold 2^-17 = 7.6e-6
+    model(tensor(x)).backward(g)
+    assert np.all(model[0].weight.grad.f32() == 0)  # e5m2 at scale 1: every gradient flushed
+    assert np.all(model[0].bias.grad.f32() != 0)  # db is summed from the unquantized gradient
+    assert group["0.grad_output"].last == {"n": 0, "saturated": 0, "underflow": 0}
+    group.update()
+    assert group["0.grad_output"].last["underflow"] == 24
+    assert group["0.grad_output"].scale == 2.0**42  # 57344 / 1e-8 = 5.7e12: 2^42
+    model.zero_grad()
+    model(tensor(x)).backward(g)
+    sx, sg = float(group["0.input"].scale), 2.0**42
+    xq = ref_cast(x, sx, "float8_e4m3fn").astype(np.float64) / sx
+    gq = ref_cast(g, sg, "float8_e5m2").astype(np.float64) / sg  # 1e-8 * 2^42 = 43980 -> 40960
+    assert gq[0, 0] == 40960 / 2.0**42
+    np.testing.assert_allclose(model[0].weight.grad.f32(), gq.T @ xq, rtol=1e-6)
+
+
+def test_qdq_forward_values_and_straight_through_gradient():
+    s_fwd = fp8.ScalingState("a", "e4m3", fp8.DelayedScaling(), init_scale=64.0)
+    s_bwd = fp8.ScalingState("a.grad", "e5m2", fp8.DelayedScaling(), init_scale=2.0**20)
+    x = tensor(np.float32([0.1, -0.7, 3.3, 10.0]), requires_grad=True)
+    y = fp8.qdq(x, s_fwd, s_bwd)
+    np.testing.assert_array_equal(y.f32(), ref_cast(x.f32(), 64.0, "float8_e4m3fn").astype(np.float32) / 64)
+    assert y.f32()[3] == 7.0  # 640 saturates to 448; 448 / 64 = 7
+    gin = np.float32([1e-5, -3e-6, 2.5e-7, 1e-9])
+    y.backward(gin)
+    want = ref_cast(gin, 2.0**20, "float8_e5m2").astype(np.float64) / 2.0**20
+    np.testing.assert_array_equal(x.grad.f32(), want.astype(np.float32))
+    x.grad = None
+    fp8.qdq(x, s_fwd).backward(gin)  # no gradient state: straight through, unchanged
+    np.testing.assert_array_equal(x.grad.f32(), gin)
+
+
+def test_convert_swaps_linears_shares_parameters_and_names_states():
+    model = nn.MLP([6, 5, 4], activation="tanh", seed=0)
+    before = dict(model.named_parameters())
+    group = fp8.convert(model, fp8.DelayedScaling(amax_history_len=4))
+    assert isinstance(model[0], fp8.Linear) and isinstance(model[2], fp8.Linear)
+    after = dict(model.named_parameters())
+    assert list(after) == list(before) and all(after[k] is before[k] for k in before)
+    assert list(group.states) == ["0.input", "0.weight", "0.grad_output", "2.input", "2.weight", "2.grad_output"]
+    assert group["2.grad_output"].fmt.name == "float8_e5m2" and group["0.weight"].fmt.name == "float8_e4m3fn"
+    x = tensor(np.random.default_rng(0).standard_normal((10, 6)), "float32")
+    with fpsim.monitor() as m:
+        fpsim.ops.mse_loss(model(x), np.zeros((10, 4), np.float32)).backward()
+    assert m.totals(op="fp8.cast", scope="2", target="grad_output", fmt="e5m2")["n"] == 40
+    assert m.totals(op="fp8.cast", scope="0", target="weight", fmt="e4m3")["n"] == 30
+    group.update()
+    text = group.table()
+    assert "0.grad_output" in text and "float8_e5m2" in text and "2^" in text
+    s = group.summary()["0.input"]
+    assert s["scale"] == 2.0 ** s["log2_scale"] and s["steps"] == 1 and s["n"] == 60
+
+
+def test_bad_input_raises_value_error():
+    with pytest.raises(ValueError, match="amax_history_len"):
+        fp8.DelayedScaling(amax_history_len=0)
+    with pytest.raises(ValueError, match="amax_history_len"):
+        fp8.DelayedScaling(amax_history_len=-3)
+    with pytest.raises(ValueError, match="margin"):
+        fp8.DelayedScaling(margin=-1)
+    with pytest.raises(ValueError, match="margin"):
+        fp8.DelayedScaling(margin=0.5)
+    with pytest.raises(ValueError, match="amax_compute_algo"):
+        fp8.DelayedScaling(amax_compute_algo="mean")
+    with pytest.raises(ValueError, match="fp8 format"):
+        fp8.DelayedScaling(fwd_format="float16")
+    with pytest.raises(ValueError, match="known"):
+        fp8.DelayedScaling(bwd_format="fp7")
+    with pytest.raises(ValueError, match="fp8"):
+        fp8.ScalingState("t", "bfloat16")
+    with pytest.raises(ValueError, match="Sequential"):
+        fp8.convert(nn.Linear(3, 2))
+    with pytest.raises(ValueError, match="no nn.Linear"):
+        fp8.convert(nn.Sequential(nn.Tanh()))
+    with pytest.raises(ValueError, match="does not fit"):
+        model, _ = small_layer(np.zeros((2, 3), np.float32), np.zeros((2, 3), np.float32), np.zeros(2, np.float32))
+        model(tensor(np.zeros((2, 4)), "float32"))
+
+
+def test_recipe_and_cli(capsys, tmp_path):
+    r = get_recipe("fp8-delayed")
+    assert r.params == "float32" and not r.master and r.fp8.amax_history_len == 16 and r.fp8.margin == 0
+    assert set(EXTENDED_RECIPES) == {"fp8-delayed", "bf16-kahan", "bf16-stochastic"} <= set(RECIPES)
+    names = ["fp32", "fp8-delayed", "bf16-pure", "bf16-kahan", "bf16-stochastic", "bf16-master"]
+    rc = cli.main(["compare", "--recipes", *names, "--steps", "1", "--quiet", "--figure", "none"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    for n in names:
+        assert f"\n{n} " in out
+    assert "per-tensor fp8 scales" in out and "6.grad_output" in out and "float8_e5m2" in out
+
+
+# ------------------------------------------------------------------------------ the reference task
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return compare(["fp32", "fp8-delayed"], progress=False)
+
+
+@pytest.mark.slow
+def test_fp8_delayed_on_the_reference_task(runs):
+    r, base = runs["fp8-delayed"], runs["fp32"]
+    assert not r.failure and r.r2 > 0.95
+    # Measured 7.85e-4 vs fp32 7.10e-4 (1.106x): e4m3's 3 mantissa bits in the forward pass set
+    # the floor (e4m3 gradients instead of e5m2: 1.105x; e5m2 forward: 1.29x).
+    assert r.final_loss < 1.15 * base.final_loss
+    assert r.act_grad_flushed[0] > 0.99  # step 0 runs at scale 1: e5m2 flushes the ~1e-8 gradients
+    assert r.act_grad_flushed[max(r.act_grad_flushed)] < 0.01  # the delayed scales fixed that
+    for name, s in r.fp8.items():
+        assert s["scale"] == 2.0 ** s["log2_scale"]
+        if name.endswith("grad_output"):
+            assert s["format"] == "float8_e5m2" and s["log2_scale"] >= 30  # gradients near 1e-7
+        else:
+            assert s["format"] == "float8_e4m3fn" and 0 <= s["log2_scale"] <= 12
+            assert s["amax"] * s["scale"] <= 448 < 2 * s["amax"] * s["scale"]
+    assert "per-tensor fp8 scales" in format_table(runs)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="issue 9's bar (fp8-delayed within 10% of fp32) is not met by a faithful "
+                                       "implementation: measured 1.106x (7.850e-4 vs 7.100e-4)")
+def test_fp8_delayed_within_ten_percent_of_fp32(runs):
+    assert runs["fp8-delayed"].final_loss <= 1.10 * runs["fp32"].final_loss
