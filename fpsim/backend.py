@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 import ml_dtypes
 import numpy as np
 
-from .formats import Format, f16_to_f32, f32_to_f16, get_format
+from .formats import F16_BITS_MIN_SIZE, Format, f16_to_f32, f32_to_f16, get_format
 
 __all__ = ["Backend", "NumpyBackend", "CupyBackend", "get_backend", "available", "BACKENDS", "rne_round"]
 
@@ -85,6 +85,8 @@ class NumpyBackend(Backend):
     def round(self, x32, fmt: Format):
         if fmt.dtype == np.float32:
             return x32.astype(np.float32, copy=False)
+        if fmt.name == "float16" and x32.dtype == np.float32 and x32.size >= F16_BITS_MIN_SIZE:
+            return f32_to_f16(x32)  # integer passes: no floating-point warnings to silence
         with np.errstate(over="ignore", invalid="ignore"):
             if fmt.name == "float16":
                 return f32_to_f16(x32)
@@ -252,11 +254,16 @@ class CupyBackend(Backend):
         return np.asarray(x) if self._xp is np else self.xp.asnumpy(x)
 
     def index_add(self, z, idx, g) -> None:
-        xp = self.xp
-        if hasattr(xp.add, "at"):  # numpy; CuPy >= 13 (atomic adds on the device)
-            xp.add.at(z, idx, g)
+        if self._xp is np:
+            np.add.at(z, idx, g)
+            return
+        # cupyx.scatter_add (atomic adds; numpy index arrays are copied over by CuPy), or
+        # cupy.add.at where a newer CuPy has dropped it
+        scatter = getattr(importlib.import_module("cupyx"), "scatter_add", None)
+        if scatter is not None:
+            scatter(z, idx, g)
         else:
-            importlib.import_module("cupyx").scatter_add(z, idx, g)
+            self.xp.add.at(z, idx, g)
 
 
 BACKENDS: dict[str, Backend] = {"numpy": NumpyBackend(), "cupy": CupyBackend()}

@@ -179,14 +179,16 @@ class ScalingState:
         self.step_amax = amax if self.step_amax is None else float(np.max([self.step_amax, amax]))
         s = xp.float32(self.scale)
         codes = round_result(x32 * s, self.fmt, backend, op, direction, target, saturate=True)
-        a_s = a * s
         sat = 0
         if not amax * float(self.scale) < _beyond_threshold(self.fmt):  # else nothing can have saturated
+            a_s = a * s
             thr = self.fmt.overflow_threshold
             beyond = (a_s >= thr) if self.fmt.has_inf else (a_s > thr)  # e4m3fn rounds the tie itself to max
             sat = int(xp.count_nonzero(beyond & xp.isfinite(x32)))
-        # To nearest, |v| <= half the smallest subnormal becomes 0 (the tie goes to 0, the even side).
-        under = int(xp.count_nonzero(a_s <= self.fmt.flush_threshold)) - int(xp.count_nonzero(a == 0))
+        # To nearest, |v| <= half the smallest subnormal becomes 0 (the tie goes to 0, the even side);
+        # compared unscaled (dividing by a power of two is exact): one pass fewer over the data.
+        flush = xp.float32(self.fmt.flush_threshold / float(self.scale))
+        under = int(xp.count_nonzero(a <= flush)) - (int(x32.size) - int(xp.count_nonzero(x32)))
         for k, v in (("n", int(x32.size)), ("saturated", sat), ("underflow", under)):
             self.counts[k] += v
             self._current[k] += v
@@ -377,9 +379,11 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, meta: LinearScaling) 
     fmt = promote(*(t.fmt for t in ins))
     xq = quantize(x, meta.input, target="input")
     wq = quantize(weight, meta.weight, target="weight")
-    w8 = wq.codes_f32()
+    # The fp8 numbers widened to float32 (exact).  The hardware keeps only xq and wq (one byte a
+    # value) for the backward pass; the emulator keeps these widened copies too, to save time.
+    x8, w8 = xq.codes_f32(), wq.codes_f32()
     with np.errstate(over="ignore", invalid="ignore"):
-        out32 = be.matmul(xq.codes_f32(), w8.T)  # fp8 x fp8 products are exact in float32
+        out32 = be.matmul(x8, w8.T)  # fp8 x fp8 products are exact in float32
         out32 *= xp.float32(float(xq.scale_inv) * float(wq.scale_inv))
         if bias is not None:
             out32 += bias.f32()
@@ -392,8 +396,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, meta: LinearScaling) 
         with np.errstate(over="ignore", invalid="ignore"):
             gx = None
             if x.requires_grad:
-                gx = be.matmul(g8, wq.codes_f32()) * xp.float32(float(gq.scale_inv) * float(wq.scale_inv))
-            x8 = xq.codes_f32()
+                gx = be.matmul(g8, w8) * xp.float32(float(gq.scale_inv) * float(wq.scale_inv))
             gw = be.matmul(g2.T, x8.reshape(-1, x8.shape[-1])) * xp.float32(float(gq.scale_inv) * float(xq.scale_inv))
             gb = g.reshape(-1, g.shape[-1]).sum(axis=0, dtype=xp.float32) if bias is not None else None
         return (gx, gw) if bias is None else (gx, gw, gb)

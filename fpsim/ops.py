@@ -29,7 +29,7 @@ from numpy import broadcast_shapes as _broadcast_shapes  # shape arithmetic only
 from numpy import errstate as _np_errstate  # only the warning switch; arrays go through the backend
 
 from .formats import Format, get_format
-from .tensor import Tensor, promote, round_result
+from .tensor import HOOKS, Tensor, promote, round_result
 
 F32 = get_format("float32")
 _autocast_fmt: Format | None = None  # set by amp.autocast
@@ -290,13 +290,28 @@ def sigmoid(x: Tensor) -> Tensor:
     return out
 
 
+def _select(a, keep):
+    """a where keep, else +0, on the bit patterns (an integer multiply by 0 or 1): exact for
+    every value, inf and NaN included (a float ``a * keep`` would make inf * 0 = NaN), and
+    several times faster than ``where`` on an unpredictable mask."""
+    return (a.view(_UINT[a.dtype.itemsize]) * keep).view(a.dtype)
+
+
+_UINT = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
+
+
 def relu(x: Tensor) -> Tensor:
-    xp = x.backend.xp
+    """max(x, 0): -0 and NaN pass through, as in PyTorch.  Exact in every format, so the
+    output is selected straight from x's storage and nothing is rounded."""
     x32 = x.f32()
     pos = x32 > 0
-    # where, not x * (x > 0): -inf * 0 would be NaN.  -0 and NaN pass through, as in PyTorch.
-    out32 = xp.where(x32 < 0, xp.float32(0), x32)
-    return _make(out32, x.fmt, (x,), lambda g: (xp.where(pos, g, xp.float32(0)),), "relu")
+    keep = x32 < 0
+    keep ^= True  # not below 0: -0 and NaN stay
+    stored = _select(x.data, keep)
+    out32 = _select(x32, keep) if HOOKS else None  # monitors are shown the (exact) float32 result
+    out = Tensor._from_op(round_result(out32, x.fmt, x.backend, "relu", "forward", stored=stored), x.fmt, (x,),
+                          lambda g: (_select(g, pos),), "relu", x.backend)
+    return out
 
 
 _GELU_C = 0.7978845608028654  # sqrt(2 / pi)

@@ -200,7 +200,8 @@ class Optimizer:
 
 
 class SGD(Optimizer):
-    """Stochastic gradient descent with PyTorch's momentum, dampening, Nesterov and weight decay."""
+    """Stochastic gradient descent with PyTorch's momentum, dampening, Nesterov and weight decay.
+    ``update_rounding`` / ``seed``: how ``w - lr * g`` is written back (module docstring)."""
 
     def __init__(self, params, lr: float, momentum: float = 0.0, weight_decay: float = 0.0,
                  dampening: float = 0.0, nesterov: bool = False, master_weights: bool = False,
@@ -230,7 +231,9 @@ class SGD(Optimizer):
 
 class Adam(Optimizer):
     """Adam (Kingma & Ba) as PyTorch's single-tensor implementation computes it, rounding
-    every in-place op into the state's format.  ``decoupled`` gives AdamW."""
+    every in-place op into the state's format.  ``decoupled`` gives AdamW.
+    ``update_rounding`` / ``seed``: how ``w - step_size * exp_avg / denom`` is written back
+    (module docstring)."""
 
     decoupled = False
 

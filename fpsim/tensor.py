@@ -74,14 +74,19 @@ def promote(*fmts: Format) -> Format:
 
 
 def round_result(x32, fmt: Format, backend: Backend, op: str, direction: str, target: str = "", *,
-                 saturate: bool = False, rounding: str = "nearest", rng=None):
+                 saturate: bool = False, rounding: str = "nearest", rng=None, stored=None):
     """Round a float32 result into ``fmt`` (one rounding) and tell any monitor about it.
 
     ``saturate=True`` clamps to +-fmt.max first, as fp8 hardware conversions do (monitors still
     get the unclamped value, so they count the clamp as an overflow); ``rounding="stochastic"``
     rounds with numpy generator ``rng`` (see ``formats.cast``) - both used by fp8 and the optimizers.
+    ``stored``: the result already in fmt's storage, for ops whose result is exact (relu picks
+    stored values): nothing is rounded, monitors still see it; ``x32`` may then be None when
+    ``HOOKS`` is empty.
     """
-    if saturate or rounding != "nearest":
+    if stored is not None:
+        out = stored
+    elif saturate or rounding != "nearest":
         out = _round_special(x32, fmt, backend, saturate, rounding, rng)
     else:
         out = backend.round(x32, fmt)
