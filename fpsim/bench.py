@@ -98,12 +98,13 @@ class BenchSettings:
     warmup: int = 2  # untimed calls before timing
     min_time: float = 0.05  # seconds a sample lasts at least (calls are batched to reach it)
     gfloat_repeats: int = 3  # gfloat takes ~0.1-1 s per 10**6 values
+    settle: float = 0.3  # pause (s) when timing switches between numpy's and PyTorch's threads
     quick: bool = False
 
     @classmethod
     def quick_settings(cls) -> BenchSettings:
         return cls(n_round=10**4, matmul_sizes=(32, 64), batch=32, repeats=2, monitor_repeats=2, warmup=1,
-                   min_time=0.002, gfloat_repeats=1, quick=True)
+                   min_time=0.002, gfloat_repeats=1, settle=0.02, quick=True)
 
 
 # ------------------------------------------------------------------------------------- timing
@@ -123,20 +124,37 @@ def _sample(fn, number: int) -> float:
     return (time.perf_counter() - t0) / number
 
 
-def time_interleaved(fns: list, repeats: int, warmup: int, min_time: float) -> list[list[float]]:
+def time_interleaved(fns: list, repeats: int, warmup: int, min_time: float, groups=None,
+                     settle: float = 0.0) -> list[list[float]]:
     """Seconds per call of each callable, ``repeats`` samples each, taken interleaved (the
-    order rotates every round so no callable always runs first)."""
-    for fn in fns:
+    order reverses every round so no callable always runs first).
+
+    ``groups`` names the thread pool each callable runs on (numpy's BLAS, PyTorch's OpenMP);
+    when the next sample switches pool, wait ``settle`` seconds first: a pool's idle threads
+    spin for a while after each parallel region, and on a 2-core machine that spinning takes
+    the other pool's cores (interleaved without a pause, both come out up to 2x slower).
+    """
+    groups = groups or [0] * len(fns)
+    last = [None]
+
+    def enter(i):
+        if last[0] is not None and groups[i] != last[0] and settle > 0:
+            time.sleep(settle)
+        last[0] = groups[i]
+
+    numbers = []
+    for i, fn in enumerate(fns):
+        enter(i)
         for _ in range(warmup):
             fn()
-    numbers = [_calls_per_sample(fn, min_time) for fn in fns]
+        numbers.append(_calls_per_sample(fn, min_time))
     samples: list[list[float]] = [[] for _ in fns]
-    gc.collect()
     for r in range(repeats):
         order = list(range(len(fns)))
         if r % 2:
             order.reverse()
         for i in order:
+            enter(i)
             samples[i].append(_sample(fns[i], numbers[i]))
     return samples
 
@@ -157,16 +175,14 @@ def _compare(section, name, fn, peer, peer_fn, s: BenchSettings, *, repeats=None
 # ------------------------------------------------------------------------------------- machine
 
 
-def _version(mod: str) -> str | None:
-    try:
-        return importlib.import_module(mod).__version__
-    except Exception:  # not installed, or no __version__: reported as absent
-        try:
-            from importlib.metadata import version
+def _version(dist: str) -> str | None:
+    """An installed distribution's version, without importing it (torch takes seconds)."""
+    from importlib.metadata import PackageNotFoundError, version
 
-            return version(mod)
-        except Exception:
-            return None
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
 
 
 def _cpu_model() -> str:
@@ -424,7 +440,8 @@ def _step_rows(s: BenchSettings, tick, threads: int) -> list[Row]:
         with _torch_threads(torch, threads):
             names += ["torch-float32", "torch-float16"]
             fns += [torch_step(torch, "float32", b), torch_step(torch, "float16", b)]
-            samples = dict(zip(names, time_interleaved(fns, s.repeats, s.warmup, s.min_time)))
+            groups = ["numpy"] * len(STEP_RECIPES) + ["torch"] * 2
+            samples = dict(zip(names, time_interleaved(fns, s.repeats, s.warmup, s.min_time, groups, s.settle)))
     else:
         samples = dict(zip(names, time_interleaved(fns, s.repeats, s.warmup, s.min_time)))
     med = {k: statistics.median(v) for k, v in samples.items()}
@@ -529,7 +546,9 @@ def _gpu_rows(s: BenchSettings, tick, gpu_backend=None) -> list[Row]:
                             skipped="" if xp is np else "PyTorch has no CUDA here",
                             note="no CUDA PyTorch to compare with" if xp is np else ""))
         else:
-            rows.append(_compare("gpu", name, synced, "PyTorch CUDA autocast + GradScaler", ref, s))
+            a, b = time_interleaved([synced, ref], s.repeats, s.warmup, s.min_time, ["cupy", "torch"], s.settle)
+            rows.append(Row("gpu", name, "PyTorch CUDA autocast + GradScaler", statistics.median(a),
+                            statistics.median(b), _median_ratio(a, b)))
     return rows
 
 
@@ -569,6 +588,7 @@ def run_bench(settings: BenchSettings | None = None, *, sections=SECTIONS, progr
             for sec in SECTIONS:
                 if sec not in sections:
                     continue
+                gc.collect()  # once per section, not per sample: with torch loaded a collection takes ~0.1 s
                 if sec == "rounding":
                     rows += _rounding_rows(s, tick)
                 elif sec == "matmul":
@@ -620,10 +640,16 @@ def format_report(result: dict) -> str:
         f"threads: numpy BLAS {m['blas_threads']} ({m['blas_threads_from']})",
     ]
     if "load_average" in m:
-        lines.append(f"load average at start: {', '.join(map(str, m['load_average']))}")
+        load = m["load_average"]
+        busy = load[0] > 0.5 * m["usable_cores"]
+        lines.append(f"load average at start: {', '.join(map(str, load))}"
+                     + (f" - BUSY for {m['usable_cores']} cores: other processes compete, the numbers are noisy "
+                        "(BLAS threads spin-wait; with more runnable threads than cores they slow down a lot)"
+                        if busy else ""))
     s = result["settings"]
     lines.append(f"{s['repeats']} interleaved samples per timing ({s['monitor_repeats']} for the monitor-off row), "
-                 f"{s['warmup']} warm-up calls, samples >= {s['min_time'] * 1e3:g} ms; medians"
+                 f"{s['warmup']} warm-up calls, samples >= {s['min_time'] * 1e3:g} ms, {s['settle']:g} s pause when "
+                 "switching between numpy's and PyTorch's threads; medians"
                  + (" [--quick: smoke run, numbers not meaningful]" if s["quick"] else ""))
     lines.append("")
     cols = ["section", "measurement", "fpsim", "peer", "peer time", "ratio", "target", "met", "notes"]

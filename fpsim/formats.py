@@ -244,25 +244,78 @@ def _round_exact(x64: np.ndarray, f: Format, mode: str, rng) -> np.ndarray:
 
 
 def _to_odd_f32(x64: np.ndarray) -> np.ndarray:
-    """float64 -> float32 rounded to odd: truncate, and set the last bit if anything was lost."""
-    with np.errstate(over="ignore"):
+    """float64 -> float32 rounded to odd: truncate, and set the last bit if anything was lost.
+
+    With one float64 temporary (fresh large temporaries cost page faults): y = float32(x) to
+    nearest, then p = (float64(y) - x) * x, whose difference is exact.  p > 0: y went away from
+    zero, so its bit pattern steps down one (towards zero in sign-magnitude order); p != 0:
+    something was lost, so the last bit is set.  (For |x| < 2**-537, p underflows to 0 and the
+    sticky bit stays clear; such x give 0 in every format rounded to from here, either way.)
+    inf and NaN give p = NaN and are left alone.
+    """
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         y = x64.astype(np.float32)
+        p = y.astype(np.float64)
+        p -= x64
+        p *= x64
     bits = y.view(np.uint32)
-    back = y.astype(np.float64)
-    # Stepping the bit pattern down moves a float towards zero in sign-magnitude order.
-    bits -= (np.abs(back) > np.abs(x64)).astype(np.uint32)
-    bits |= (back != x64) & ~np.isnan(x64)
+    np.subtract(bits, p > 0, out=bits, casting="unsafe")
+    np.abs(p, out=p)
+    np.bitwise_or(bits, p > 0, out=bits, casting="unsafe")
     return y
+
+
+def _f64_to_bf16(x64: np.ndarray) -> np.ndarray:
+    """float64 -> bfloat16 rounded once, to nearest even.
+
+    ml_dtypes rounds float64 -> float32 -> bfloat16.  bfloat16's numbers are the float32 bit
+    patterns whose low 16 bits are 0, the same at every exponent, so the two roundings can
+    differ from one only where the float32 value lands exactly on a midpoint between two
+    bfloat16 numbers (low 16 bits 0x8000): only those values (about one in 65536 for smooth
+    data) are rounded to odd first (:func:`_to_odd_f32`).
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = x64.astype(np.float32)
+    low = np.bitwise_and(y.view(np.uint32), np.uint32(0xFFFF))
+    mid = low == np.uint32(0x8000)
+    if mid.any():
+        y[mid] = _to_odd_f32(x64[mid])
+    return y.astype(ml_dtypes.bfloat16)
 
 
 _F16_TABLE = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
 _F16_TINY = 2.0**-14
 
 
+_F16_SCALE = np.float32(2.0**112)  # 2**(127 - 15): float16's exponent bias -> float32's
+_F16_BITS_TO_F32_MIN_SIZE = 16384  # below this the table look-up is faster
+
+
 def f16_to_f32(x: np.ndarray) -> np.ndarray:
-    """float16 -> float32 by table look-up: exact, and fast for subnormals too (numpy's own
-    cast takes a slow path for every subnormal)."""
-    return _F16_TABLE.take(x.view(np.uint16))
+    """float16 -> float32, exact, and fast for subnormals too (numpy's own cast takes a slow
+    path for every subnormal, at ~1.7 ns a value even for normal ones).
+
+    Small arrays: a 65536-entry table look-up.  Large ones, in four passes and no temporary
+    (the look-up's int64 index array costs more than the look-up): the float16 bits, sign-
+    extended to 32 bits and shifted left by 13, are a float32 whose sign, exponent and
+    mantissa fields hold float16's (the three copies of the sign above the exponent are
+    cleared) - a float32 2**112 times too small, subnormals included, as a float32 subnormal.
+    One exact multiply by 2**112 rescales it.  inf and NaN (exponent 31) come out finite and
+    at least 2**16 in magnitude; those few are redone by the table.
+    """
+    if x.size < _F16_BITS_TO_F32_MIN_SIZE:
+        return _F16_TABLE.take(x.view(np.uint16))
+    o = x.view(np.int16).astype(np.int32)
+    o <<= 13
+    o &= np.int32(-0x70000001)  # 0x8FFFFFFF
+    f = o.view(np.float32)
+    f *= _F16_SCALE
+    hi, lo = f.max(), f.min()
+    if not (hi < 65536 and lo > -65536):  # inf or NaN somewhere (a NaN makes both comparisons false)
+        special = np.abs(f) >= 65536
+        special |= np.isnan(f)
+        f[special] = _F16_TABLE.take(x.view(np.uint16)[special])
+    return f
 
 
 def f32_to_f16(x: np.ndarray) -> np.ndarray:
@@ -279,6 +332,12 @@ def f32_to_f16(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype == np.float32:
         return _f32_to_f16_bits(x) if x.size >= F16_BITS_MIN_SIZE else x.astype(np.float16)
+    if x.size >= F16_BITS_MIN_SIZE:
+        # numpy's float64 -> float16 cast is correct; it is slow only on subnormal results.  If a
+        # sample of the values holds few of those, cast directly (the result is the same either way).
+        sample = np.abs(x.reshape(-1)[:: x.size // 1024])
+        if np.count_nonzero((sample < _F16_TINY) & (sample > 0)) * 32 < sample.size:
+            return x.astype(np.float16)
     a = np.abs(x, out=np.empty_like(x))
     tiny = a < _F16_TINY
     if tiny.any():
@@ -322,12 +381,40 @@ def _f32_to_f16_bits(x: np.ndarray) -> np.ndarray:
       (0x3F000000, which the final cast to 16 bits drops) plus the float16 bits, the bits of
       2**-14 (0x400) for |x| >= 2**-14.
     So the float16 magnitude bits are the low 16 bits of the two halves' sum less 0x400.
+
+    Large arrays go in chunks of 2**17 values: three full-size float32 temporaries alive at
+    once (next to a matmul's operands) make the C allocator hand memory back to the kernel
+    and fault it in again on the next call, which costs more than the arithmetic.
     """
     if x.ndim == 0:  # numpy returns scalars, not arrays, from ufuncs on 0-d input
         return _f32_to_f16_bits(x.reshape(1)).reshape(())
+    if x.size <= _F16_CHUNK:
+        n, has_nan = _f16_bits_u32(x)
+        out = n.astype(np.uint16).view(np.float16)
+    else:
+        flat = x.reshape(-1)
+        out = np.empty(x.shape, np.float16)
+        dst = out.reshape(-1).view(np.uint16)
+        has_nan = False
+        for i in range(0, flat.size, _F16_CHUNK):
+            n, nan_here = _f16_bits_u32(flat[i : i + _F16_CHUNK])
+            np.copyto(dst[i : i + _F16_CHUNK], n, casting="unsafe")  # keeps the low 16 bits, as astype does
+            has_nan = has_nan or nan_here
+    if has_nan:
+        nan = np.isnan(x)
+        out[nan] = x[nan].astype(np.float16)
+    return out
+
+
+_F16_CHUNK = 2**17
+
+
+def _f16_bits_u32(x: np.ndarray):
+    """The float16 bits of float32 ``x`` in the low 16 bits of a uint32 array (NaNs still to
+    be fixed), and whether x held a NaN.  See :func:`_f32_to_f16_bits`."""
     a = np.abs(x)
     c = _clip(a, _F16_TINY32, _F16_INF32)
-    has_nan = np.isnan(c.sum())  # finite unless a NaN came through: every c is <= 2**16
+    has_nan = bool(np.isnan(c.sum()))  # finite unless a NaN came through: every c is <= 2**16
     _clip(a, np.float32(0), _F16_TINY32, out=a)
     a += _HALF
     n = c.view(_U32)
@@ -340,11 +427,7 @@ def _f32_to_f16_bits(x: np.ndarray) -> np.ndarray:
     np.right_shift(x.view(_U32), _U32(16), out=m)
     m &= _U32(0x8000)
     n |= m
-    out = n.astype(np.uint16).view(np.float16)
-    if has_nan:
-        nan = np.isnan(x)
-        out[nan] = x[nan].astype(np.float16)
-    return out
+    return n, has_nan
 
 
 def _check_mode(rounding: str) -> str:
@@ -380,6 +463,9 @@ def _cast(arr: np.ndarray, f: Format, rounding: str, saturate: bool, seed, rng) 
         out = arr.astype(f.dtype, copy=True)
         return _saturate(out, arr, f) if saturate else out
     if rounding == "nearest":
+        if arr.dtype == np.float64 and f.name == "bfloat16":
+            out = _f64_to_bf16(arr)
+            return _saturate(out, arr, f) if saturate else out
         if arr.dtype == np.float64 and f.name not in ("float16", "float32"):
             arr = _to_odd_f32(arr)
         # numpy (float16, float32) and ml_dtypes (bfloat16, fp8) round correctly from here.

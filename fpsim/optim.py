@@ -226,7 +226,7 @@ class SGD(Optimizer):
                 buf = Tensor(self._r(b + (1 - self.dampening) * g, t, "momentum"), t.fmt, backend=t.backend)
             state["momentum_buffer"] = buf
             g = t.backend.to_f32(self._r(g + self.momentum * buf.f32(), t, "nesterov")) if self.nesterov else buf.f32()
-        self._apply(t, w, -(self.lr * g), state)
+        self._apply(t, w, g * -self.lr, state)  # = -(lr * g) exactly (rounding is symmetric); one pass
 
 
 class Adam(Optimizer):
