@@ -388,18 +388,19 @@ def _f32_to_f16_bits(x: np.ndarray) -> np.ndarray:
     """
     if x.ndim == 0:  # numpy returns scalars, not arrays, from ufuncs on 0-d input
         return _f32_to_f16_bits(x.reshape(1)).reshape(())
-    if x.size <= _F16_CHUNK:
-        n, has_nan = _f16_bits_u32(x)
-        out = n.astype(np.uint16).view(np.float16)
-    else:
-        flat = x.reshape(-1)
-        out = np.empty(x.shape, np.float16)
-        dst = out.reshape(-1).view(np.uint16)
-        has_nan = False
-        for i in range(0, flat.size, _F16_CHUNK):
-            n, nan_here = _f16_bits_u32(flat[i : i + _F16_CHUNK])
-            np.copyto(dst[i : i + _F16_CHUNK], n, casting="unsafe")  # keeps the low 16 bits, as astype does
-            has_nan = has_nan or nan_here
+    with np.errstate(invalid="ignore"):  # signalling NaNs in the arithmetic: they are fixed up below
+        if x.size <= _F16_CHUNK:
+            n, has_nan = _f16_bits_u32(x)
+            out = n.astype(np.uint16).view(np.float16)
+        else:
+            flat = x.reshape(-1)
+            out = np.empty(x.shape, np.float16)
+            dst = out.reshape(-1).view(np.uint16)
+            has_nan = False
+            for i in range(0, flat.size, _F16_CHUNK):
+                n, nan_here = _f16_bits_u32(flat[i : i + _F16_CHUNK])
+                np.copyto(dst[i : i + _F16_CHUNK], n, casting="unsafe")  # keeps the low 16 bits, as astype does
+                has_nan = has_nan or nan_here
     if has_nan:
         nan = np.isnan(x)
         out[nan] = x[nan].astype(np.float16)

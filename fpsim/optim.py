@@ -121,7 +121,8 @@ class Optimizer:
                 self._update(t, t.grad.f32(), self.state[i])
                 if self.master is not None:
                     p = self.params[i]
-                    p.data = p.backend.round(t.f32(), p.fmt)  # a fresh rounding of the master
+                    # a fresh rounding of the master into the model's format (monitors see it)
+                    p.data = round_result(t.f32(), p.fmt, p.backend, "master_copy", "update", p.name)
         # The masters' float32 gradients are consumed by the step: left in place, a stale one
         # would be reused after model.zero_grad() + backward (sync skips masters that have one).
         for m in self.master or ():

@@ -57,7 +57,7 @@ def scope(name: str):
 
 
 def current_scope() -> str:
-    return ".".join(s for s in _scope if s)
+    return ".".join(filter(None, _scope))
 
 
 def promote(*fmts: Format) -> Format:
@@ -145,7 +145,7 @@ class Tensor:
     def _from_op(cls, data, fmt, parents, backward, op, backend):
         t = cls.__new__(cls)
         t.backend, t.fmt, t.grad_fmt, t.data, t.grad, t.name = backend, fmt, fmt, data, None, ""
-        track = _grad_enabled and any(p.requires_grad for p in parents)
+        track = _grad_enabled and any([p.requires_grad for p in parents])
         t.requires_grad = track
         t._parents = parents if track else ()
         t._backward = backward if track else None
@@ -261,7 +261,7 @@ class Tensor:
                     continue
                 _bwd_scope = node._scope
                 try:
-                    if pg is g32 and p.grad_fmt == node.grad_fmt:
+                    if pg is g32 and (p.grad_fmt is node.grad_fmt or p.grad_fmt == node.grad_fmt):
                         r = g  # passed through unchanged (add, cast to the same format): no rounding
                     else:
                         r = round_result(pg, p.grad_fmt, be, node._op, "backward", p.name)

@@ -31,6 +31,7 @@ EXPECTED_FIGURES = [
     "ulp.png",
     "number_line_fp8.png",
     "number_line_float16_subnormal.png",
+    "loss_curves_beyond_fp16.png",
 ]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # The reference autoencoder 64-32-8-32-64 with tanh between: a Sequential of
