@@ -589,6 +589,7 @@ def run_bench(settings: BenchSettings | None = None, *, sections=SECTIONS, progr
                 if sec not in sections:
                     continue
                 gc.collect()  # once per section, not per sample: with torch loaded a collection takes ~0.1 s
+                time.sleep(s.settle)  # let the previous section's spinning BLAS / OpenMP threads go idle
                 if sec == "rounding":
                     rows += _rounding_rows(s, tick)
                 elif sec == "matmul":
