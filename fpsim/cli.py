@@ -203,6 +203,11 @@ def main(argv=None) -> int:
         return 0
     try:
         return args.func(args)
+    except BrokenPipeError:  # `fpsim example | head`: the reader left; not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (ValueError, TypeError, OSError) as e:
         print(f"fpsim {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,79 @@
+"""The installed ``fpsim`` command: `formats` and `example` print the numbers of
+shared/reference/numbers.md; bad input exits 2 with one line."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def fpsim_cmd():
+    exe = Path(sys.executable).parent / "fpsim"  # the console script pip installed beside python
+    return [str(exe)] if exe.exists() else [shutil.which("fpsim") or sys.executable, "-m", "fpsim"]
+
+
+def run(*args, input=None):
+    return subprocess.run([*fpsim_cmd(), *args], capture_output=True, text=True, timeout=120, input=input)
+
+
+def test_example_prints_the_worked_examples():
+    r = run("example")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    # (a) 1e-8, S = 1024
+    assert "1.0251998901367188e-05" in out and "subnormal" in out and "+0.117%" in out
+    assert "1.0011717677116394e-08" in out
+    assert "2^13 = 8192" in out
+    # (b) 2.45e-6, S = 2^15: subnormal, not normal
+    b = out[out.index("(b)"):out.index("(c)")]
+    assert "2.4437904357910156e-06   subnormal" in b and "-0.253%" in b
+    assert "0.08026123046875" in b and "normal" in b
+    # (c) the vanishing update vanishes in float32 too
+    c = out[out.index("(c)"):]
+    assert c.count("update lost: w unchanged") == 3
+    assert "float16   just above 2^-11" in c and "bfloat16  just above 2^-8" in c and "float32   just above 2^-24" in c
+
+
+def test_example_with_options():
+    r = run("example", "--grad", "3e-8", "--scale", "4096", "--format", "bf16")
+    assert r.returncode == 0, r.stderr
+    assert "format bfloat16" in r.stdout and "3.003515303134918e-08" in r.stdout
+    r = run("example", "--grad", "3e-8", "--format", "fp16")  # 3e-8 is above the flush edge 2^-25
+    assert "5.960464477539063e-08" in r.stdout
+
+
+@pytest.mark.parametrize("args,needle", [(["example", "--format", "fp17"], "unknown format 'fp17'"),
+                                         (["example", "--scale", "-2"], "expected a finite number > 0"),
+                                         (["example", "--grad", "abc"], "invalid float value")])
+def test_bad_input_exits_2_with_a_message(args, needle):
+    r = run(*args)
+    assert r.returncode == 2
+    assert needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_formats_table():
+    r = run("formats")
+    assert r.returncode == 0, r.stderr
+    lines = {ln.split()[0]: ln for ln in r.stdout.splitlines() if ln.strip()}
+    assert "65504" in lines["float16"] and "2^-24 = 5.96046e-08" in lines["float16"]
+    assert "2^-14 = 6.10352e-05" in lines["float16"] and "2.98023e-08" in lines["float16"]
+    assert "448" in lines["float8_e4m3fn"] and "no (NaN only)" in lines["float8_e4m3fn"]
+    assert "57344" in lines["float8_e5m2"] and "2^-16 = 1.52588e-05" in lines["float8_e5m2"]
+    assert "3.38953e+38" in lines["bfloat16"] and "2^-133 = 9.18355e-41" in lines["bfloat16"]
+    assert "2^-149 = 1.4013e-45" in lines["float32"]
+
+
+def test_a_closed_pipe_is_not_an_error():
+    p = subprocess.Popen([*fpsim_cmd(), "example"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # the reader leaves (as `| head -1` does) long before Python has started up
+    assert p.wait(timeout=60) == 0
+    assert b"Traceback" not in p.stderr.read()
+
+
+def test_python_dash_m_fpsim_and_help():
+    r = subprocess.run([sys.executable, "-m", "fpsim", "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0
+    for cmd in ("compare", "formats", "example", "audit", "figures", "bench", "gpu-check"):
+        assert cmd in r.stdout
