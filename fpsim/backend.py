@@ -162,7 +162,7 @@ def _probe_native_bfloat16(cp) -> bool:
         ok = (bool((back == cp.asarray(vals)).all()) and view.dtype == bf16 and cp.asnumpy(d).dtype == bf16
               and int((d == 0).sum()) == 2 and cp.asnumpy(picked).tolist() == [-2.5, 1.0, -2.5])
         return ok and np.array_equal(cp.asnumpy(back).view(np.uint32), vals.view(np.uint32))
-    except Exception:  # no bfloat16 in this CuPy (TypeError / NotImplementedError / compile errors)
+    except Exception:  # this CuPy has no usable bfloat16 (a type error, an unsupported op, a compile error)
         return False
 
 
