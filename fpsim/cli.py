@@ -108,35 +108,51 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _run_json(r) -> dict:
+    return {"final_loss": r.final_loss, "r2": r.r2, "steps_skipped": r.steps_skipped, "final_scale": r.final_scale,
+            "act_grad_flushed": r.act_grad_flushed, "weight_grad_flushed": r.weight_grad_flushed,
+            "stalled": r.stalled, "failure": r.failure, "losses": r.losses, "seconds": r.seconds, "fp8": r.fp8}
+
+
 def cmd_compare(args) -> int:
     import json
     from pathlib import Path
 
-    from .experiments import DEFAULT_RECIPES, ReferenceTask, compare, format_table
+    from .experiments import DEFAULT_RECIPES, ReferenceTask, compare_seeds, format_seed_table, format_table
 
     task = ReferenceTask()
     steps = args.steps or task.steps
     recipes = args.recipes or list(DEFAULT_RECIPES)
+    seeds = args.seeds if args.seeds is not None else [args.seed]
+    if len(set(seeds)) != len(seeds):
+        print(f"fpsim compare: error: --seeds repeats a seed: {' '.join(map(str, seeds))}", file=sys.stderr)
+        return 2
     print(f"reference task: autoencoder {task.dim}-{'-'.join(map(str, task.hidden))}-{task.dim} (tanh), "
           f"{task.n} x {task.dim} = 2^{(task.n * task.dim).bit_length() - 1} outputs, mean squared error, "
-          f"Adam lr {args.lr or task.lr:g}, {steps} full-batch steps, seed {args.seed}", file=sys.stderr)
-    results = compare(recipes, task, steps=steps, seed=args.seed, lr=args.lr, progress=not args.quiet,
-                      backend=args.backend)
+          f"Adam lr {args.lr or task.lr:g}, {steps} full-batch steps, "
+          f"seed{'s' if len(seeds) > 1 else ''} {' '.join(map(str, seeds))}", file=sys.stderr)
+    by_seed = compare_seeds(recipes, seeds, task, steps=steps, lr=args.lr, progress=not args.quiet,
+                            backend=args.backend)
+    results = by_seed[seeds[0]]
+    baseline = recipes[0] if "fp32" not in recipes else "fp32"
     if args.json:
-        print(json.dumps({n: {"final_loss": r.final_loss, "r2": r.r2, "steps_skipped": r.steps_skipped,
-                              "final_scale": r.final_scale, "act_grad_flushed": r.act_grad_flushed,
-                              "weight_grad_flushed": r.weight_grad_flushed, "stalled": r.stalled,
-                              "failure": r.failure, "losses": r.losses, "seconds": r.seconds, "fp8": r.fp8}
-                          for n, r in results.items()}, indent=1, allow_nan=True))
+        if args.seeds is None:
+            out = {n: _run_json(r) for n, r in results.items()}
+        else:
+            out = {str(s): {n: _run_json(r) for n, r in res.items()} for s, res in by_seed.items()}
+        print(json.dumps(out, indent=1, allow_nan=True))
+    elif args.seeds is None:
+        print(format_table(results, baseline=baseline))
     else:
-        print(format_table(results, baseline=recipes[0] if "fp32" not in recipes else "fp32"))
+        print(format_seed_table(by_seed, baseline=baseline))
     if args.figure != "none":
         from .plots import loss_curves
 
         path = Path(args.figure)
         path.parent.mkdir(parents=True, exist_ok=True)
-        loss_curves({n: r.losses for n, r in results.items()}, path=path)
-        print(f"\nloss curves: {path}", file=sys.stderr)
+        title = "training loss per recipe" + (f" (seed {seeds[0]})" if len(seeds) > 1 else "")
+        loss_curves({n: r.losses for n, r in results.items()}, title=title, path=path)
+        print(f"\nloss curves{f' (seed {seeds[0]})' if len(seeds) > 1 else ''}: {path}", file=sys.stderr)
     return 0
 
 
@@ -156,9 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
                                     "and print one table.")
     sp.add_argument("--recipes", nargs="+", type=_recipe_arg, metavar="RECIPE",
                     help="recipes to run (default: fp32 fp16-pure fp16-master fp16-static fp16-dynamic bf16-pure "
-                         "bf16-master; also fp16-amp, fp8-delayed, bf16-kahan, bf16-stochastic)")
+                         "bf16-master; also fp16-amp, fp8-delayed, fp8-delayed-inner, bf16-kahan, bf16-stochastic)")
     sp.add_argument("--steps", type=_positive_int, help="training steps (default 150)")
-    sp.add_argument("--seed", type=int, default=0, help="seed of the initial weights (default 0)")
+    seed = sp.add_mutually_exclusive_group()
+    seed.add_argument("--seed", type=int, default=0, help="seed of the initial weights (default 0)")
+    seed.add_argument("--seeds", type=int, nargs="+", metavar="SEED",
+                      help="run every recipe once per seed and print each recipe's ratio to fp32 per seed, "
+                           "with the mean and range (the figure shows the first seed)")
     sp.add_argument("--lr", type=_positive_float, help="Adam learning rate (default 1e-2)")
     sp.add_argument("--backend", type=_backend_arg, default=None, metavar="{numpy,cupy}",
                     help="array backend (default numpy; cupy needs CuPy and a CUDA GPU)")

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from fpsim import cli
+from fpsim import experiments as ex
 from fpsim.experiments import DEFAULT_RECIPES, RECIPES, ReferenceTask, compare, get_recipe, run_recipe
 
 
@@ -107,3 +108,46 @@ def test_cli_compare_rejects_unknown_recipe(capsys):
         cli.main(["compare", "--recipes", "fp17"])
     assert e.value.code == 2
     assert "fp16-master" in capsys.readouterr().err
+
+
+def test_compare_seeds_ratios_per_seed_against_the_same_seeds_baseline():
+    task = ReferenceTask(n=256)
+    by_seed = ex.compare_seeds(["fp32", "bf16-pure", "fp16-pure"], [3, 1], task, steps=4, progress=False)
+    assert list(by_seed) == [3, 1] and list(by_seed[3]) == ["fp32", "bf16-pure", "fp16-pure"]
+    # the same runs as compare() with that seed, bit for bit
+    one = compare(["fp32", "bf16-pure"], task, steps=4, seed=1, progress=False)
+    assert by_seed[1]["bf16-pure"].losses == one["bf16-pure"].losses
+    assert by_seed[3]["fp32"].losses != by_seed[1]["fp32"].losses  # different initial weights
+    table = ex.format_seed_table(by_seed)
+    rows = {line.split()[0]: line for line in table.splitlines() if line[:1].isalpha()}
+    r3, r1 = (by_seed[s]["bf16-pure"].final_loss / by_seed[s]["fp32"].final_loss for s in (3, 1))
+    cells = rows["bf16-pure"].split()
+    assert cells[1:4] == [f"{r3:.3f}x", f"{r1:.3f}x", f"{(r3 + r1) / 2:.3f}x"]
+    assert cells[4] == f"{min(r3, r1):.3f}" and cells[6] == f"{max(r3, r1):.3f}"
+    assert rows["fp32"].split()[1:4] == ["1.000x"] * 3
+    assert rows["fp16-pure"].split()[1:3] == ["failed", "failed"]  # diverges at step 0, every seed
+    assert "failed runs:" in table and "fp16-pure (seed 3): step 0" in table
+
+
+def test_compare_seeds_bad_input():
+    for seeds in ([], [0, 0], [0.5], [True]):
+        with pytest.raises(ValueError, match="seed"):
+            ex.compare_seeds(["fp32"], seeds, ReferenceTask(n=64), steps=1, progress=False)
+
+
+def test_cli_compare_seeds(tmp_path, capsys):
+    import json
+
+    rc = cli.main(["compare", "--recipes", "fp32", "bf16-pure", "--steps", "2", "--seeds", "0", "2", "--quiet",
+                   "--figure", "none"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "seed 0" in out and "seed 2" in out and "min - max" in out
+    rc = cli.main(["compare", "--recipes", "fp32", "--steps", "1", "--seeds", "0", "2", "--json", "--quiet",
+                   "--figure", "none"])
+    assert rc == 0 and set(json.loads(capsys.readouterr().out)) == {"0", "2"}
+    assert cli.main(["compare", "--seeds", "1", "1", "--steps", "1", "--quiet", "--figure", "none"]) == 2
+    assert "repeats a seed" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        cli.main(["compare", "--seed", "1", "--seeds", "2"])
+    assert e.value.code == 2 and "not allowed with" in capsys.readouterr().err

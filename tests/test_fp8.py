@@ -286,6 +286,38 @@ def test_convert_swaps_linears_shares_parameters_and_names_states():
     assert s["scale"] == 2.0 ** s["log2_scale"] and s["steps"] == 1 and s["n"] == 60
 
 
+def test_convert_skip_keeps_the_first_and_last_linear_out_of_fp8():
+    model = nn.MLP([6, 5, 4, 3], activation="tanh", seed=0)
+    before = dict(model.named_parameters())
+    x = tensor(np.random.default_rng(1).standard_normal((10, 6)), "float32")
+    ref = nn.MLP([6, 5, 4, 3], activation="tanh", seed=0)
+    group = fp8.convert(model, fp8.DelayedScaling(amax_history_len=4), skip=("first", "last"))
+    assert type(model[0]) is nn.Linear and isinstance(model[2], fp8.Linear) and type(model[4]) is nn.Linear
+    assert list(group.states) == ["2.input", "2.weight", "2.grad_output"]
+    after = dict(model.named_parameters())
+    assert list(after) == list(before) and all(after[k] is before[k] for k in before)
+    with fpsim.monitor() as m:
+        y = model(x)
+        fpsim.ops.mse_loss(y, np.zeros((10, 3), np.float32)).backward()
+    assert {k[1] for k in m.counts if k[2] == "fp8.cast"} == {"2"}  # only the middle layer casts to fp8
+    assert m.totals(op="fp8.cast", scope="2", target="weight")["n"] == 20
+    # the first layer is the plain float32 layer: its output equals the unconverted model's
+    np.testing.assert_array_equal(model[0](x).f32(), ref[0](x).f32())
+    # by module name, and a lone string
+    m2 = nn.MLP([6, 5, 4, 3], activation="tanh", seed=0)
+    assert list(fp8.convert(m2, skip="4").states) == ["0.input", "0.weight", "0.grad_output", "2.input",
+                                                       "2.weight", "2.grad_output"]
+
+
+def test_convert_skip_bad_names_raise_and_change_nothing():
+    model = nn.MLP([6, 5, 4], activation="tanh", seed=0)
+    with pytest.raises(ValueError, match=r"'1' not a Linear of MLP; its Linear layers: 0, 2"):
+        fp8.convert(model, skip=("first", "1"))
+    with pytest.raises(ValueError, match="leaves no Linear"):
+        fp8.convert(model, skip=("first", "last"))
+    assert type(model[0]) is nn.Linear and type(model[2]) is nn.Linear  # nothing was swapped
+
+
 def test_bad_input_raises_value_error():
     with pytest.raises(ValueError, match="amax_history_len"):
         fp8.DelayedScaling(amax_history_len=0)
@@ -315,7 +347,8 @@ def test_bad_input_raises_value_error():
 def test_recipe_and_cli(capsys, tmp_path):
     r = get_recipe("fp8-delayed")
     assert r.params == "float32" and not r.master and r.fp8.amax_history_len == 16 and r.fp8.margin == 0
-    assert set(EXTENDED_RECIPES) == {"fp8-delayed", "bf16-kahan", "bf16-stochastic"} <= set(RECIPES)
+    assert set(EXTENDED_RECIPES) == {"fp8-delayed", "fp8-delayed-inner", "bf16-kahan", "bf16-stochastic"} <= set(RECIPES)
+    assert get_recipe("fp8-delayed-inner").fp8_skip == ("first", "last") and not r.fp8_skip
     names = ["fp32", "fp8-delayed", "bf16-pure", "bf16-kahan", "bf16-stochastic", "bf16-master"]
     rc = cli.main(["compare", "--recipes", *names, "--steps", "1", "--quiet", "--figure", "none"])
     assert rc == 0
@@ -330,7 +363,7 @@ def test_recipe_and_cli(capsys, tmp_path):
 
 @pytest.fixture(scope="module")
 def runs():
-    return compare(["fp32", "fp8-delayed"], progress=False)
+    return compare(["fp32", "fp8-delayed", "fp8-delayed-inner"], progress=False)
 
 
 @pytest.mark.slow
@@ -353,7 +386,18 @@ def test_fp8_delayed_on_the_reference_task(runs):
 
 
 @pytest.mark.slow
+def test_fp8_delayed_inner_keeps_the_ends_in_float32(runs):
+    r, base = runs["fp8-delayed-inner"], runs["fp32"]
+    assert not r.failure and r.r2 > 0.95
+    assert sorted({k.split(".")[0] for k in r.fp8}) == ["2", "4"]  # layers 0 and 6 run in float32
+    # Measured 7.815e-4 (1.101x); over seeds 0-3 1.101, 1.126, 1.057, 1.111 (mean 1.099) against
+    # fp8-delayed's 1.106, 1.185, 1.140, 1.142 (mean 1.143).
+    assert r.final_loss < runs["fp8-delayed"].final_loss < 1.15 * base.final_loss
+
+
+@pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="issue 9's bar (fp8-delayed within 10% of fp32) is not met by a faithful "
-                                       "implementation: measured 1.106x (7.850e-4 vs 7.100e-4)")
+                                       "implementation: 1.106x at seed 0 (7.850e-4 vs 7.100e-4), 1.143x "
+                                       "averaged over seeds 0-3 (README: What works, beyond float16)")
 def test_fp8_delayed_within_ten_percent_of_fp32(runs):
     assert runs["fp8-delayed"].final_loss <= 1.10 * runs["fp32"].final_loss
