@@ -323,7 +323,10 @@ def compare_seeds(recipes=DEFAULT_RECIPES, seeds=(0, 1, 2, 3), task: ReferenceTa
     """:func:`compare` once per seed of the initial weights (the data stay the same): results
     by seed, then by recipe.  One seed's ratio to fp32 can mislead - fp8-delayed is 1.106x at
     seed 0 and 1.185x at seed 1 - so :func:`format_seed_table` shows every seed and the mean."""
-    names = [get_recipe(r).name for r in recipes]
+    recs = [get_recipe(r) for r in recipes]  # names or Recipe objects (your own recipes too)
+    names = [r.name for r in recs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"recipes: each name once, got {', '.join(names)}")
     seeds = list(seeds)
     if not seeds:
         raise ValueError("seeds: give at least one seed")
@@ -343,11 +346,12 @@ def compare_seeds(recipes=DEFAULT_RECIPES, seeds=(0, 1, 2, 3), task: ReferenceTa
     try:
         for seed in seeds:
             results[seed] = {}
-            for name in names:
+            for rec in recs:
+                name = rec.name
                 label = name if len(seeds) == 1 else f"{name}, seed {seed}"
                 if bar is not None:
                     bar.set_postfix_str(label)
-                results[seed][name] = r = run_recipe(name, task, steps=steps, seed=int(seed), lr=lr,
+                results[seed][name] = r = run_recipe(rec, task, steps=steps, seed=int(seed), lr=lr,
                                                      progress=bar.update if bar is not None else None,
                                                      backend=backend)
                 if bar is not None and bar.disable:

@@ -18,10 +18,12 @@ step (``ScalingGroup.update()``)::
     scale   <- 2 ** (floor(log2(fmt.max / amax)) - margin)
 
 computed exactly (a power of two, so scaling and unscaling are exact in float32).  Transformer
-Engine's delayed scaling uses ``fmt.max / amax / 2**margin`` itself, not rounded to a power of two
-(its current-scaling recipe has a ``force_pow_2_scales`` switch; early releases rounded); the
-rounding costs at most one binade of headroom at the top.  On the reference task the unrounded
-scale ends at 1.139x fp32 against 1.143x (mean over seeds 0-3): no difference beyond seed noise.
+Engine's delayed scaling uses ``fmt.max / amax / 2**margin`` itself, a float32 not rounded to a
+power of two (its current-scaling recipe has a ``force_pow_2_scales`` switch); with
+``DelayedScaling(power_2_scale=False)`` fpsim does the same, and then ``x * scale`` and the
+unscaling each round in float32 as they do on the GPU.  Rounding down to a power of two gives
+up at most one binade of headroom at the top; on the reference task the unrounded scale ends
+at 1.139x fp32 against 1.143x (mean over seeds 0-3): no difference beyond seed noise.
 An amax of 0 or a non-finite amax keeps the previous scale.  The first step runs with scale 1, as in
 Transformer Engine - there is no history yet, and with the tiny gradients of the reference task
 that step's e5m2 gradients mostly flush to zero.
@@ -31,7 +33,8 @@ them into a model) follows Transformer Engine's ``te.Linear``:
 
 - forward: ``x`` and ``W`` are cast to e4m3fn with their own scales; the matmul multiplies the
   fp8 numbers exactly in float32, accumulates in float32 and multiplies the sum by
-  ``(1/s_x) * (1/s_W)`` (both powers of two: exact); the bias is added in float32 and the sum
+  ``(1/s_x) * (1/s_W)`` (exact for power-of-two scales; otherwise that product is rounded once
+  to float32, and the multiplication rounds); the bias is added in float32 and the sum
   rounded once into the output format (that of an ordinary ``linear`` on the unquantized
   inputs: float32 for a float32 model).
 - backward: the incoming gradient ``g`` is cast to e5m2 with its own delayed scale; then
@@ -79,15 +82,19 @@ _MAX_EXP = 126
 class DelayedScaling:
     """The recipe: ``margin`` (scale backs off by 2^margin below the largest safe power of
     two), ``amax_history_len`` (steps of amax remembered), ``amax_compute_algo`` (``"max"``
-    over the history or ``"most_recent"``), and the fp8 formats for the forward pass (weights,
-    activations) and the backward pass (gradients).  Transformer Engine's defaults are margin
-    0, history 1024, max, HYBRID (e4m3 forward, e5m2 backward)."""
+    over the history or ``"most_recent"``), the fp8 formats for the forward pass (weights,
+    activations) and the backward pass (gradients), and ``power_2_scale``: round the scale down
+    to a power of two (True, fpsim's default: scaling is exact) or use ``fmt.max / amax /
+    2**margin`` as a float32 (False, what Transformer Engine's delayed scaling does).
+    Transformer Engine's defaults are margin 0, history 1024, max, HYBRID (e4m3 forward, e5m2
+    backward)."""
 
     margin: int = 0
     amax_history_len: int = 1024
     amax_compute_algo: str = "max"
     fwd_format: str = "float8_e4m3fn"
     bwd_format: str = "float8_e5m2"
+    power_2_scale: bool = True
 
     def __post_init__(self):
         h = self.amax_history_len
@@ -103,22 +110,32 @@ class DelayedScaling:
             if name not in FP8_FORMATS:
                 raise ValueError(f"{which} must be an fp8 format ({', '.join(FP8_FORMATS)}), got {name}")
             object.__setattr__(self, which, name)
+        if not isinstance(self.power_2_scale, bool | np.bool_):
+            raise ValueError(f"power_2_scale must be True or False, got {self.power_2_scale!r}")
 
     def __str__(self) -> str:
         return (f"delayed scaling: {self.fwd_format} forward, {self.bwd_format} gradients, amax history "
-                f"{self.amax_history_len} ({self.amax_compute_algo}), margin {self.margin}")
+                f"{self.amax_history_len} ({self.amax_compute_algo}), margin {self.margin}"
+                + ("" if self.power_2_scale else ", scale fmt.max / amax (not a power of two)"))
 
 
-def compute_scale(amax: float, fmt, margin: int = 0, previous: float = 1.0) -> np.float32:
-    """``2 ** (floor(log2(fmt.max / amax)) - margin)`` as a float32, computed exactly.
+def compute_scale(amax: float, fmt, margin: int = 0, previous: float = 1.0, power_2: bool = True) -> np.float32:
+    """``2 ** (floor(log2(fmt.max / amax)) - margin)`` as a float32, computed exactly; with
+    ``power_2=False``, Transformer Engine's ``(fmt.max / amax) / 2**margin``, the division
+    rounded once to float32 (``amax`` rounded to float32 first, as TE keeps it).
 
-    ``amax`` 0 (nothing seen) or non-finite keeps ``previous``.  The exponent is clamped to
-    [-126, 126], so the scale and its inverse are normal float32 numbers.
+    ``amax`` 0 (nothing seen) or non-finite keeps ``previous``.  The scale is clamped to
+    [2^-126, 2^126], so it and its inverse are normal float32 numbers.
     """
     f = get_format(fmt)
     a = float(amax)
     if not (math.isfinite(a) and a > 0):
         return np.float32(previous)
+    if not power_2:
+        with np.errstate(over="ignore"):
+            r = float(np.float32(f.max) / np.float32(a))  # inf when amax is a tiny float32
+        r = min(max(math.ldexp(r, -int(margin)), 2.0**-_MAX_EXP), 2.0**_MAX_EXP)
+        return np.float32(r)
     # frexp gives floor(log2(r)) for the rounded float64 ratio; check it against the exact
     # products (powers of two times amax are exact) so a rounded ratio cannot move it.
     _, e = math.frexp(f.max / a)
@@ -134,7 +151,8 @@ def compute_scale(amax: float, fmt, margin: int = 0, previous: float = 1.0) -> n
 class ScalingState:
     """Delayed scaling of one tensor: its fp8 format, scale, amax history and counts.
 
-    ``scale`` (float32, a power of two) is what the next cast multiplies by; ``amax_history``
+    ``scale`` (float32; a power of two unless ``recipe.power_2_scale`` is False) is what the next
+    cast multiplies by; ``amax_history``
     the amaxes of the last ``amax_history_len`` steps, oldest first; ``step_amax`` the amax seen
     so far in the current step (None before the first cast).  Counts: ``n`` values cast,
     ``saturated`` finite values whose scaled magnitude lay beyond what rounds to max (clamped
@@ -162,7 +180,7 @@ class ScalingState:
 
     @property
     def scale_inv(self) -> np.float32:
-        """1 / scale, exact (the scale is a power of two)."""
+        """1 / scale as a float32 (exact when the scale is a power of two, else rounded once)."""
         return np.float32(1.0 / float(self.scale))
 
     @property
@@ -189,10 +207,14 @@ class ScalingState:
             thr = self.fmt.overflow_threshold
             beyond = (a_s >= thr) if self.fmt.has_inf else (a_s > thr)  # e4m3fn rounds the tie itself to max
             sat = int(xp.count_nonzero(beyond & xp.isfinite(x32)))
-        # To nearest, |v| <= half the smallest subnormal becomes 0 (the tie goes to 0, the even side);
-        # compared unscaled (dividing by a power of two is exact): one pass fewer over the data.
-        flush = xp.float32(self.fmt.flush_threshold / float(self.scale))
-        under = int(xp.count_nonzero(a <= flush)) - (int(x32.size) - int(xp.count_nonzero(x32)))
+        # To nearest, |v| <= half the smallest subnormal becomes 0 (the tie goes to 0, the even side).
+        # A power-of-two scale: compared unscaled (dividing by it is exact), one pass fewer over the
+        # data; any other scale: compared on the scaled products the cast rounded.
+        if _is_power_of_two(self.scale):
+            under = int(xp.count_nonzero(a <= xp.float32(self.fmt.flush_threshold / float(self.scale))))
+        else:
+            under = int(xp.count_nonzero(a * s <= xp.float32(self.fmt.flush_threshold)))
+        under -= int(x32.size) - int(xp.count_nonzero(x32))
         for k, v in (("n", int(x32.size)), ("saturated", sat), ("underflow", under)):
             self.counts[k] += v
             self._current[k] += v
@@ -205,7 +227,7 @@ class ScalingState:
             return
         self.amax_history.append(self.step_amax)
         del self.amax_history[:-self.recipe.amax_history_len]
-        self.scale = compute_scale(self.amax, self.fmt, self.recipe.margin, self.scale)
+        self.scale = compute_scale(self.amax, self.fmt, self.recipe.margin, self.scale, self.recipe.power_2_scale)
         self.step_amax = None
         self.steps += 1
         self.last = self._current
@@ -215,13 +237,13 @@ class ScalingState:
         """Plain numbers: name, format, scale (and log2), the amax it came from, the history
         length, and the counts (totals and the last step's)."""
         return {"name": self.name, "format": self.fmt.name, "scale": float(self.scale),
-                "log2_scale": int(math.log2(float(self.scale))), "amax": self.amax,
+                "log2_scale": _log2_scale(self.scale), "amax": self.amax,
                 "history": len(self.amax_history), "steps": self.steps, **self.counts,
                 "last_n": self.last["n"], "last_saturated": self.last["saturated"],
                 "last_underflow": self.last["underflow"]}
 
     def __repr__(self) -> str:
-        return (f"ScalingState({self.name!r}, {self.fmt.name}, scale=2^{int(math.log2(float(self.scale)))}, "
+        return (f"ScalingState({self.name!r}, {self.fmt.name}, scale={_scale_str(self.scale)}, "
                 f"amax={self.amax:.4g}, history={len(self.amax_history)}/{self.recipe.amax_history_len}, "
                 f"saturated={self.counts['saturated']}, underflow={self.counts['underflow']})")
 
@@ -267,6 +289,19 @@ _WIDEN = {name: np.arange(256, dtype=np.uint8).view(get_format(name).dtype).asty
           for name in FP8_FORMATS}
 
 
+def _is_power_of_two(scale) -> bool:
+    return math.frexp(float(scale))[0] == 0.5
+
+
+def _log2_scale(scale):
+    """log2 of a scale: an int for a power of two, else a float."""
+    return math.frexp(float(scale))[1] - 1 if _is_power_of_two(scale) else math.log2(float(scale))
+
+
+def _scale_str(scale) -> str:
+    return f"2^{_log2_scale(scale)}" if _is_power_of_two(scale) else f"{float(scale):.6g}"
+
+
 def _widen(codes, fmt: Format, backend: Backend):
     if isinstance(codes, np.ndarray) and codes.dtype == fmt.dtype:
         return _WIDEN[fmt.name].take(codes.view(np.uint8))
@@ -304,7 +339,8 @@ class Fp8Tensor:
         return _widen(self.codes, self.fmt, self.backend)
 
     def f32(self):
-        """The values they stand for, ``codes * (1/scale)`` in float32 (exact: a power of two)."""
+        """The values they stand for, ``codes * (1/scale)`` in float32 (exact for a power-of-two
+        scale, else rounded once)."""
         return self.codes_f32() * self.backend.xp.float32(self.scale_inv)
 
     def numpy(self) -> np.ndarray:
@@ -477,7 +513,7 @@ def format_scaling_table(summary: dict[str, dict], title: str = "") -> str:
             "saturated (all)", "flushed (all)"]
     rows = []
     for name, s in summary.items():
-        rows.append([name, s["format"], f"2^{s['log2_scale']}", f"{s['amax']:.4g}",
+        rows.append([name, s["format"], _scale_str(s["scale"]), f"{s['amax']:.4g}",
                      _count_pct(s["last_saturated"], s["last_n"]), _count_pct(s["last_underflow"], s["last_n"]),
                      _count_pct(s["saturated"], s["n"]), _count_pct(s["underflow"], s["n"])])
     widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]

@@ -151,3 +151,14 @@ def test_cli_compare_seeds(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["compare", "--seed", "1", "--seeds", "2"])
     assert e.value.code == 2 and "not allowed with" in capsys.readouterr().err
+
+
+def test_compare_takes_your_own_recipe_objects():
+    from fpsim.experiments import Recipe
+
+    task = ReferenceTask(n=256)
+    mine = Recipe("bf16-master-static", "bfloat16", master=True, scaler="static", static_scale=8.0)
+    out = compare(["fp32", mine], task, steps=3, progress=False)
+    assert list(out) == ["fp32", "bf16-master-static"] and out["bf16-master-static"].scales == [8.0] * 3
+    with pytest.raises(ValueError, match="each name once"):
+        compare(["fp32", "fp32"], task, steps=1, progress=False)

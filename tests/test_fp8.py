@@ -62,6 +62,49 @@ def test_compute_scale_pinned_and_keeps_previous_on_zero_or_nonfinite():
     assert fp8.compute_scale(1e-45, "e5m2") == 2.0**126  # clamped: the scale and 1/scale stay normal float32
 
 
+@pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("amax", [1.0, 448.0, 3.0, 1e-7, 57344.0, 6e4, 12345.678])
+@pytest.mark.parametrize("margin", [0, 2])
+def test_compute_scale_unrounded_is_transformer_engines(name, amax, margin):
+    a = float(np.float32(amax))
+    got = fp8.compute_scale(a, name, margin, power_2=False)
+    assert got.dtype == np.float32 and float(got) == ref_te_scale(a, name, margin)
+    assert ref_scale(a, MAX[name], margin) <= float(got) < 2 * ref_scale(a, MAX[name], margin)
+
+
+def test_compute_scale_unrounded_pinned_and_clamped():
+    assert fp8.compute_scale(3.0, "e4m3", power_2=False) == np.float32(149.33333)  # 448 / 3
+    assert fp8.compute_scale(3.0, "e4m3", margin=1, power_2=False) == np.float32(74.666664)
+    assert fp8.compute_scale(1e-45, "e5m2", power_2=False) == 2.0**126  # 57344 / 1e-45 overflows: clamped
+    assert fp8.compute_scale(float("nan"), "e5m2", previous=4.0, power_2=False) == 4.0
+
+
+def test_unrounded_scale_casts_counts_and_table():
+    """A tensor cast with a scale that is not a power of two: x * scale rounds in float32, then
+    once into fp8 with saturation; the counts and the table follow the scaled values."""
+    rec = fp8.DelayedScaling(amax_history_len=1, power_2_scale=False)
+    st = fp8.ScalingState("t", "e4m3", rec)
+    be = fpsim.backend.get_backend(None)
+    st.cast(np.float32([3.0, -1.0]), be)
+    st.update()
+    s = float(st.scale)
+    assert s == float(np.float32(448) / np.float32(3.0)) and st.summary()["log2_scale"] == pytest.approx(7.2224, abs=1e-4)
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.standard_normal(2000) * 10.0 ** rng.uniform(-6, 0.7, 2000),
+                        [0.0, 3.2, -3.5, 1e-5, -2e-5]]).astype(np.float32)
+    codes = st.cast(x, be)
+    want = ref_cast(x, s, "float8_e4m3fn")
+    np.testing.assert_array_equal(codes.view(np.uint8), want.view(np.uint8))
+    st.update()
+    assert st.last["underflow"] == int(np.sum((want.astype(np.float32) == 0) & (x != 0)))
+    assert st.last["saturated"] == int(np.sum(np.abs(x.astype(np.float64) * s) > 464))  # beyond max + ulp/2
+    assert st.last["saturated"] > 0 and st.last["underflow"] > 0  # both happen in this data
+    assert f"{float(st.scale):.6g}" in fp8.format_scaling_table({"t": st.summary()}) and "2^" not in repr(st)
+    assert "not a power of two" in str(rec)
+    with pytest.raises(ValueError, match="power_2_scale"):
+        fp8.DelayedScaling(power_2_scale="yes")
+
+
 def test_delayed_scaling_matches_a_hand_computed_amax_history_step_by_step():
     """History 3, margin 1, e4m3fn (max 448); each step casts one tensor with the scale the
     previous steps set, then update() pushes that step's amax and recomputes the scale."""
@@ -194,13 +237,19 @@ def test_fp8_linear_exact_case_forward_and_backward():
     assert model[0].weight.grad.fmt.name == "float32"  # the masters' gradients are float32
 
 
-def test_fp8_linear_against_a_float64_reference_after_scales_settle():
+def ref_te_scale(amax, name, margin=0):
+    """Transformer Engine's delayed-scaling factor: float32(max / amax) / 2^margin."""
+    return float(np.float32(MAX[name]) / np.float32(amax)) / 2.0**margin
+
+
+@pytest.mark.parametrize("power_2", [True, False])
+def test_fp8_linear_against_a_float64_reference_after_scales_settle(power_2):
     rng = np.random.default_rng(1)
     x = rng.standard_normal((32, 24)).astype(np.float32) * np.float32(0.3)
     w = rng.uniform(-0.2, 0.2, (16, 24)).astype(np.float32)
     b = rng.uniform(-0.1, 0.1, 16).astype(np.float32)
     g = (rng.standard_normal((32, 16)) * 1e-7).astype(np.float32)  # tiny, as in the reference task
-    model, group = small_layer(x, w, b)
+    model, group = small_layer(x, w, b, fp8.DelayedScaling(amax_history_len=2, power_2_scale=power_2))
     for _ in range(2):  # step 1 sets the scales from step 0's amaxes (gradients all flush at scale 1)
         xt = tensor(x, "float32", requires_grad=True)
         model[0].weight.grad = model[0].bias.grad = None
@@ -209,8 +258,15 @@ def test_fp8_linear_against_a_float64_reference_after_scales_settle():
         out.backward(g)
         group.update()
     sx, sw, sg = scales["0.input"], scales["0.weight"], scales["0.grad_output"]
-    assert (sx, sw, sg) == (ref_scale(np.abs(x).max(), 448, 0), ref_scale(np.abs(w).max(), 448, 0),
-                            ref_scale(np.abs(g).max(), 57344, 0))
+    if power_2:
+        assert (sx, sw, sg) == (ref_scale(np.abs(x).max(), 448, 0), ref_scale(np.abs(w).max(), 448, 0),
+                                ref_scale(np.abs(g).max(), 57344, 0))
+    else:
+        assert (sx, sw, sg) == (ref_te_scale(np.abs(x).max(), "float8_e4m3fn"),
+                                ref_te_scale(np.abs(w).max(), "float8_e4m3fn"),
+                                ref_te_scale(np.abs(g).max(), "float8_e5m2"))
+        assert sx * float(np.abs(x).max()) == pytest.approx(448, rel=1e-6)  # amax lands on max
+    roundings = 1 if power_2 else 4  # + 1/s_x, 1/s_w, their product and the multiplication
     xq = ref_cast(x, sx, "float8_e4m3fn").astype(np.float64)
     wq = ref_cast(w, sw, "float8_e4m3fn").astype(np.float64)
     gq = ref_cast(g, sg, "float8_e5m2").astype(np.float64)
@@ -218,7 +274,7 @@ def test_fp8_linear_against_a_float64_reference_after_scales_settle():
     def close(got, exact_sum, abs_terms, scale):
         # float32 accumulation of exact products: |error| <= k * 2^-24 * sum|terms|, then one rounding
         k = 32
-        bound = (k * 2.0**-24 * abs_terms + 2.0**-24 * np.abs(exact_sum)) / scale
+        bound = (k * 2.0**-24 * abs_terms + roundings * 2.0**-24 * np.abs(exact_sum)) / scale
         assert np.all(np.abs(got - exact_sum / scale) <= bound + 1e-30)
 
     close(out.f32() - b, xq @ wq.T, np.abs(xq) @ np.abs(wq).T, sx * sw)
