@@ -210,8 +210,8 @@ def _loss_figure(results, task, steps, path):
 
 def _beyond_fp16_figure(results, task, steps, path):
     """Top: the loss of every recipe of ``BEYOND_FP16`` (log axis).  Bottom: each divided by
-    fp32's at the same step, fp8 on the left (its first steps reach about twice fp32's loss, which
-    would flatten the rest), the bfloat16 recipes on the right, where a few per cent show."""
+    fp32's at the same step, fp8 on the left (about 10% above, and noisy), the bfloat16 recipes
+    on the right, on their own axis so that differences of a per cent show."""
     from .plots import _STYLES, STYLE, _plt, loss_curves, recipe_color
 
     plt = _plt()

@@ -12,7 +12,7 @@ import pytest
 
 import fpsim
 from fpsim import cli, fp8, nn
-from fpsim.experiments import EXTENDED_RECIPES, RECIPES, compare, format_table, get_recipe
+from fpsim.experiments import EXTENDED_RECIPES, RECIPES, Recipe, compare, format_table, get_recipe
 from fpsim.tensor import tensor
 
 E4M3, E5M2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
@@ -305,6 +305,47 @@ def test_first_step_gradients_flush_at_scale_one_then_delayed_scaling_rescues_th
     np.testing.assert_allclose(model[0].weight.grad.f32(), gq.T @ xq, rtol=1e-6)
 
 
+def test_amax_init_takes_the_first_scale_from_the_first_tensor():
+    """torchao's enable_amax_init: the first cast of a tensor uses the scale its own amax gives;
+    later casts in that step and later steps follow the delayed rule as before."""
+    rec = fp8.DelayedScaling(amax_history_len=2, amax_init=True)
+    st = fp8.ScalingState("t", "e4m3", rec)
+    be = fpsim.backend.get_backend(None)
+    x = np.float32([3.0, -0.01, 1e-4, 0.0])
+    q = st.to_fp8(x, be)
+    assert q.scale == 128.0 == st.scale  # 448 / 3 = 149.3 -> 2^7
+    np.testing.assert_array_equal(q.codes.view(np.uint8), ref_cast(x, 128.0, "float8_e4m3fn").view(np.uint8))
+    np.testing.assert_array_equal(q.f32(), ref_cast(x, 128.0, "float8_e4m3fn").astype(np.float64) / 128)
+    assert st.to_fp8(np.float32([100.0]), be).scale == 128.0  # same step: no re-init; 12800 saturates
+    assert st.last == {"n": 0, "saturated": 0, "underflow": 0}
+    st.update()
+    assert st.amax_history == [100.0] and st.scale == 4.0 and st.last["saturated"] == 1  # 448/100 -> 2^2
+    assert st.to_fp8(np.float32([0.5]), be).scale == 4.0  # no init after the first step
+    # without amax_init (Transformer Engine) the first cast runs at scale 1
+    te = fp8.ScalingState("t", "e4m3", fp8.DelayedScaling(amax_history_len=2))
+    assert te.to_fp8(x, be).scale == 1.0
+    assert "first scale from the first amax" in str(rec) and "first" not in str(fp8.DelayedScaling())
+    with pytest.raises(ValueError, match="amax_init"):
+        fp8.DelayedScaling(amax_init=1)
+
+
+def test_amax_init_rescues_the_first_steps_gradients():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((8, 4)).astype(np.float32)
+    w = rng.uniform(-1, 1, (3, 4)).astype(np.float32)
+    g = np.full((8, 3), 1e-8, np.float32)
+    model, group = small_layer(x, w, np.zeros(3, np.float32), fp8.DelayedScaling(amax_history_len=2, amax_init=True))
+    model(tensor(x)).backward(g)
+    assert group["0.grad_output"].scale == 2.0**42  # from the gradient's own amax, not 1
+    sx = float(group["0.input"].scale)
+    assert sx == ref_scale(np.abs(x).max(), 448, 0)
+    xq = ref_cast(x, sx, "float8_e4m3fn").astype(np.float64) / sx
+    gq = ref_cast(g, 2.0**42, "float8_e5m2").astype(np.float64) / 2.0**42
+    np.testing.assert_allclose(model[0].weight.grad.f32(), gq.T @ xq, rtol=1e-6)  # nothing flushed
+    group.update()
+    assert group["0.grad_output"].last["underflow"] == 0
+
+
 def test_qdq_forward_values_and_straight_through_gradient():
     s_fwd = fp8.ScalingState("a", "e4m3", fp8.DelayedScaling(), init_scale=64.0)
     s_bwd = fp8.ScalingState("a.grad", "e5m2", fp8.DelayedScaling(), init_scale=2.0**20)
@@ -403,6 +444,7 @@ def test_bad_input_raises_value_error():
 def test_recipe_and_cli(capsys, tmp_path):
     r = get_recipe("fp8-delayed")
     assert r.params == "float32" and not r.master and r.fp8.amax_history_len == 16 and r.fp8.margin == 0
+    assert r.fp8.amax_init and r.fp8.power_2_scale
     assert set(EXTENDED_RECIPES) == {"fp8-delayed", "fp8-delayed-inner", "bf16-kahan", "bf16-stochastic"} <= set(RECIPES)
     assert get_recipe("fp8-delayed-inner").fp8_skip == ("first", "last") and not r.fp8_skip
     names = ["fp32", "fp8-delayed", "bf16-pure", "bf16-kahan", "bf16-stochastic", "bf16-master"]
@@ -417,20 +459,24 @@ def test_recipe_and_cli(capsys, tmp_path):
 # ------------------------------------------------------------------------------ the reference task
 
 
+TE_START = Recipe("fp8-te-start", "float32", fp8=fp8.DelayedScaling(amax_history_len=16))  # scale 1 at step 0
+
+
 @pytest.fixture(scope="module")
 def runs():
-    return compare(["fp32", "fp8-delayed", "fp8-delayed-inner"], progress=False)
+    return compare(["fp32", "fp8-delayed", "fp8-delayed-inner", TE_START], progress=False, measure_at=(0, 1, 2, 3, 4, -1))
 
 
 @pytest.mark.slow
 def test_fp8_delayed_on_the_reference_task(runs):
     r, base = runs["fp8-delayed"], runs["fp32"]
     assert not r.failure and r.r2 > 0.95
-    # Measured 7.85e-4 vs fp32 7.10e-4 (1.106x): e4m3's 3 mantissa bits in the forward pass set
-    # the floor (e4m3 gradients instead of e5m2: 1.105x; e5m2 forward: 1.29x).
+    # Measured 7.790e-4 vs fp32 7.100e-4 (1.097x): e4m3's 3 mantissa bits in the forward pass set
+    # the floor (e5m2 forward: 1.29x).
     assert r.final_loss < 1.15 * base.final_loss
-    assert r.act_grad_flushed[0] > 0.99  # step 0 runs at scale 1: e5m2 flushes the ~1e-8 gradients
-    assert r.act_grad_flushed[max(r.act_grad_flushed)] < 0.01  # the delayed scales fixed that
+    assert r.act_grad_flushed[0] < 0.01  # amax_init: step 0's scales come from its own amaxes
+    assert r.act_grad_flushed[max(r.act_grad_flushed)] < 0.01
+    assert r.stalled[0] == 0
     for name, s in r.fp8.items():
         assert s["scale"] == 2.0 ** s["log2_scale"]
         if name.endswith("grad_output"):
@@ -442,18 +488,30 @@ def test_fp8_delayed_on_the_reference_task(runs):
 
 
 @pytest.mark.slow
+def test_a_scale_one_start_stalls_the_first_steps_and_ends_worse(runs):
+    """Transformer Engine's start (scale 1 at step 0): the ~1e-8 gradients all flush; the layers
+    below get exact zeros, keep scale 1 (an amax of 0 changes nothing) and flush again, so the
+    scales wake up one layer per step and the first steps barely move the weights."""
+    te, init = runs["fp8-te-start"], runs["fp8-delayed"]
+    assert te.act_grad_flushed[0] == 1.0
+    assert te.stalled[0] > 0.98 and all(0.4 < te.stalled[k] < 0.6 for k in (1, 2, 3)) and te.stalled[4] == 0
+    # measured 1.106x against 1.097x here; over seeds 0-7 1.130x against 1.099x
+    assert te.final_loss > init.final_loss
+
+
+@pytest.mark.slow
 def test_fp8_delayed_inner_keeps_the_ends_in_float32(runs):
     r, base = runs["fp8-delayed-inner"], runs["fp32"]
     assert not r.failure and r.r2 > 0.95
     assert sorted({k.split(".")[0] for k in r.fp8}) == ["2", "4"]  # layers 0 and 6 run in float32
-    # Measured 7.815e-4 (1.101x); over seeds 0-3 1.101, 1.126, 1.057, 1.111 (mean 1.099) against
-    # fp8-delayed's 1.106, 1.185, 1.140, 1.142 (mean 1.143).
+    # Measured 7.707e-4 (1.086x); over seeds 0-7 mean 1.081x against fp8-delayed's 1.099x.
     assert r.final_loss < runs["fp8-delayed"].final_loss < 1.15 * base.final_loss
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 9's bar (fp8-delayed within 10% of fp32) is not met by a faithful "
-                                       "implementation: 1.106x at seed 0 (7.850e-4 vs 7.100e-4), 1.143x "
-                                       "averaged over seeds 0-3 (README: What works, beyond float16)")
 def test_fp8_delayed_within_ten_percent_of_fp32(runs):
+    """Issue 9's bar.  Measured 1.097x (7.790e-4 against 7.100e-4).  Not a margin: the ratio
+    moves by 1-2% from one step to the next (1.077x-1.120x over the last 10 steps, mean 1.101x),
+    and over seeds 0-7 it ends between 1.086x and 1.116x (mean 1.099x).  fp8 costs about 10% on
+    this task; with Transformer Engine's scale-1 start (fp8-te-start above) it is 1.106x."""
     assert runs["fp8-delayed"].final_loss <= 1.10 * runs["fp32"].final_loss
