@@ -98,6 +98,16 @@ def _backend_arg(name: str) -> str:
     return name
 
 
+def _seed_arg(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"a seed is a whole number >= 0, got {text!r}")
+    return v
+
+
 def _positive_int(text: str) -> int:
     try:
         v = int(text)
@@ -175,10 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
                          "bf16-master; also fp16-amp, fp8-delayed, fp8-delayed-inner, bf16-kahan, bf16-stochastic)")
     sp.add_argument("--steps", type=_positive_int, help="training steps (default 150)")
     seed = sp.add_mutually_exclusive_group()
-    seed.add_argument("--seed", type=int, default=0, help="seed of the initial weights (default 0)")
-    seed.add_argument("--seeds", type=int, nargs="+", metavar="SEED",
-                      help="run every recipe once per seed and print each recipe's ratio to fp32 per seed, "
-                           "with the mean and range (the figure shows the first seed)")
+    seed.add_argument("--seed", type=_seed_arg, default=0, help="seed of the initial weights (default 0)")
+    seed.add_argument("--seeds", type=_seed_arg, nargs="+", metavar="SEED",
+                      help="run every recipe once per seed and print, instead of the full table, each "
+                           "recipe's final loss divided by fp32's (or the first recipe's, without fp32) "
+                           "from the same seed, with the mean and range; --json then gives the runs by "
+                           "seed; the figure shows the first seed")
     sp.add_argument("--lr", type=_positive_float, help="Adam learning rate (default 1e-2)")
     sp.add_argument("--backend", type=_backend_arg, default=None, metavar="{numpy,cupy}",
                     help="array backend (default numpy; cupy needs CuPy and a CUDA GPU)")

@@ -329,6 +329,8 @@ def compare_seeds(recipes=DEFAULT_RECIPES, seeds=(0, 1, 2, 3), task: ReferenceTa
     by seed, then by recipe.  One seed's ratio to fp32 can mislead - fp8-delayed is 1.097x at
     seed 0 and 1.116x at seed 5 - so :func:`format_seed_table` shows every seed and the mean."""
     recs = [get_recipe(r) for r in recipes]  # names or Recipe objects (your own recipes too)
+    if not recs:
+        raise ValueError("recipes: give at least one recipe")
     names = [r.name for r in recs]
     if len(set(names)) != len(names):
         raise ValueError(f"recipes: each name once, got {', '.join(names)}")

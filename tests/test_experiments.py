@@ -133,6 +133,8 @@ def test_compare_seeds_bad_input():
     for seeds in ([], [0, 0], [0.5], [True]):
         with pytest.raises(ValueError, match="seed"):
             ex.compare_seeds(["fp32"], seeds, ReferenceTask(n=64), steps=1, progress=False)
+    with pytest.raises(ValueError, match="at least one recipe"):
+        ex.compare_seeds([], [0], ReferenceTask(n=64), steps=1, progress=False)
 
 
 def test_cli_compare_seeds(tmp_path, capsys):
@@ -151,6 +153,9 @@ def test_cli_compare_seeds(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["compare", "--seed", "1", "--seeds", "2"])
     assert e.value.code == 2 and "not allowed with" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        cli.main(["compare", "--seeds", "0", "-3"])
+    assert e.value.code == 2 and "a seed is a whole number >= 0, got '-3'" in capsys.readouterr().err
 
 
 def test_compare_takes_your_own_recipe_objects():

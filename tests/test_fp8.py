@@ -97,12 +97,63 @@ def test_unrounded_scale_casts_counts_and_table():
     np.testing.assert_array_equal(codes.view(np.uint8), want.view(np.uint8))
     st.update()
     assert st.last["underflow"] == int(np.sum((want.astype(np.float32) == 0) & (x != 0)))
-    assert st.last["saturated"] == int(np.sum(np.abs(x.astype(np.float64) * s) > 464))  # beyond max + ulp/2
+    # saturated: what ml_dtypes' plain (non-saturating) cast of the float32 product turns into NaN
+    assert st.last["saturated"] == int(np.isnan((x * np.float32(s)).astype(E4M3).astype(np.float32)).sum())
     assert st.last["saturated"] > 0 and st.last["underflow"] > 0  # both happen in this data
     assert f"{float(st.scale):.6g}" in fp8.format_scaling_table({"t": st.summary()}) and "2^" not in repr(st)
     assert "not a power of two" in str(rec)
     with pytest.raises(ValueError, match="power_2_scale"):
         fp8.DelayedScaling(power_2_scale="yes")
+
+
+@pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2"])
+def test_saturation_counted_from_the_float32_product_with_any_scale(name):
+    """The cast rounds x * scale in float32: a product whose exact value lies just below the
+    overflow threshold can round onto it and saturate.  Counted against ml_dtypes' plain cast of
+    the same float32 products (inf / NaN there = saturated here)."""
+    rec = fp8.DelayedScaling(power_2_scale=False)
+    be = fpsim.backend.get_backend(None)
+    st = fp8.ScalingState("t", name, rec)
+    if name == "float8_e5m2":  # s * x = 61439.999... exactly, 61440 (the threshold) in float32
+        st.scale, x = np.float32(1.6342225), np.float32([37595.86, -1.0, 0.5])
+        assert float(x[0]) * float(st.scale) < 61440 <= float(x[0] * st.scale)
+    else:
+        st.scale = np.float32(1.7364819)
+        x = np.float32(np.random.default_rng(3).standard_normal(5000) * 150)
+    codes = st.cast(x, be)
+    plain = (x * st.scale).astype(DT[name]).astype(np.float32)
+    st.update()
+    assert st.last["saturated"] == int((~np.isfinite(plain)).sum()) > 0
+    assert np.all(np.abs(codes.astype(np.float32)[~np.isfinite(plain)]) == MAX[name])
+
+
+def test_amax_init_waits_for_a_non_zero_amax():
+    """A first cast of zeros (the gradient below a zero-initialised layer) must not use the init
+    up: the scale stays put until a tensor with a non-zero amax arrives, whenever that is."""
+    st = fp8.ScalingState("g", "e5m2", fp8.DelayedScaling(amax_history_len=4, amax_init=True))
+    be = fpsim.backend.get_backend(None)
+    assert st.to_fp8(np.zeros(5, np.float32), be).scale == 1.0
+    st.update()
+    assert st.scale == 1.0 and st.amax_history == [0.0]
+    q = st.to_fp8(np.float32([1e-8, -3e-9]), be)  # step 1: now the init happens
+    assert q.scale == 2.0**42 and q.f32()[0] != 0
+    st.update()
+    assert st.last["underflow"] == 0 and st.scale == 2.0**42
+    # through a model: the last layer starts at zero, so the first layer's gradient is 0 at step 0
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((16, 4)).astype(np.float32)
+    model = nn.MLP([4, 3, 2], activation="tanh", seed=0)
+    model[2].weight.data = np.zeros((2, 3), np.float32)
+    group = fp8.convert(model, fp8.DelayedScaling(amax_history_len=4, amax_init=True))
+    opt = fpsim.optim.SGD(model.parameters(), lr=0.5)
+    for _ in range(2):
+        model.zero_grad()
+        fpsim.ops.mse_loss(model(tensor(x)), np.full((16, 2), 1e-3, np.float32)).backward()
+        opt.step()
+        group.update()
+    g0 = group["0.grad_output"]
+    assert g0.amax_history[0] == 0.0 and g0.amax_history[1] > 0  # zeros at step 0, values at step 1
+    assert g0.scale > 2.0**20 and g0.last["underflow"] == 0  # initialised at step 1, nothing flushed
 
 
 def test_delayed_scaling_matches_a_hand_computed_amax_history_step_by_step():
@@ -406,6 +457,19 @@ def test_convert_skip_keeps_the_first_and_last_linear_out_of_fp8():
                                                        "2.weight", "2.grad_output"]
 
 
+def test_convert_skip_a_linear_named_last_wins_over_the_alias():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.last = nn.Linear(4, 3)  # first in module order, named "last"
+            self.out = nn.Linear(3, 2)
+
+    net = Net()
+    group = fp8.convert(net, skip="last")
+    assert type(net.last) is nn.Linear and isinstance(net.out, fp8.Linear)
+    assert list(group.states) == ["out.input", "out.weight", "out.grad_output"]
+
+
 def test_convert_skip_bad_names_raise_and_change_nothing():
     model = nn.MLP([6, 5, 4], activation="tanh", seed=0)
     with pytest.raises(ValueError, match=r"'1' not a Linear of MLP; its Linear layers: 0, 2"):
@@ -472,7 +536,7 @@ def test_fp8_delayed_on_the_reference_task(runs):
     r, base = runs["fp8-delayed"], runs["fp32"]
     assert not r.failure and r.r2 > 0.95
     # Measured 7.790e-4 vs fp32 7.100e-4 (1.097x): e4m3's 3 mantissa bits in the forward pass set
-    # the floor (e5m2 forward: 1.29x).
+    # the floor (e5m2 forward: 1.27x).
     assert r.final_loss < 1.15 * base.final_loss
     assert r.act_grad_flushed[0] < 0.01  # amax_init: step 0's scales come from its own amaxes
     assert r.act_grad_flushed[max(r.act_grad_flushed)] < 0.01
@@ -495,8 +559,9 @@ def test_a_scale_one_start_stalls_the_first_steps_and_ends_worse(runs):
     te, init = runs["fp8-te-start"], runs["fp8-delayed"]
     assert te.act_grad_flushed[0] == 1.0
     assert te.stalled[0] > 0.98 and all(0.4 < te.stalled[k] < 0.6 for k in (1, 2, 3)) and te.stalled[4] == 0
-    # measured 1.106x against 1.097x here; over seeds 0-7 1.130x against 1.099x
-    assert te.final_loss > init.final_loss
+    # Final loss: 1.106x against 1.097x here; worse on 6 of seeds 0-7, by 3 points on average
+    # (1.130x against 1.099x) - a per-seed difference, not asserted on one seed.
+    assert not init.act_grad_flushed[0] and init.stalled[0] == 0
 
 
 @pytest.mark.slow
@@ -504,7 +569,7 @@ def test_fp8_delayed_inner_keeps_the_ends_in_float32(runs):
     r, base = runs["fp8-delayed-inner"], runs["fp32"]
     assert not r.failure and r.r2 > 0.95
     assert sorted({k.split(".")[0] for k in r.fp8}) == ["2", "4"]  # layers 0 and 6 run in float32
-    # Measured 7.707e-4 (1.086x); over seeds 0-7 mean 1.081x against fp8-delayed's 1.099x.
+    # Measured 7.707e-4 (1.085x); over seeds 0-7 mean 1.081x against fp8-delayed's 1.099x.
     assert r.final_loss < runs["fp8-delayed"].final_loss < 1.15 * base.final_loss
 
 
