@@ -1,4 +1,5 @@
-"""Checkpoints: model and optimizer state in one ``.npz``, bit for bit, without pickle.
+"""Checkpoints: model, optimizer, loss scaler and fp8 scaling state in one ``.npz``, bit for
+bit, without pickle.
 
 Every array is stored as its raw bits (unsigned integers of the format's width) next to the
 format's name, so bfloat16 and fp8 survive the round trip exactly and the file needs nothing
@@ -32,7 +33,7 @@ def _pack(prefix: str, arr, out: dict) -> None:
         out[f"{prefix}#kind"] = np.asarray("scalar")
         return
     fmt = get_format(a.dtype)
-    out[prefix] = np.ascontiguousarray(a).view(_UINT[a.dtype.itemsize])
+    out[prefix] = np.ascontiguousarray(a).view(_UINT[a.dtype.itemsize]).reshape(a.shape)  # keeps 0-d arrays 0-d
     out[f"{prefix}#fmt"] = np.asarray(fmt.name)
 
 
@@ -44,9 +45,10 @@ def _unpack(data, key: str):
     return v.item() if v.ndim == 0 else v
 
 
-def save(path, model, optimizer=None, scaler=None) -> Path:
-    """Write model (and optimizer, GradScaler) state to ``path`` (.npz), atomically: a
-    failure half-way leaves any earlier file at ``path`` as it was."""
+def save(path, model, optimizer=None, scaler=None, fp8=None) -> Path:
+    """Write model (and optimizer, GradScaler, fp8 scaling - the ``ScalingGroup`` that
+    ``fpsim.fp8.convert`` returned) state to ``path`` (.npz), atomically: a failure half-way
+    leaves any earlier file at ``path`` as it was."""
     path = Path(path)
     out: dict = {}
     for name, arr in model.state_dict().items():
@@ -57,6 +59,9 @@ def save(path, model, optimizer=None, scaler=None) -> Path:
     if scaler is not None:
         for name, v in scaler.state_dict().items():
             _pack(f"scaler/{name}", v, out)
+    if fp8 is not None:
+        for name, v in fp8.state_dict().items():
+            _pack(f"fp8/{name}", v, out)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as fh:
         np.savez(fh, **out)
@@ -64,7 +69,7 @@ def save(path, model, optimizer=None, scaler=None) -> Path:
     return path
 
 
-def load(path, model, optimizer=None, scaler=None) -> None:
+def load(path, model, optimizer=None, scaler=None, fp8=None) -> None:
     """Restore what :func:`save` wrote.  A missing or unreadable file, or entries that do not
     fit the model, raise before anything is changed."""
     path = Path(path)
@@ -75,7 +80,7 @@ def load(path, model, optimizer=None, scaler=None) -> None:
             data = {k: z[k] for k in z.files}
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:  # truncated / bad CRC
         raise ValueError(f"checkpoint {path} could not be read as .npz: {e}") from None
-    parts: dict[str, dict] = {"model": {}, "optim": {}, "scaler": {}}
+    parts: dict[str, dict] = {"model": {}, "optim": {}, "scaler": {}, "fp8": {}}
     for key in data:
         if "#" in key:
             continue
@@ -92,16 +97,26 @@ def load(path, model, optimizer=None, scaler=None) -> None:
         raise ValueError(f"checkpoint {path}: missing {missing}, unexpected {extra} (model left unchanged)")
     if optimizer is not None and not parts["optim"]:
         raise ValueError(f"checkpoint {path} holds no optimizer state")
+    if fp8 is not None and not parts["fp8"]:
+        raise ValueError(f"checkpoint {path} holds no fp8 scaling state")
     snapshot = model.state_dict()
     opt_snapshot = optimizer.state_dict() if optimizer is not None else None
+    scaler_snapshot = scaler.state_dict() if scaler is not None else None
+    fp8_snapshot = fp8.state_dict() if fp8 is not None else None
     model.load_state_dict(model_state)
     try:
+        if fp8 is not None:  # checks its names against the model's fp8 tensors first
+            fp8.load_state_dict(parts["fp8"])
         if optimizer is not None:
             optimizer.load_state_dict(parts["optim"])
         if scaler is not None:
             scaler.load_state_dict(parts["scaler"])
-    except Exception:
+    except Exception:  # put back whatever was already loaded
         model.load_state_dict(snapshot)
-        if optimizer is not None:  # the scaler can fail after the optimizer was loaded
+        if optimizer is not None:
             optimizer.load_state_dict(opt_snapshot)
+        if scaler is not None:
+            scaler.load_state_dict(scaler_snapshot)
+        if fp8 is not None:
+            fp8.load_state_dict(fp8_snapshot)
         raise

@@ -265,6 +265,45 @@ class ScalingState:
         self.last = self._current
         self._current = dict.fromkeys(self.counts, 0)
 
+    _COUNT_KEYS = ("n", "saturated", "underflow")
+
+    def state_dict(self) -> dict:
+        """What a resumed run needs, between steps: the scale (float32), the amax history
+        (float32 - every amax is the |max| of float32 data, so exact), the step count, whether
+        ``amax_init`` is still pending, and the counts."""
+        if self.step_amax is not None:
+            raise RuntimeError(f"ScalingState {self.name!r}: state_dict() in the middle of a step; call update() "
+                               "(ScalingGroup.update()) after the step first")
+        out = {"scale": np.float32(self.scale), "amax_history": np.asarray(self.amax_history, np.float32),
+               "steps": int(self.steps), "init_pending": int(self._init_pending)}
+        for k in self._COUNT_KEYS:
+            out[f"counts.{k}"] = int(self.counts[k])
+            out[f"last.{k}"] = int(self.last[k])
+        return out
+
+    def load_state_dict(self, sd: dict) -> None:
+        """Restore :meth:`state_dict`'s output; checks everything before changing anything."""
+        want = {"scale", "amax_history", "steps", "init_pending",
+                *(f"{p}.{k}" for p in ("counts", "last") for k in self._COUNT_KEYS)}
+        missing, extra = sorted(want - set(sd)), sorted(set(sd) - want)
+        if missing or extra:
+            raise ValueError(f"ScalingState {self.name!r}: missing {missing}, unexpected {extra} (left unchanged)")
+        scale = float(np.asarray(sd["scale"]))
+        hist = np.asarray(sd["amax_history"], dtype=np.float64).reshape(-1)
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"ScalingState {self.name!r}: scale must be a finite number > 0, got {scale!r}")
+        if hist.size > self.recipe.amax_history_len:
+            raise ValueError(f"ScalingState {self.name!r}: amax history of {hist.size} steps does not fit the "
+                             f"recipe's amax_history_len={self.recipe.amax_history_len} (left unchanged)")
+        self.scale = np.float32(scale)
+        self.amax_history = [float(v) for v in hist]
+        self.steps = int(sd["steps"])
+        self._init_pending = bool(int(sd["init_pending"]))
+        self.step_amax = None
+        self.counts = {k: int(sd[f"counts.{k}"]) for k in self._COUNT_KEYS}
+        self.last = {k: int(sd[f"last.{k}"]) for k in self._COUNT_KEYS}
+        self._current = dict.fromkeys(self._COUNT_KEYS, 0)
+
     def summary(self) -> dict:
         """Plain numbers: name, format, scale (and log2), the amax it came from, the history
         length, and the counts (totals and the last step's)."""
@@ -522,6 +561,35 @@ class ScalingGroup:
 
     def summary(self) -> dict[str, dict]:
         return {n: s.summary() for n, s in self.states.items()}
+
+    def state_dict(self) -> dict:
+        """Every state's :meth:`ScalingState.state_dict`, flat: ``"<tensor>/<key>"`` (what
+        ``fpsim.checkpoint.save(..., fp8=group)`` writes)."""
+        return {f"{n}/{k}": v for n, st in self.states.items() for k, v in st.state_dict().items()}
+
+    def load_state_dict(self, sd: dict) -> None:
+        """Restore :meth:`state_dict`'s output.  Every tensor's entries are checked first (the
+        names must match this model's fp8 tensors); on any error nothing is changed."""
+        per: dict[str, dict] = {}
+        for key, v in sd.items():
+            name, sep, k = key.rpartition("/")
+            if not sep or name not in self.states:
+                raise ValueError(f"fp8 state: unexpected entry {key!r}; this model's fp8 tensors: "
+                                 f"{', '.join(self.states)} (left unchanged)")
+            per.setdefault(name, {})[k] = v
+        missing = [n for n in self.states if n not in per]
+        if missing:
+            raise ValueError(f"fp8 state: no entries for {', '.join(missing)} (left unchanged)")
+        snapshot = {n: st.state_dict() for n, st in self.states.items()} if all(
+            st.step_amax is None for st in self.states.values()) else None
+        try:
+            for n, st in self.states.items():
+                st.load_state_dict(per[n])
+        except Exception:
+            if snapshot is not None:
+                for n, st in self.states.items():
+                    st.load_state_dict(snapshot[n])
+            raise
 
     def table(self) -> str:
         """One row per tensor: format, scale, the amax it came from, and saturated / flushed

@@ -191,3 +191,75 @@ def test_failed_save_keeps_the_earlier_file(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         checkpoint.save(path, nn.MLP([3, 2], seed=1))
     assert path.read_bytes() == good
+
+
+# ------------------------------------------------------------------------------ fp8 scaling state
+
+
+def make_fp8(seed=0, skip=()):
+    from fpsim import fp8
+
+    model = nn.MLP([3, 5, 2], seed=seed)
+    group = fp8.convert(model, fp8.DelayedScaling(amax_history_len=4, amax_init=True), skip=skip)
+    return model, Adam(model.parameters(), lr=1e-2), group
+
+
+def train_fp8(model, opt, group, batches):
+    for x, y in batches:
+        opt.zero_grad()
+        nn.mse_loss(model(tensor(x)), y).backward()
+        opt.step()
+        group.update()
+
+
+def fp8_snapshot(group):
+    return {k: (bits(v).copy() if isinstance(v, np.ndarray) and v.dtype.kind == "f" else np.asarray(v).copy())
+            for k, v in group.state_dict().items()}
+
+
+def test_fp8_scaling_state_round_trips_and_resumes_identically(tmp_path):
+    model, opt, group = make_fp8()
+    train_fp8(model, opt, group, BATCHES[:3])
+    assert len(group["0.input"].amax_history) == 3 and group["2.grad_output"].scale > 1
+    path = checkpoint.save(tmp_path / "ck.npz", model, opt, fp8=group)
+    saved = fp8_snapshot(group)
+
+    model2, opt2, group2 = make_fp8(seed=7)
+    checkpoint.load(path, model2, opt2, fp8=group2)
+    assert_same(fp8_snapshot(group2), saved)
+    assert group2["0.weight"].amax_history == group["0.weight"].amax_history
+    assert group2["2.grad_output"].counts == group["2.grad_output"].counts
+
+    train_fp8(model, opt, group, BATCHES[3:])  # uninterrupted
+    train_fp8(model2, opt2, group2, BATCHES[3:])  # resumed: same scales, so the same fp8 numbers
+    assert_same(snapshot(model2, opt2), snapshot(model, opt))
+    assert_same(fp8_snapshot(group2), fp8_snapshot(group))
+
+
+def test_fp8_state_mismatch_raises_and_changes_nothing(tmp_path):
+    model, opt, group = make_fp8()
+    train_fp8(model, opt, group, BATCHES[:2])
+    path = checkpoint.save(tmp_path / "ck.npz", model, opt, fp8=group)
+    target, topt, tgroup = make_fp8(seed=5, skip="last")  # no fp8 state for layer 2
+    train_fp8(target, topt, tgroup, BATCHES[2:3])
+    before, fp8_before = snapshot(target, topt), fp8_snapshot(tgroup)
+    with pytest.raises(ValueError, match=r"unexpected entry '2\.input/scale'.*fp8 tensors: 0\.input"):
+        checkpoint.load(path, target, topt, fp8=tgroup)
+    assert_same(snapshot(target, topt), before)
+    assert_same(fp8_snapshot(tgroup), fp8_before)
+    plain = checkpoint.save(tmp_path / "plain.npz", model, opt)
+    with pytest.raises(ValueError, match="holds no fp8 scaling state"):
+        checkpoint.load(plain, target, topt, fp8=tgroup)
+
+
+def test_fp8_state_dict_refuses_the_middle_of_a_step():
+    model, opt, group = make_fp8()
+    x, y = BATCHES[0]
+    nn.mse_loss(model(tensor(x)), y).backward()  # casts done, update() not yet called
+    with pytest.raises(RuntimeError, match="middle of a step"):
+        group.state_dict()
+    group.update()
+    sd = group.state_dict()
+    sd["0.input/amax_history"] = np.zeros(9, np.float32)  # longer than amax_history_len=4
+    with pytest.raises(ValueError, match="does not fit"):
+        group.load_state_dict(sd)
