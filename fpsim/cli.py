@@ -182,7 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "and print one table.")
     sp.add_argument("--recipes", nargs="+", type=_recipe_arg, metavar="RECIPE",
                     help="recipes to run (default: fp32 fp16-pure fp16-master fp16-static fp16-dynamic bf16-pure "
-                         "bf16-master; also fp16-amp, fp8-delayed, fp8-delayed-inner, bf16-kahan, bf16-stochastic)")
+                         "bf16-master; also fp16-amp, fp8-delayed, fp8-delayed-inner, fp8-current, bf16-kahan, "
+                         "bf16-stochastic)")
     sp.add_argument("--steps", type=_positive_int, help="training steps (default 150)")
     seed = sp.add_mutually_exclusive_group()
     seed.add_argument("--seed", type=_seed_arg, default=0, help="seed of the initial weights (default 0)")

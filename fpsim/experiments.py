@@ -35,6 +35,9 @@ Beyond float16 (``EXTENDED_RECIPES``; ``fpsim compare --recipes ...`` runs them)
                       torchao's float8), not 1 as in TE: see ``fpsim.fp8``, "The first step".
 - ``fp8-delayed-inner`` the same for the inner Linears only: the first and the last stay float32,
                       as fp8 recipes at scale commonly keep them in higher precision.
+- ``fp8-current``     ``fp8-delayed`` with current scaling instead (TE's Float8CurrentScaling:
+                      every cast scaled by its own amax, no history, no delay) - the control
+                      for what the delay costs (not in ``EXTENDED_RECIPES``; name it).
 - ``bf16-kahan``      ``bf16-pure`` with Kahan-compensated weight updates (a bfloat16
                       compensation buffer; Zamirai et al. 2020).
 - ``bf16-stochastic`` ``bf16-pure`` with the updated weights rounded stochastically into
@@ -104,6 +107,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("fp8-delayed-inner", "float32", fp8=fp8.DelayedScaling(margin=0, amax_history_len=16, amax_init=True),
            fp8_skip=("first", "last"),
            description="fp8-delayed for the inner Linears; the first and last stay float32"),
+    Recipe("fp8-current", "float32", fp8=fp8.CurrentScaling(margin=0),
+           description="fp8 matmuls with per-tensor current scaling (each cast scaled by its own amax)"),
     Recipe("bf16-kahan", "bfloat16", update_rounding="kahan",
            description="bfloat16 weights and Adam state, Kahan-compensated updates (bfloat16 buffer)"),
     Recipe("bf16-stochastic", "bfloat16", update_rounding="stochastic",

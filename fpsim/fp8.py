@@ -76,7 +76,7 @@ from .backend import Backend
 from .formats import Format, cast, get_format
 from .tensor import Tensor, promote, round_result
 
-__all__ = ["DelayedScaling", "ScalingState", "ScalingGroup", "Fp8Tensor", "LinearScaling", "Linear",
+__all__ = ["DelayedScaling", "CurrentScaling", "ScalingState", "ScalingGroup", "Fp8Tensor", "LinearScaling", "Linear",
            "compute_scale", "quantize", "qdq", "linear", "convert", "f32_to_fp8", "format_scaling_table",
            "FP8_FORMATS", "AMAX_ALGOS"]
 
@@ -130,6 +130,22 @@ class DelayedScaling:
                 f"{self.amax_history_len} ({self.amax_compute_algo}), margin {self.margin}"
                 + ("" if self.power_2_scale else ", scale fmt.max / amax (not a power of two)")
                 + (", first scale from the first amax" if self.amax_init else ""))
+
+
+@dataclass(frozen=True)
+class CurrentScaling(DelayedScaling):
+    """Per-tensor *current* scaling (Transformer Engine's ``Float8CurrentScaling``): every cast
+    takes its scale from the amax of the very tensor it casts - one extra pass over the data,
+    no delay, and nothing saturates.  The amax
+    history is still recorded (length ``amax_history_len``, default 1) for the tables; the
+    scale rule is :func:`compute_scale` as for delayed scaling (``power_2_scale``, ``margin``).
+    The control experiment for delayed scaling: same formats, no stale scales."""
+
+    amax_history_len: int = 1
+
+    def __str__(self) -> str:
+        return (f"current scaling: {self.fwd_format} forward, {self.bwd_format} gradients, margin {self.margin}"
+                + ("" if self.power_2_scale else ", scale fmt.max / amax (not a power of two)"))
 
 
 def compute_scale(amax: float, fmt, margin: int = 0, previous: float = 1.0, power_2: bool = True) -> np.float32:
@@ -216,7 +232,9 @@ class ScalingState:
         xp = backend.xp
         a = xp.abs(x32)
         amax = float(a.max()) if a.size else 0.0
-        if self._init_pending and math.isfinite(amax) and amax > 0:
+        if isinstance(self.recipe, CurrentScaling):  # this tensor's own amax, every cast
+            self.scale = compute_scale(amax, self.fmt, self.recipe.margin, self.scale, self.recipe.power_2_scale)
+        elif self._init_pending and math.isfinite(amax) and amax > 0:
             # A tensor of zeros (the gradient below a layer whose gradients all flushed, a
             # zero-initialised layer) must not use the init up: it waits for real values.
             self.scale = compute_scale(amax, self.fmt, self.recipe.margin, self.scale, self.recipe.power_2_scale)
