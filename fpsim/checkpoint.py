@@ -101,22 +101,24 @@ def load(path, model, optimizer=None, scaler=None, fp8=None) -> None:
         raise ValueError(f"checkpoint {path} holds no fp8 scaling state")
     snapshot = model.state_dict()
     opt_snapshot = optimizer.state_dict() if optimizer is not None else None
-    scaler_snapshot = scaler.state_dict() if scaler is not None else None
-    fp8_snapshot = fp8.state_dict() if fp8 is not None else None
+    fp8_snapshot = fp8._snapshot() if fp8 is not None else None  # also in the middle of a step
     model.load_state_dict(model_state)
     try:
         if fp8 is not None:  # checks its names against the model's fp8 tensors first
             fp8.load_state_dict(parts["fp8"])
         if optimizer is not None:
             optimizer.load_state_dict(parts["optim"])
-        if scaler is not None:
+        if scaler is not None:  # last: its own load changes nothing when it fails
             scaler.load_state_dict(parts["scaler"])
-    except Exception:  # put back whatever was already loaded
-        model.load_state_dict(snapshot)
+    except Exception:  # put back whatever was already loaded, then report the original error
+        undo = [lambda: model.load_state_dict(snapshot)]
         if optimizer is not None:
-            optimizer.load_state_dict(opt_snapshot)
-        if scaler is not None:
-            scaler.load_state_dict(scaler_snapshot)
+            undo.append(lambda: optimizer.load_state_dict(opt_snapshot))
         if fp8 is not None:
-            fp8.load_state_dict(fp8_snapshot)
+            undo.append(lambda: fp8._restore(fp8_snapshot))
+        for step in undo:
+            try:
+                step()
+            except Exception:  # keep undoing the rest; the error that matters is the one raised below
+                pass
         raise

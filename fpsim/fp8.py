@@ -64,6 +64,7 @@ to e5m2 with its own delayed scale.
 
 from __future__ import annotations
 
+import copy
 import math
 import numbers
 from dataclasses import dataclass
@@ -202,7 +203,8 @@ class ScalingState:
         self.fmt: Format = f
         self.recipe = recipe
         self.scale = np.float32(init_scale)
-        self._init_pending = bool(recipe.amax_init)  # amax_init: until a non-zero finite amax is seen
+        # amax_init: pending until a non-zero finite amax is seen (current scaling needs none)
+        self._init_pending = bool(recipe.amax_init) and not isinstance(recipe, CurrentScaling)
         self.amax_history: list[float] = []
         self.step_amax: float | None = None
         self.steps = 0
@@ -229,6 +231,9 @@ class ScalingState:
         - record this step's amax and counts, and return the stored fp8 array.  With
         ``recipe.amax_init`` the first cast with a non-zero finite amax first sets the scale from
         it (read ``scale`` after the call, or use :meth:`to_fp8`)."""
+        if getattr(x32, "dtype", None) != np.float32:  # before any state changes
+            raise TypeError(f"ScalingState {self.name!r}: cast() takes a float32 array, got "
+                            f"{getattr(x32, 'dtype', type(x32).__name__)}")
         xp = backend.xp
         a = xp.abs(x32)
         amax = float(a.max()) if a.size else 0.0
@@ -286,13 +291,14 @@ class ScalingState:
     _COUNT_KEYS = ("n", "saturated", "underflow")
 
     def state_dict(self) -> dict:
-        """What a resumed run needs, between steps: the scale (float32), the amax history
-        (float32 - every amax is the |max| of float32 data, so exact), the step count, whether
-        ``amax_init`` is still pending, and the counts."""
+        """What a resumed run needs, between steps: the format's name, the scale (float32), the
+        amax history (float32 - every amax is the |max| of float32 data, so exact), the step
+        count, whether ``amax_init`` is still pending, and the counts."""
         if self.step_amax is not None:
             raise RuntimeError(f"ScalingState {self.name!r}: state_dict() in the middle of a step; call update() "
                                "(ScalingGroup.update()) after the step first")
-        out = {"scale": np.float32(self.scale), "amax_history": np.asarray(self.amax_history, np.float32),
+        out = {"format": self.fmt.name, "scale": np.float32(self.scale),
+               "amax_history": np.asarray(self.amax_history, np.float32),
                "steps": int(self.steps), "init_pending": int(self._init_pending)}
         for k in self._COUNT_KEYS:
             out[f"counts.{k}"] = int(self.counts[k])
@@ -300,27 +306,48 @@ class ScalingState:
         return out
 
     def load_state_dict(self, sd: dict) -> None:
-        """Restore :meth:`state_dict`'s output; checks everything before changing anything."""
-        want = {"scale", "amax_history", "steps", "init_pending",
+        """Restore :meth:`state_dict`'s output, between steps or in the middle of one (the
+        unfinished step is dropped).  Everything is checked before anything changes."""
+        who = f"ScalingState {self.name!r}"
+        want = {"format", "scale", "amax_history", "steps", "init_pending",
                 *(f"{p}.{k}" for p in ("counts", "last") for k in self._COUNT_KEYS)}
         missing, extra = sorted(want - set(sd)), sorted(set(sd) - want)
         if missing or extra:
-            raise ValueError(f"ScalingState {self.name!r}: missing {missing}, unexpected {extra} (left unchanged)")
-        scale = float(np.asarray(sd["scale"]))
-        hist = np.asarray(sd["amax_history"], dtype=np.float64).reshape(-1)
+            raise ValueError(f"{who}: missing {missing}, unexpected {extra} (left unchanged)")
+        if str(sd["format"]) != self.fmt.name:
+            raise ValueError(f"{who}: saved for {sd['format']}, this tensor is {self.fmt.name} (left unchanged)")
+        try:
+            scale = float(np.asarray(sd["scale"]))
+            hist = np.asarray(sd["amax_history"], dtype=np.float64).reshape(-1)
+            ints = {k: int(sd[k]) for k in want - {"format", "scale", "amax_history"}}
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{who}: unreadable entry ({e}) (left unchanged)") from None
         if not (math.isfinite(scale) and scale > 0):
-            raise ValueError(f"ScalingState {self.name!r}: scale must be a finite number > 0, got {scale!r}")
+            raise ValueError(f"{who}: scale must be a finite number > 0, got {scale!r} (left unchanged)")
         if hist.size > self.recipe.amax_history_len:
-            raise ValueError(f"ScalingState {self.name!r}: amax history of {hist.size} steps does not fit the "
-                             f"recipe's amax_history_len={self.recipe.amax_history_len} (left unchanged)")
-        self.scale = np.float32(scale)
-        self.amax_history = [float(v) for v in hist]
-        self.steps = int(sd["steps"])
-        self._init_pending = bool(int(sd["init_pending"]))
-        self.step_amax = None
-        self.counts = {k: int(sd[f"counts.{k}"]) for k in self._COUNT_KEYS}
-        self.last = {k: int(sd[f"last.{k}"]) for k in self._COUNT_KEYS}
-        self._current = dict.fromkeys(self._COUNT_KEYS, 0)
+            raise ValueError(f"{who}: amax history of {hist.size} steps does not fit the recipe's "
+                             f"amax_history_len={self.recipe.amax_history_len} (left unchanged)")
+        if np.any(hist < 0):  # NaN / inf amaxes are possible (a step that overflowed); negative ones are not
+            raise ValueError(f"{who}: negative amax in the history (left unchanged)")
+        bad = [k for k, v in ints.items() if v < 0]
+        if bad:
+            raise ValueError(f"{who}: negative {', '.join(sorted(bad))} (left unchanged)")
+        self._restore({"scale": np.float32(scale), "amax_history": [float(v) for v in hist], "steps": ints["steps"],
+                       "_init_pending": bool(ints["init_pending"]) and self.recipe.amax_init
+                       and not isinstance(self.recipe, CurrentScaling),
+                       "step_amax": None, "counts": {k: ints[f"counts.{k}"] for k in self._COUNT_KEYS},
+                       "last": {k: ints[f"last.{k}"] for k in self._COUNT_KEYS},
+                       "_current": dict.fromkeys(self._COUNT_KEYS, 0)})
+
+    _FIELDS = ("scale", "amax_history", "steps", "_init_pending", "step_amax", "counts", "last", "_current")
+
+    def _snapshot(self) -> dict:
+        """Every field, as it is now (also in the middle of a step): for rolling back a load."""
+        return {k: copy.deepcopy(getattr(self, k)) for k in self._FIELDS}
+
+    def _restore(self, snap: dict) -> None:
+        for k in self._FIELDS:
+            setattr(self, k, snap[k])
 
     def summary(self) -> dict:
         """Plain numbers: name, format, scale (and log2), the amax it came from, the history
@@ -598,16 +625,21 @@ class ScalingGroup:
         missing = [n for n in self.states if n not in per]
         if missing:
             raise ValueError(f"fp8 state: no entries for {', '.join(missing)} (left unchanged)")
-        snapshot = {n: st.state_dict() for n, st in self.states.items()} if all(
-            st.step_amax is None for st in self.states.values()) else None
+        snapshot = self._snapshot()
         try:
             for n, st in self.states.items():
                 st.load_state_dict(per[n])
         except Exception:
-            if snapshot is not None:
-                for n, st in self.states.items():
-                    st.load_state_dict(snapshot[n])
+            self._restore(snapshot)
             raise
+
+    def _snapshot(self) -> dict:
+        """Every state as it is now, also in the middle of a step (``checkpoint.load`` rolls back with it)."""
+        return {n: st._snapshot() for n, st in self.states.items()}
+
+    def _restore(self, snap: dict) -> None:
+        for n, st in self.states.items():
+            st._restore(snap[n])
 
     def table(self) -> str:
         """One row per tensor: format, scale, the amax it came from, and saturated / flushed

@@ -243,7 +243,7 @@ def test_fp8_state_mismatch_raises_and_changes_nothing(tmp_path):
     target, topt, tgroup = make_fp8(seed=5, skip="last")  # no fp8 state for layer 2
     train_fp8(target, topt, tgroup, BATCHES[2:3])
     before, fp8_before = snapshot(target, topt), fp8_snapshot(tgroup)
-    with pytest.raises(ValueError, match=r"unexpected entry '2\.input/scale'.*fp8 tensors: 0\.input"):
+    with pytest.raises(ValueError, match=r"unexpected entry '2\.input/.*fp8 tensors: 0\.input"):
         checkpoint.load(path, target, topt, fp8=tgroup)
     assert_same(snapshot(target, topt), before)
     assert_same(fp8_snapshot(tgroup), fp8_before)
@@ -252,14 +252,68 @@ def test_fp8_state_mismatch_raises_and_changes_nothing(tmp_path):
         checkpoint.load(plain, target, topt, fp8=tgroup)
 
 
-def test_fp8_state_dict_refuses_the_middle_of_a_step():
+def test_fp8_state_dict_refuses_the_middle_of_a_step_but_a_load_there_works(tmp_path):
     model, opt, group = make_fp8()
-    x, y = BATCHES[0]
+    train_fp8(model, opt, group, BATCHES[:2])
+    path = checkpoint.save(tmp_path / "ck.npz", model, opt, fp8=group)
+    saved = fp8_snapshot(group)
+    x, y = BATCHES[2]
     nn.mse_loss(model(tensor(x)), y).backward()  # casts done, update() not yet called
     with pytest.raises(RuntimeError, match="middle of a step"):
         group.state_dict()
-    group.update()
+    checkpoint.load(path, model, opt, fp8=group)  # "the step failed: back to the checkpoint"
+    assert all(st.step_amax is None for st in group)
+    assert_same(fp8_snapshot(group), saved)
+
+
+@pytest.mark.parametrize("mid_step", [False, True])
+def test_fp8_group_load_is_all_or_nothing(mid_step):
+    """One bad entry in a LATER state (2.weight): nothing of the earlier states may stay loaded,
+    between steps or in the middle of one."""
+    model, opt, group = make_fp8()
+    train_fp8(model, opt, group, BATCHES[:2])
     sd = group.state_dict()
-    sd["0.input/amax_history"] = np.zeros(9, np.float32)  # longer than amax_history_len=4
-    with pytest.raises(ValueError, match="does not fit"):
-        group.load_state_dict(sd)
+    for k in sd:
+        if k.startswith("0.") and k.endswith("/steps"):
+            sd[k] += 5  # so a partial load of the earlier states would show
+    if mid_step:
+        x, y = BATCHES[2]
+        nn.mse_loss(model(tensor(x)), y).backward()
+    before = group._snapshot()
+    cases = {"does not fit": ("2.weight/amax_history", np.zeros(9, np.float32)),  # amax_history_len=4
+             "negative steps": ("2.weight/steps", -1),
+             "saved for float8_e5m2": ("2.weight/format", "float8_e5m2"),
+             "unreadable": ("2.weight/steps", "x"),
+             "negative amax": ("2.weight/amax_history", np.float32([0.5, -1.0]))}
+    for match, (k, v) in cases.items():
+        with pytest.raises(ValueError, match=match):
+            group.load_state_dict({**sd, k: v})
+        assert group._snapshot() == before, match
+    group.load_state_dict(sd)  # and the good one loads
+    assert group["0.input"].steps == sd["0.input/steps"] and group["0.input"].step_amax is None
+
+
+def test_fp8_restored_when_the_optimizer_fails_after_it(tmp_path):
+    model, opt, group = make_fp8()
+    train_fp8(model, opt, group, BATCHES[:2])
+    path = checkpoint.save(tmp_path / "ck.npz", model, opt, fp8=group)
+    target, _, tgroup = make_fp8(seed=5)
+    topt = Adam(target.parameters(), lr=1e-2, master_weights=True)  # the file has no master weights
+    train_fp8(target, topt, tgroup, BATCHES[2:4])
+    before, fp8_before = snapshot(target, topt), fp8_snapshot(tgroup)
+    with pytest.raises(ValueError, match="optimizer load_state_dict"):
+        checkpoint.load(path, target, topt, fp8=tgroup)  # fp8 loads first, then the optimizer refuses
+    assert_same(snapshot(target, topt), before)
+    assert_same(fp8_snapshot(tgroup), fp8_before)
+
+
+def test_init_pending_only_where_the_recipe_has_amax_init():
+    from fpsim import fp8
+
+    st = fp8.ScalingState("t", "e4m3", fp8.DelayedScaling(amax_history_len=4, amax_init=True))
+    sd = st.state_dict()
+    assert sd["init_pending"] == 1 and sd["format"] == "float8_e4m3fn"
+    plain = fp8.ScalingState("t", "e4m3", fp8.DelayedScaling(amax_history_len=4))
+    plain.load_state_dict(sd)
+    assert plain._init_pending is False  # TE-style recipe: no init, whatever the file says
+    assert fp8.ScalingState("t", "e4m3", fp8.CurrentScaling()).state_dict()["init_pending"] == 0

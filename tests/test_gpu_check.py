@@ -203,3 +203,13 @@ def test_module_runs_as_fpsim_cli():
     out = subprocess.run([sys.executable, "-m", "fpsim.cli", "gpu-check", "--help"], capture_output=True, text=True,
                          timeout=60, cwd=ROOT)
     assert out.returncode == 0 and "--stand-in" in out.stdout and "--torch" in out.stdout
+
+
+def test_fp8_recipes_run_on_the_strict_device_stand_in():
+    """The fp8 recipes (delayed, current, with skipped layers) on the stand-in that fails on any
+    numpy array or host copy inside an op: bit-identical to numpy, rounding counts equal."""
+    checks = task_check(GuardBackend(), ("fp8-delayed", "fp8-delayed-inner", "fp8-current"), ReferenceTask(n=256),
+                        steps=3, monitor_steps=1)
+    for c in checks:
+        assert not c.failure, c.failure
+        assert c.ok and c.max_rel_diff == 0.0 and c.ref_losses == c.dev_losses, c.recipe
