@@ -30,6 +30,7 @@ import ml_dtypes
 import numpy as np
 
 from .formats import cast, classify, get_format
+from .textable import text_table
 
 __all__ = ["survival", "read_tensors", "audit", "audit_arrays", "AuditReport", "TensorAudit", "FormatAudit",
            "DEFAULT_FORMATS", "K_RANGE", "KEEP"]
@@ -365,10 +366,7 @@ class AuditReport:
                 safe = "none" if rng is None else (f"2^{rng[0]}" if rng[0] == rng[1] else f"2^{rng[0]} .. 2^{rng[1]}")
                 rows.append([t.name if i == 0 else "", name, f"{fa.pct_flushed:.2f}%", f"{fa.pct_subnormal:.2f}%",
                              f"{fa.pct_overflow:.2f}%", safe])
-        widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
-        right = {2, 3, 4}
-        fmt = lambda r: "  ".join(x.rjust(w) if i in right else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths)))
-        lines += [fmt(cols), "  ".join("-" * w for w in widths)] + [fmt(r).rstrip() for r in rows]
+        lines += text_table(cols, rows, right={2, 3, 4})
         if self.skipped:
             lines.append("")
             lines += [f"skipped {n}: {r}" for n, r in self.skipped]

@@ -47,6 +47,7 @@ from .experiments import get_recipe
 from .formats import cast, get_format
 from .optim import SGD
 from .tensor import HOOKS, no_grad, tensor
+from .textable import text_table
 
 __all__ = ["Row", "BenchSettings", "machine_info", "run_bench", "format_report", "main"]
 
@@ -665,10 +666,7 @@ def format_report(result: dict) -> str:
         met = "-" if r["met"] is None else ("yes" if r["met"] else "NO")
         table.append([r["section"], r["name"], _t(r["seconds"]), r["peer"], _t(r["peer_seconds"]),
                       _ratio(r["ratio"]), r["target"] or "-", met, "; ".join(notes)])
-    widths = [max(len(c), *(len(row[i]) for row in table)) if table else len(c) for i, c in enumerate(cols)]
-    lines.append("  ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip())
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in table]
+    lines += text_table(cols, table)
     targets = [r for r in result["rows"] if r["limit"] is not None and r["met"] is not None]
     lines += ["", f"targets met: {sum(r['met'] for r in targets)} of {len(targets)}",
               "ratio = fpsim time / peer time (below 1: fpsim faster), the median of per-sample ratios."]

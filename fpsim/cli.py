@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from .formats import FORMATS, format_names, get_format
+from .textable import text_table
 
 
 def _fmt_arg(name: str) -> str:
@@ -35,11 +36,7 @@ def cmd_formats(args) -> int:
                      f"2^{f.emin - f.mantissa_bits} = {f.smallest_subnormal:.6g}",
                      f"2^-{f.mantissa_bits} = {f.eps:.6g}", f"{f.flush_threshold:.6g}",
                      "yes" if f.has_inf else "no (NaN only)"])
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
-    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
-    print("  ".join("-" * w for w in widths))
-    for r in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths)))
+    print("\n".join(text_table(cols, rows)))
     print(f"\naliases: {format_names().split('(aliases: ')[1].rstrip(')')}")
     return 0
 
@@ -98,24 +95,23 @@ def _backend_arg(name: str) -> str:
     return name
 
 
-def _seed_arg(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"a seed is a whole number >= 0, got {text!r}")
-    return v
+def _int_at_least(minimum: int, message: str):
+    """An argparse type: a whole number >= ``minimum``; ``message`` (with {text}) otherwise."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(message.format(text=repr(text)))
+        return v
+
+    return parse
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {text!r}")
-    return v
+_seed_arg = _int_at_least(0, "a seed is a whole number >= 0, got {text}")
+_positive_int = _int_at_least(1, "expected a number >= 1, got {text}")
 
 
 def _run_json(r) -> dict:

@@ -57,6 +57,7 @@ from . import fp8, nn, ops
 from .data import lowrank_autoencoder
 from .optim import Adam
 from .tensor import HOOKS, no_grad, tensor
+from .textable import text_table
 
 __all__ = ["Recipe", "RECIPES", "get_recipe", "RunResult", "ReferenceTask", "run_recipe", "compare",
            "compare_seeds", "format_seed_table", "format_table", "DEFAULT_RECIPES", "EXTENDED_RECIPES"]
@@ -397,9 +398,7 @@ def format_seed_table(by_seed: dict[int, dict[str, RunResult]], baseline: str = 
                      f"{np.mean(ratios):.3f}x" if len(ratios) == len(seeds) else "-",
                      f"{min(ratios):.3f} - {max(ratios):.3f}" if len(ratios) == len(seeds) else "-",
                      f"{np.mean(ok):.4e}" if len(ok) == len(seeds) else "-"])
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
-    line = lambda r: "  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths)))
-    out = [line(cols), "  ".join("-" * w for w in widths), *(line(r) for r in rows), "",
+    out = [*text_table(cols, rows, right=range(1, len(cols))), "",
            f"Each entry: the recipe's final loss / {baseline}'s final loss from the same initial weights (the",
            "seed) and the same data.  Two recipes whose ranges overlap are not told apart by these seeds."]
     failed = [f"{n} (seed {s}): {by_seed[s][n].failure}" for s in seeds for n in names if by_seed[s][n].failure]
@@ -432,9 +431,7 @@ def format_table(results: dict[str, RunResult], baseline: str = "fp32") -> str:
             pct(r.stalled, max(r.stalled)) if r.stalled else "-",
             f"{r.seconds:.1f}s",
         ])
-    widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths)), "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in rows]
+    lines = text_table(cols, rows)
     notes = [f"  {n}: {r.failure}" for n, r in results.items() if r.failure]
     if notes:
         lines += ["", "where it went wrong:", *notes]

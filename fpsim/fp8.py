@@ -76,6 +76,7 @@ from . import nn
 from .backend import Backend
 from .formats import Format, cast, get_format
 from .tensor import Tensor, promote, round_result
+from .textable import text_table
 
 __all__ = ["DelayedScaling", "CurrentScaling", "ScalingState", "ScalingGroup", "Fp8Tensor", "LinearScaling", "Linear",
            "compute_scale", "quantize", "qdq", "linear", "convert", "f32_to_fp8", "format_scaling_table",
@@ -662,11 +663,8 @@ def format_scaling_table(summary: dict[str, dict], title: str = "") -> str:
         rows.append([name, s["format"], _scale_str(s["scale"]), f"{s['amax']:.4g}",
                      _count_pct(s["last_saturated"], s["last_n"]), _count_pct(s["last_underflow"], s["last_n"]),
                      _count_pct(s["saturated"], s["n"]), _count_pct(s["underflow"], s["n"])])
-    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
-    right = set(range(2, len(cols)))
-    line = lambda r: "  ".join(v.rjust(w) if i in right else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths)))
     out = [title] if title else []
-    out += [line(cols), "  ".join("-" * w for w in widths), *(line(r).rstrip() for r in rows)]
+    out += text_table(cols, rows, right=range(2, len(cols)))
     return "\n".join(out)
 
 

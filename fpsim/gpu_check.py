@@ -59,6 +59,7 @@ import numpy as np
 from . import backend as _backend
 from .backend import CupyBackend
 from .formats import FORMATS, f16_to_f32, f32_to_f16, get_format, ulp
+from .textable import text_table
 
 __all__ = ["GuardArray", "GuardXP", "GUARD", "GuardBackend", "HostArrayError", "OpCheck", "op_sweep",
            "TaskCheck", "task_check", "torch_compare", "gpu_check", "add_arguments", "main"]
@@ -520,10 +521,7 @@ def format_op_table(checks: list[OpCheck]) -> str:
     body = [[o, f, k, str(n), str(m), "inf" if u == math.inf else f"{u:.3g}",
              "bit-identical" if k == "exact" else f"{b:g} ulps", "yes" if ok else "NO"]
             for o, f, k, n, m, u, b, ok in rows.values()]
-    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(cols)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(cols, widths)), "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in body]
-    return "\n".join(lines)
+    return "\n".join(text_table(cols, body))
 
 
 # ============================================================================ 2. reference task
@@ -640,9 +638,7 @@ def format_task_table(checks: list[TaskCheck], ref_name: str, dev_name: str) -> 
                      f"{'yes' if c.skipped_equal else 'NO'}/{'yes' if c.scales_equal else 'NO'}",
                      f"{c.count_keys} ({c.count_n_mismatch})", f"{1e3 * c.ref_step_s:.1f} ms",
                      f"{1e3 * c.dev_step_s:.1f} ms", "yes" if c.ok else "NO"])
-    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(cols)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(cols, widths)), "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in body]
+    lines = text_table(cols, body)
     for c in checks:
         for key, counter, x, y in c.count_worst:
             lines.append(f"  {c.recipe}: monitor {'/'.join(s or '-' for s in key)} {counter}: {ref_name} {x}, "

@@ -32,6 +32,7 @@ import numpy as np
 from . import tensor as _tensor
 from .backend import BACKENDS
 from .formats import get_format
+from .textable import text_table
 
 __all__ = ["monitor", "Monitor", "COUNTERS", "capture_gradients", "GradientCapture", "DEFAULT_FORMATS"]
 
@@ -249,12 +250,7 @@ class Monitor:
                                  _pct(v["subnormal"], n), str(v["overflow"]), str(v["nan"])])
         if not rows:
             return "(no roundings recorded)"
-        widths = [max(len(col), *(len(r[i]) for r in rows)) for i, col in enumerate(cols)]
-        right = set(range(5, len(cols)))
-        fmt_row = lambda r: "  ".join(x.rjust(w) if i in right else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths)))
-        lines = [fmt_row(cols), "  ".join("-" * w for w in widths)]
-        lines += [fmt_row(r).rstrip() for r in rows]
-        return "\n".join(lines)
+        return "\n".join(text_table(cols, rows, right=range(5, len(cols))))
 
     def __str__(self) -> str:
         return self.table()
@@ -347,9 +343,7 @@ class GradientCapture:
                 s = summ[n][k]
                 row.append(f"{100 * s['frac_flushed']:.1f}% / {100 * s['frac_subnormal']:.1f}%")
             rows.append(row)
-        widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths)), "  ".join("-" * w for w in widths)]
-        lines += ["  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows]
+        lines = text_table(cols, rows)
         s = self.scale if scale is None else scale
         return f"loss scale {s:g}\n" + "\n".join(lines)
 

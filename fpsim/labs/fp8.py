@@ -18,6 +18,7 @@ import numpy as np
 from ..audit import survival
 from ..formats import cast, get_format
 from ..fp8 import compute_scale
+from ..textable import text_table
 
 __all__ = ["per_tensor_scale", "quantize", "survival_table"]
 
@@ -66,12 +67,7 @@ def survival_table(tensors: dict, formats=("float8_e4m3fn", "float8_e5m2")) -> s
             err = float(np.median(np.abs(q[ok] - x[ok]) / np.abs(x[ok]))) if ok.any() else float("nan")
             rows.append([label if i == 0 else "", n, f"{100 * _kept(plain):.2f}%", f"2^{round(math.log2(s))}",
                          f"{100 * _kept(scaled):.2f}%", f"{100 * err:.2f}%"])
-    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
-
-    def line(r):
-        return "  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-
-    return "\n".join([line(cols), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
+    return "\n".join(text_table(cols, rows, right=range(2, len(cols))))
 
 
 def _kept(s: dict) -> float:
