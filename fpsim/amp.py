@@ -1,5 +1,4 @@
-"""Automatic mixed precision: ``autocast``, ``GradScaler``, ``StaticScaler``, and the
-clip-order demonstration.  The API and the numbers are PyTorch's (``torch.autocast``,
+"""Automatic mixed precision: ``autocast``, ``GradScaler`` and ``StaticScaler``.  The API and the numbers are PyTorch's (``torch.autocast``,
 ``torch.amp.GradScaler``); where fpsim departs from them the docstring says so.
 
 The training step they are made for, in PyTorch's documented order::
@@ -18,15 +17,16 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
-from dataclasses import dataclass
 
 import numpy as np
 
-from . import ops
+from . import ops, state
 from .formats import Format, get_format
+from .state import autocast_format
+from .statedict import Problems
 from .tensor import Tensor, round_result
 
-__all__ = ["autocast", "autocast_format", "GradScaler", "StaticScaler", "ClipOrderDemo", "clip_order_demo"]
+__all__ = ["autocast", "autocast_format", "GradScaler", "StaticScaler"]
 
 F32 = get_format("float32")
 _AUTOCAST_FORMATS = ("float16", "bfloat16")
@@ -63,21 +63,17 @@ class autocast(contextlib.ContextDecorator):  # noqa: N801 - PyTorch's name
         self._saved: list = []
 
     def __enter__(self):
-        self._saved.append(ops._autocast_fmt)
-        ops._autocast_fmt = self.fmt if self.enabled else None
+        cm = state.autocast_as(self.fmt if self.enabled else None)
+        cm.__enter__()
+        self._saved.append(cm)
         return self
 
     def __exit__(self, *exc) -> bool:
-        ops._autocast_fmt = self._saved.pop()
+        self._saved.pop().__exit__(*exc)
         return False
 
     def __repr__(self) -> str:
         return f"autocast({self.fmt.name!r}, enabled={self.enabled})"
-
-
-def autocast_format() -> Format | None:
-    """The format autocast is running in now, or None outside autocast."""
-    return ops._autocast_fmt
 
 
 # ------------------------------------------------------------------------------------ scalers
@@ -406,10 +402,9 @@ class GradScaler:
         self._set_scale_and_tracker(vals["scale"], vals["_growth_tracker"])
 
     def _checked_state(self, sd: dict) -> dict:
-        missing = [k for k in _STATE_KEYS if k not in sd]
-        extra = [k for k in sd if k not in _STATE_KEYS]
-        if missing or extra:
-            raise ValueError(f"GradScaler state dict: missing {missing}, unexpected {extra} (scaler left unchanged)")
+        problems = Problems("GradScaler state dict", "scaler")
+        problems.check_keys(sd, required=_STATE_KEYS)
+        problems.raise_if_any()
         try:
             scale = sd["scale"]
             if not _real(scale) or not (float(scale) >= 0 and math.isfinite(scale)):
@@ -425,7 +420,8 @@ class GradScaler:
                     "backoff_factor": _check_backoff(sd["backoff_factor"]),
                     "growth_interval": _check_interval(sd["growth_interval"])}
         except ValueError as e:
-            raise ValueError(f"GradScaler state dict: {e} (scaler left unchanged)") from None
+            problems.add(str(e))
+            raise ValueError(problems.message()) from None
 
     def _set_scale_and_tracker(self, scale: float, tracker: int) -> None:
         self._init_scale = scale
@@ -480,80 +476,3 @@ class StaticScaler(GradScaler):
         if not _real(scale) or not (float(scale) > 0 and math.isfinite(scale)):
             raise ValueError(f"StaticScaler state dict: scale must be a finite number > 0, got {scale!r}")
         self._set_scale_and_tracker(float(scale), 0)
-
-
-# ------------------------------------------------------------------------------------ clip order
-
-
-@dataclass(frozen=True)
-class ClipOrderDemo:
-    """What one SGD step did to weights starting at 0, with gradient clipping done in the
-    right order (scale -> backward -> unscale_ -> clip -> step) and in the wrong one (clip the
-    SCALED gradients, then step, which unscales them).  Updates are signed float32
-    differences ``w_after - w_before`` (so ``-lr * g`` when nothing is clipped)."""
-
-    grads: tuple
-    scale: float
-    max_norm: float
-    lr: float
-    correct_update: np.ndarray
-    wrong_update: np.ndarray
-    correct_norm: float  # the total norm clip_grad_norm_ saw: that of the true gradients
-    wrong_norm: float  # the norm it saw in the wrong order: scale times larger
-
-    @property
-    def ratio(self) -> float:
-        """|correct update| / |wrong update| (float64): S * |g| / max_norm when |g| <= max_norm."""
-        c = float(np.linalg.norm(self.correct_update.astype(np.float64)))
-        w = float(np.linalg.norm(self.wrong_update.astype(np.float64)))
-        return c / w if w else math.inf
-
-    def __str__(self) -> str:
-        return "\n".join([
-            f"grads {list(self.grads)}, loss scale {self.scale:g}, max_norm {self.max_norm:g}, lr {self.lr:g}",
-            f"  right order (unscale_, clip, step): clip saw norm {self.correct_norm:.6g}; "
-            f"update {np.array2string(self.correct_update, precision=6)}",
-            f"  wrong order (clip, then step):      clip saw norm {self.wrong_norm:.6g}; "
-            f"update {np.array2string(self.wrong_update, precision=6)}",
-            f"  the wrong order moves the weights {self.ratio:.6g}x less",
-        ])
-
-
-def clip_order_demo(grads=(0.3, 0.4), scale: float = 1024.0, max_norm: float = 1.0, lr: float = 1.0) -> ClipOrderDemo:
-    """Run one real training step twice - float32 weights at 0, ``loss = sum(w * grads)`` so
-    that ``dL/dw = grads``, a real ``GradScaler(init_scale=scale)``, ``clip_grad_norm_`` and
-    ``SGD(lr)`` - once clipping after ``unscale_`` and once before, and report both updates.
-
-    With the defaults the right order moves the weights by -[0.3, 0.4] (the norm 0.5 is under
-    max_norm, nothing is clipped) and the wrong order clips the scaled norm 512 down to 1,
-    leaving [0.6, 0.8] / 1024 after unscaling: 512x (S * |g| / max_norm) less.
-    """
-    from .nn.utils import clip_grad_norm_
-    from .optim import SGD
-    from .tensor import tensor
-
-    g = np.asarray(grads, dtype=np.float64).reshape(-1)
-    if g.size == 0 or not np.all(np.isfinite(g)):
-        raise ValueError(f"grads must be a non-empty sequence of finite numbers, got {grads!r}")
-    if not _real(max_norm) or not (float(max_norm) > 0 and math.isfinite(max_norm)):
-        raise ValueError(f"max_norm must be a finite number > 0, got {max_norm!r}")
-
-    def run(unscale_first: bool):
-        w = tensor(np.zeros(g.size), "float32", requires_grad=True, name="weight")
-        opt = SGD([w], lr=lr)
-        scaler = GradScaler(init_scale=scale)
-        loss = ops.sum(ops.mul(w, g.astype(np.float32)))
-        scaler.scale(loss).backward()
-        if unscale_first:
-            scaler.unscale_(opt)
-        norm = clip_grad_norm_([w], max_norm)
-        scaler.step(opt)
-        if scaler.last_step_skipped(opt):
-            raise ValueError(f"scale {scale!r} overflows float32 with these gradients: the step was skipped")
-        scaler.update()
-        return w.f32().copy(), float(norm)
-
-    right, right_norm = run(True)
-    wrong, wrong_norm = run(False)
-    return ClipOrderDemo(tuple(float(x) for x in g), float(scale), float(max_norm), float(lr),
-                         right, wrong, right_norm, wrong_norm)

@@ -9,7 +9,7 @@ fp8), and rounding is numpy's / ml_dtypes' own float32 -> low cast, which is cor
 round-to-nearest-even from float32 (the tests check every case against exact rationals).
 
 On cupy, float16 is native (CuPy's float32 -> float16 cast rounds to nearest even).  bfloat16
-and fp8 are rounded on the device by one elementwise kernel (:func:`rne_round`'s algorithm) and
+and fp8 are rounded on the device by one elementwise kernel (``formats.kernels.rne_round``'s algorithm) and
 stored in float32 arrays holding exactly the format's values - or, for bfloat16, in
 ``ml_dtypes.bfloat16`` arrays where the installed CuPy supports them.  Matmul multiplies the
 float32-widened inputs with cuBLAS sgemm (float32 products, float32 accumulation) and the
@@ -25,9 +25,10 @@ from abc import ABC, abstractmethod
 import ml_dtypes
 import numpy as np
 
-from .formats import F16_BITS_MIN_SIZE, Format, f16_to_f32, f32_to_f16, get_format
+from .formats import Format
+from .formats.kernels import F16_BITS_MIN_SIZE, RNE_KERNEL_SRC, f16_to_f32, f32_to_f16, f32_to_fp8, rne_round
 
-__all__ = ["Backend", "NumpyBackend", "CupyBackend", "get_backend", "available", "BACKENDS", "rne_round"]
+__all__ = ["Backend", "NumpyBackend", "CupyBackend", "get_backend", "available", "BACKENDS"]
 
 
 class Backend(ABC):
@@ -47,6 +48,15 @@ class Backend(ABC):
     @abstractmethod
     def round(self, x32, fmt: Format):
         """Round a float32 array once (to nearest, ties to even) into fmt's storage."""
+
+    def clip_to_max(self, x32, fmt: Format):
+        """x32 clamped to [-fmt.max, fmt.max]: exact (max is a value of fmt); NaN stays NaN."""
+        return self.xp.clip(x32, self.xp.float32(-fmt.max), self.xp.float32(fmt.max))
+
+    def round_saturating(self, x32, fmt: Format):
+        """Round to nearest even into fmt's storage, overflow (and +-inf) clamped to +-max, as
+        fp8 hardware conversions do."""
+        return self.round(self.clip_to_max(x32, fmt), fmt)
 
     def to_f32(self, x):
         """The exact float32 values of a stored array (a no-op for float32)."""
@@ -92,59 +102,15 @@ class NumpyBackend(Backend):
                 return f32_to_f16(x32)
             return x32.astype(fmt.dtype)
 
+    def round_saturating(self, x32, fmt: Format):
+        if fmt.bits == 8 and x32.dtype == np.float32:
+            return f32_to_fp8(x32, fmt, saturate=True)  # a table look-up, 5-10x ml_dtypes' speed
+        return super().round_saturating(x32, fmt)
+
     def to_f32(self, x):
         if x.dtype == np.float16:
             return f16_to_f32(x)
         return x.astype(np.float32, copy=False)
-
-
-def rne_round(x32, fmt: Format, xp=np):
-    """Round float32 values to the nearest value of ``fmt`` (ties to even); float32 in, float32
-    out, holding exactly the format's values.  The device kernel's algorithm, written with
-    array operations that numpy and cupy both have, so the CPU tests check the algorithm
-    itself (against ml_dtypes) and the stand-in backends run it.
-
-    Line by line as ``formats._round_exact`` (which does it in float64): ``frexp`` finds the
-    binade, clamped below at ``emin`` so subnormals share the smallest normal binade's ulp;
-    ``ldexp`` scales one ulp to the units place, where ``rint`` rounds to nearest even; ``ldexp``
-    scales back.  Both scalings are exact in float32: the scaled value is below 2**(man+1), and
-    every format's smallest subnormal (>= 2**-133) is a float32 normal-or-subnormal number.
-    Above ``max`` (the rounding with an unbounded exponent went past it) the result is inf, or
-    NaN in a format without inf (e4m3fn: 464 ties to 448, 465 goes to NaN).  inf stays inf
-    (NaN without inf), NaN stays NaN, -0 stays -0.
-    """
-    man, emin = fmt.mantissa_bits, fmt.emin
-    with np.errstate(all="ignore"):  # overflow in the scaling back is an inf that the test below replaces
-        a = xp.abs(x32)
-        _, e = xp.frexp(a)  # a = m * 2**e, m in [0.5, 1); e = 0 for 0, inf, NaN (replaced below)
-        k = xp.maximum(e - 1, emin)  # exponent of a's binade, clamped to the format's subnormal range
-        r = xp.ldexp(xp.rint(xp.ldexp(a, man - k)), k - man)
-        over = xp.float32(np.inf) if fmt.has_inf else xp.float32(np.nan)
-        r = xp.where(r > xp.float32(fmt.max), over, r)
-        r = xp.copysign(r, x32)
-        r = xp.where(xp.isinf(x32), x32 if fmt.has_inf else xp.float32(np.nan), r)
-        return xp.where(xp.isnan(x32), x32, r).astype(xp.float32, copy=False)
-
-
-# The same algorithm as rne_round, as one CUDA elementwise kernel (one pass over memory).
-# ldexpf / frexpf / rintf / copysignf are exact in CUDA (0 ulp); the kernel is compiled with
-# --ftz=false so float32 subnormals (inputs such as 2**-140, results of e.g. bfloat16
-# subnormals) are kept, and --fmad=false (there is no a*b+c here, but nothing may be fused).
-_RNE_KERNEL_SRC = r"""
-if (isnan(x)) {
-    y = x;
-} else if (isinf(x)) {
-    y = has_inf ? x : __int_as_float(0x7fc00000);      // e4m3fn has no inf: NaN
-} else {
-    float a = fabsf(x);
-    int e;
-    frexpf(a, &e);                                        // a = m * 2^e, m in [0.5, 1); e = 0 for 0
-    int k = (e - 1 > emin) ? e - 1 : emin;                // binade exponent, clamped to the subnormal range
-    float r = ldexpf(rintf(ldexpf(a, man - k)), k - man); // exact scalings around one rintf (ties to even)
-    if (r > maxval) r = has_inf ? __int_as_float(0x7f800000) : __int_as_float(0x7fc00000);
-    y = copysignf(r, x);
-}
-"""
 
 
 def _probe_native_bfloat16(cp) -> bool:
@@ -233,12 +199,12 @@ class CupyBackend(Backend):
             return x32.astype(xp.float32, copy=False)
         if fmt.name == "float16":
             return x32.astype(xp.float16)  # hardware cvt.rn.f16.f32: nearest even, subnormals, overflow to inf
-        r = self.round_rne(x32.astype(xp.float32, copy=False), fmt)
+        r = self.rne_round(x32.astype(xp.float32, copy=False), fmt)
         if fmt.name == "bfloat16" and self.native_bfloat16:
             return r.astype(fmt.dtype)  # exact: r holds bfloat16 values
         return r
 
-    def round_rne(self, x32, fmt: Format):
+    def rne_round(self, x32, fmt: Format):
         """float32 -> float32 on fmt's grid: the CUDA kernel on a GPU, rne_round on a stand-in."""
         xp = self.xp
         if not hasattr(xp, "ElementwiseKernel"):
@@ -246,7 +212,7 @@ class CupyBackend(Backend):
         if self._kernel is None:
             self._kernel = xp.ElementwiseKernel(
                 "float32 x, int32 man, int32 emin, float32 maxval, bool has_inf", "float32 y",
-                _RNE_KERNEL_SRC, "fpsim_round_rne", options=("--ftz=false", "--fmad=false"))
+                RNE_KERNEL_SRC, "fpsim_round_rne", options=("--ftz=false", "--fmad=false"))
         return self._kernel(x32, np.int32(fmt.mantissa_bits), np.int32(fmt.emin), np.float32(fmt.max),
                             np.bool_(fmt.has_inf))
 
@@ -286,7 +252,3 @@ def get_backend(backend=None) -> Backend:
 def available() -> list[str]:
     """Names of the backends that work on this machine."""
     return [n for n, b in BACKENDS.items() if b.available()]
-
-
-def storage_of(fmt, backend=None):
-    return get_backend(backend).storage_dtype(get_format(fmt))

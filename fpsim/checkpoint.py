@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .formats import get_format
+from .statedict import Problems, all_or_nothing
 
 __all__ = ["save", "load"]
 
@@ -88,37 +89,25 @@ def load(path, model, optimizer=None, scaler=None, fp8=None) -> None:
         if head not in parts:
             raise ValueError(f"checkpoint {path}: unexpected entry {key!r}")
         parts[head][name] = _unpack(data, key)
-    # Check everything before changing anything: build copies and validate first.
-    model_state = parts["model"]
-    params = dict(model.named_parameters())
-    missing = [n for n in params if n not in model_state]
-    extra = [n for n in model_state if n not in params]
-    if missing or extra:
-        raise ValueError(f"checkpoint {path}: missing {missing}, unexpected {extra} (model left unchanged)")
+    # Check what can be checked here before changing anything; each part's own load checks
+    # the rest first, and a part failing after another has loaded rolls them all back.
+    problems = Problems(f"checkpoint {path}", "model")
+    problems.check_keys(parts["model"], required=dict(model.named_parameters()))
+    problems.raise_if_any()
     if optimizer is not None and not parts["optim"]:
         raise ValueError(f"checkpoint {path} holds no optimizer state")
     if fp8 is not None and not parts["fp8"]:
         raise ValueError(f"checkpoint {path} holds no fp8 scaling state")
-    snapshot = model.state_dict()
-    opt_snapshot = optimizer.state_dict() if optimizer is not None else None
-    fp8_snapshot = fp8._snapshot() if fp8 is not None else None  # also in the middle of a step
-    model.load_state_dict(model_state)
-    try:
+    undo = [(model.state_dict, model.load_state_dict)]
+    if optimizer is not None:
+        undo.append((optimizer.state_dict, optimizer.load_state_dict))
+    if fp8 is not None:  # its internal snapshot works in the middle of a step too
+        undo.append((fp8._snapshot, fp8._restore))
+    with all_or_nothing(*undo):
+        model.load_state_dict(parts["model"])
         if fp8 is not None:  # checks its names against the model's fp8 tensors first
             fp8.load_state_dict(parts["fp8"])
         if optimizer is not None:
             optimizer.load_state_dict(parts["optim"])
         if scaler is not None:  # last: its own load changes nothing when it fails
             scaler.load_state_dict(parts["scaler"])
-    except Exception:  # put back whatever was already loaded, then report the original error
-        undo = [lambda: model.load_state_dict(snapshot)]
-        if optimizer is not None:
-            undo.append(lambda: optimizer.load_state_dict(opt_snapshot))
-        if fp8 is not None:
-            undo.append(lambda: fp8._restore(fp8_snapshot))
-        for step in undo:
-            try:
-                step()
-            except Exception:  # keep undoing the rest; the error that matters is the one raised below
-                pass
-        raise

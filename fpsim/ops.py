@@ -28,24 +28,73 @@ import numbers
 from numpy import broadcast_shapes as _broadcast_shapes  # shape arithmetic only (CuPy may lack it)
 from numpy import errstate as _np_errstate  # only the warning switch; arrays go through the backend
 
+from . import state
 from .formats import Format, get_format
-from .tensor import HOOKS, Tensor, promote, round_result
+from .state import HOOKS
+from .tensor import Tensor, move, promote, round_result
 
 F32 = get_format("float32")
-_autocast_fmt: Format | None = None  # set by amp.autocast
+
+# Autocast, as one table: PyTorch's CUDA float16 policy.  "low": the inputs are narrowed to the
+# autocast format and so is the result (matmul-like ops); "float32": the inputs are widened to
+# float32 first, so the op computes and rounds in float32 (reductions, exp/log, softmax, norms,
+# losses).  An op not listed runs in the format of its inputs.
+AUTOCAST_POLICY = {
+    "matmul": "low",
+    "linear": "low",
+    "pow": "float32",
+    "exp": "float32",
+    "log": "float32",
+    "sum": "float32",
+    "mean": "float32",
+    "softmax": "float32",
+    "log_softmax": "float32",
+    "mse_loss": "float32",
+}
 
 
 # --------------------------------------------------------------------------------- helpers
+# Every op is written the same way: compute in float32 from the inputs' exact values, then
+# ``_make`` rounds the result once into the output format and records the graph node.  The
+# backward is a function ``backward(g, out)`` of the output's gradient ``g`` (float32) and the
+# output tensor ``out`` (ops whose derivative is written in their output - exp, tanh, softmax -
+# read ``out.f32()``, the rounded value, as PyTorch's kernels do); it returns one float32
+# gradient (or None) per input.  Ops that only move values (reshape, indexing) use ``_view``:
+# nothing is computed, so nothing is rounded.
 
 
-def _make(out32, fmt: Format, parents: tuple, backward, op: str) -> Tensor:
+def _quiet(fn):
+    """Run an op with numpy's floating-point warnings off: inf and NaN are results the
+    emulated hardware produces silently (and the monitor counts), not accidents."""
+
+    @functools.wraps(fn)
+    def op(*args, **kwargs):
+        with _np_errstate(all="ignore"):
+            return fn(*args, **kwargs)
+
+    return op
+
+
+def _make(out32, fmt: Format, parents: tuple, backward, op: str, *, stored=None) -> Tensor:
+    """Round ``out32`` once into ``fmt`` (or take ``stored``, a result that is exact in fmt
+    already) and make the output node."""
     be = parents[0].backend
-    return Tensor._from_op(round_result(out32, fmt, be, op, "forward"), fmt, parents, backward, op, be)
+    return Tensor._from_op(round_result(out32, fmt, be, op, "forward", stored=stored), fmt, parents, backward, op, be)
 
 
 def _view(data, fmt: Format, parents: tuple, backward, op: str) -> Tensor:
     """An op that moves values without computing new ones: nothing to round."""
     return Tensor._from_op(data, fmt, parents, backward, op, parents[0].backend)
+
+
+def _autocast(op: str, *ts: Tensor) -> tuple:
+    """The inputs of ``op`` as autocast's policy table has them (unchanged outside autocast)."""
+    low = state.autocast_format()
+    rule = AUTOCAST_POLICY.get(op)
+    if low is None or rule is None:
+        return ts
+    want = low if rule == "low" else F32
+    return tuple(to_format(t, want) if t.fmt != want else t for t in ts)
 
 
 def _const(x, like: Tensor) -> Tensor:
@@ -77,20 +126,6 @@ def _broadcast_pair(a: Tensor, b: Tensor, op: str):
     return broadcast_to(a, shape), broadcast_to(b, shape)
 
 
-def _to_f32_policy(*ts: Tensor) -> tuple:
-    """Under autocast, ops on PyTorch's float32 list widen their inputs first."""
-    if _autocast_fmt is None:
-        return ts
-    return tuple(cast_to(t, F32) if t.fmt != F32 else t for t in ts)
-
-
-def _to_low_policy(*ts: Tensor) -> tuple:
-    """Under autocast, matmul-like ops narrow their inputs to the autocast format."""
-    if _autocast_fmt is None:
-        return ts
-    return tuple(cast_to(t, _autocast_fmt) if t.fmt != _autocast_fmt else t for t in ts)
-
-
 def _unbroadcast(g, shape, xp):
     """Sum g (float32) down to ``shape`` over the axes broadcasting added or stretched."""
     if tuple(g.shape) == tuple(shape):
@@ -103,10 +138,11 @@ def _unbroadcast(g, shape, xp):
 # --------------------------------------------------------------------------------- casting
 
 
-def cast_to(x: Tensor, fmt) -> Tensor:
-    """Round into ``fmt``; the gradient is rounded back into x's gradient format."""
+@_quiet
+def to_format(x: Tensor, fmt) -> Tensor:
+    """Round into ``fmt`` (``Tensor.to``); the gradient is rounded back into x's gradient format."""
     fmt = get_format(fmt)
-    return _make(x.f32(), fmt, (x,), lambda g: (g,), "cast")
+    return _make(x.f32(), fmt, (x,), lambda g, out: (g,), "cast")
 
 
 def broadcast_to(x: Tensor, shape) -> Tensor:
@@ -118,55 +154,62 @@ def broadcast_to(x: Tensor, shape) -> Tensor:
         data = xp.broadcast_to(x.data, shape)
     except ValueError:
         raise ValueError(f"cannot broadcast shape {x.shape} to {shape}") from None
-    return _view(data, x.fmt, (x,), lambda g: (_unbroadcast(g, x.shape, xp),), "broadcast")
+    return _view(data, x.fmt, (x,), lambda g, out: (_unbroadcast(g, x.shape, xp),), "broadcast")
 
 
 # --------------------------------------------------------------------------------- arithmetic
 
 
+@_quiet
 def add(a, b) -> Tensor:
     a, b, fmt = _pair(a, b)
     a, b = _broadcast_pair(a, b, "add")
-    return _make(a.f32() + b.f32(), fmt, (a, b), lambda g: (g, g), "add")
+    return _make(a.f32() + b.f32(), fmt, (a, b), lambda g, out: (g, g), "add")
 
 
+@_quiet
 def sub(a, b) -> Tensor:
     a, b, fmt = _pair(a, b)
     a, b = _broadcast_pair(a, b, "sub")
-    return _make(a.f32() - b.f32(), fmt, (a, b), lambda g: (g, -g), "sub")
+    return _make(a.f32() - b.f32(), fmt, (a, b), lambda g, out: (g, -g), "sub")
 
 
+@_quiet
 def mul(a, b) -> Tensor:
     a, b, fmt = _pair(a, b)
     a, b = _broadcast_pair(a, b, "mul")
     a32, b32 = a.f32(), b.f32()
-    return _make(a32 * b32, fmt, (a, b), lambda g: (g * b32, g * a32), "mul")
+    return _make(a32 * b32, fmt, (a, b), lambda g, out: (g * b32, g * a32), "mul")
 
 
+@_quiet
 def div(a, b) -> Tensor:
     a, b, fmt = _pair(a, b)
     a, b = _broadcast_pair(a, b, "div")
     a32, b32 = a.f32(), b.f32()
-    return _make(a32 / b32, fmt, (a, b), lambda g: (g / b32, -g * a32 / (b32 * b32)), "div")
+    return _make(a32 / b32, fmt, (a, b), lambda g, out: (g / b32, -g * a32 / (b32 * b32)), "div")
 
 
+@_quiet
 def neg(x: Tensor) -> Tensor:
-    return _make(-x.f32(), x.fmt, (x,), lambda g: (-g,), "neg")
+    return _make(-x.f32(), x.fmt, (x,), lambda g, out: (-g,), "neg")
 
 
+@_quiet
 def pow(x: Tensor, p) -> Tensor:
     if isinstance(p, Tensor) or not isinstance(p, numbers.Real):
         raise TypeError(f"pow takes a scalar exponent, got {type(p).__name__}")
-    (x,) = _to_f32_policy(x)
+    (x,) = _autocast("pow", x)
     xp = x.backend.xp
     x32 = x.f32()
     p32 = xp.float32(p)
-    return _make(x32**p32, x.fmt, (x,), lambda g: (g * p32 * x32 ** (p32 - 1),), "pow")
+    return _make(x32**p32, x.fmt, (x,), lambda g, out: (g * p32 * x32 ** (p32 - 1),), "pow")
 
 
 # --------------------------------------------------------------------------------- matmul
 
 
+@_quiet
 def matmul(a, b, acc=None) -> Tensor:
     """a @ b for 2-d and batched (..., n, k) @ (..., k, m) operands.
 
@@ -175,9 +218,9 @@ def matmul(a, b, acc=None) -> Tensor:
     a running sum in that format, rounding after every one of the k additions - swamping.
     """
     a, b, fmt = _pair(a, b)
-    if _autocast_fmt is not None:
-        a, b = _to_low_policy(a, b)
-        fmt = _autocast_fmt
+    if state.autocast_format() is not None:
+        a, b = _autocast("matmul", a, b)
+        fmt = state.autocast_format()
     be = a.backend
     xp = be.xp
     try:
@@ -188,12 +231,9 @@ def matmul(a, b, acc=None) -> Tensor:
         raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not fit (need (..., n, k) @ (..., k, m) "
                          "with broadcastable batch dimensions)") from None
     a32, b32 = a.f32(), b.f32()
-    if acc is None:
-        out32 = be.matmul(a32, b32)
-    else:
-        out32 = _matmul_low_acc(a32, b32, get_format(acc), be)
+    out32 = be.matmul(a32, b32) if acc is None else _matmul_low_acc(a32, b32, get_format(acc), be)
 
-    def backward(g):
+    def backward(g, out):
         ga = be.matmul(g, xp.swapaxes(b32, -1, -2))
         gb = be.matmul(xp.swapaxes(a32, -1, -2), g)
         return _unbroadcast(ga, a.shape, xp), _unbroadcast(gb, b.shape, xp)
@@ -201,14 +241,14 @@ def matmul(a, b, acc=None) -> Tensor:
     return _make(out32, fmt, (a, b), backward, "matmul")
 
 
+@_quiet
 def linear(x, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """x @ weight.T + bias as ONE op, like PyTorch's ``linear`` (addmm): float32 products and
     accumulation, the bias added in float32, one rounding.  Under autocast all three inputs
     are narrowed to the autocast format, as PyTorch does for ``linear``."""
     if not isinstance(x, Tensor):
         x = _const(x, weight)
-    ins = (x, weight) if bias is None else (x, weight, bias)
-    ins = _to_low_policy(*ins)
+    ins = _autocast("linear", *((x, weight) if bias is None else (x, weight, bias)))
     x, weight = ins[0], ins[1]
     bias = ins[2] if bias is not None else None
     fmt = promote(*(t.fmt for t in ins))
@@ -224,7 +264,7 @@ def linear(x, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if bias is not None:
         out32 += bias.f32()
 
-    def backward(g):
+    def backward(g, out):
         g2 = g.reshape(-1, g.shape[-1])
         gx = be.matmul(g, w32) if x.requires_grad else None
         gw = be.matmul(g2.T, x32.reshape(-1, x32.shape[-1]))
@@ -246,60 +286,57 @@ def _matmul_low_acc(a32, b32, acc: Format, be):
 # --------------------------------------------------------------------------------- elementwise
 
 
+@_quiet
 def exp(x: Tensor) -> Tensor:
-    (x,) = _to_f32_policy(x)
-    out = _make(x.backend.xp.exp(x.f32()), x.fmt, (x,), None, "exp")
-    if out.requires_grad:
-        y = out.f32()
-        out._backward = lambda g: (g * y,)
-    return out
+    (x,) = _autocast("exp", x)
+    return _make(x.backend.xp.exp(x.f32()), x.fmt, (x,), lambda g, out: (g * out.f32(),), "exp")
 
 
+@_quiet
 def log(x: Tensor) -> Tensor:
-    (x,) = _to_f32_policy(x)
+    (x,) = _autocast("log", x)
     x32 = x.f32()
-    return _make(x.backend.xp.log(x32), x.fmt, (x,), lambda g: (g / x32,), "log")
+    return _make(x.backend.xp.log(x32), x.fmt, (x,), lambda g, out: (g / x32,), "log")
 
 
+@_quiet
 def sqrt(x: Tensor) -> Tensor:
-    out = _make(x.backend.xp.sqrt(x.f32()), x.fmt, (x,), None, "sqrt")
-    if out.requires_grad:
-        y = out.f32()
-        out._backward = lambda g: (g / (2 * y),)
-    return out
+    return _make(x.backend.xp.sqrt(x.f32()), x.fmt, (x,), lambda g, out: (g / (2 * out.f32()),), "sqrt")
 
 
+@_quiet
 def tanh(x: Tensor) -> Tensor:
-    out = _make(x.backend.xp.tanh(x.f32()), x.fmt, (x,), None, "tanh")
-    if out.requires_grad:  # like PyTorch, the backward uses the stored (rounded) output
+    """tanh; like PyTorch, the backward uses the stored (rounded) output: g (1 - y^2)."""
+
+    def backward(g, out):
         y = out.f32()
-        out._backward = lambda g: (g * (1 - y * y),)
-    return out
+        return (g * (1 - y * y),)
+
+    return _make(x.backend.xp.tanh(x.f32()), x.fmt, (x,), backward, "tanh")
 
 
+@_quiet
 def sigmoid(x: Tensor) -> Tensor:
     xp = x.backend.xp
     x32 = x.f32()
-    # exp of a non-positive number only: no overflow for large |x|
-    e = xp.exp(-xp.abs(x32))
+    e = xp.exp(-xp.abs(x32))  # exp of a non-positive number only: no overflow for large |x|
     s32 = xp.where(x32 >= 0, 1 / (1 + e), e / (1 + e))
-    out = _make(s32, x.fmt, (x,), None, "sigmoid")
-    if out.requires_grad:
+
+    def backward(g, out):
         y = out.f32()
-        out._backward = lambda g: (g * y * (1 - y),)
-    return out
+        return (g * y * (1 - y),)
+
+    return _make(s32, x.fmt, (x,), backward, "sigmoid")
 
 
 def _select(a, keep):
     """a where keep, else +0, on the bit patterns (an integer multiply by 0 or 1): exact for
     every value, inf and NaN included (a float ``a * keep`` would make inf * 0 = NaN), and
     several times faster than ``where`` on an unpredictable mask."""
-    return (a.view(_UINT[a.dtype.itemsize]) * keep).view(a.dtype)
+    return (a.view(f"uint{8 * a.dtype.itemsize}") * keep).view(a.dtype)
 
 
-_UINT = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
-
-
+@_quiet
 def relu(x: Tensor) -> Tensor:
     """max(x, 0): -0 and NaN pass through, as in PyTorch.  Exact in every format, so the
     output is selected straight from x's storage and nothing is rounded."""
@@ -307,16 +344,14 @@ def relu(x: Tensor) -> Tensor:
     pos = x32 > 0
     keep = x32 < 0
     keep ^= True  # not below 0: -0 and NaN stay
-    stored = _select(x.data, keep)
     out32 = _select(x32, keep) if HOOKS else None  # monitors are shown the (exact) float32 result
-    out = Tensor._from_op(round_result(out32, x.fmt, x.backend, "relu", "forward", stored=stored), x.fmt, (x,),
-                          lambda g: (_select(g, pos),), "relu", x.backend)
-    return out
+    return _make(out32, x.fmt, (x,), lambda g, out: (_select(g, pos),), "relu", stored=_select(x.data, keep))
 
 
 _GELU_C = 0.7978845608028654  # sqrt(2 / pi)
 
 
+@_quiet
 def gelu(x: Tensor) -> Tensor:
     """GELU, tanh approximation (PyTorch's ``gelu(approximate="tanh")``), in float32."""
     xp = x.backend.xp
@@ -326,17 +361,18 @@ def gelu(x: Tensor) -> Tensor:
     t = xp.tanh(u)
     out32 = xp.float32(0.5) * x32 * (1 + t)
 
-    def backward(g):
+    def backward(g, out):
         du = c * (1 + xp.float32(3 * 0.044715) * x32 * x32)
         return (g * (xp.float32(0.5) * (1 + t) + xp.float32(0.5) * x32 * (1 - t * t) * du),)
 
     return _make(out32, x.fmt, (x,), backward, "gelu")
 
 
+@_quiet
 def abs(x: Tensor) -> Tensor:  # noqa: A001 - the numpy/PyTorch name
     xp = x.backend.xp
     x32 = x.f32()
-    return _make(xp.abs(x32), x.fmt, (x,), lambda g: (g * xp.sign(x32),), "abs")
+    return _make(xp.abs(x32), x.fmt, (x,), lambda g, out: (g * xp.sign(x32),), "abs")
 
 
 # --------------------------------------------------------------------------------- reductions
@@ -364,11 +400,12 @@ def _expand_back(g, x_shape, axes, keepdims, xp):
     return xp.broadcast_to(g, x_shape)
 
 
+@_quiet
 def sum(x: Tensor, axis=None, keepdims=False, acc=None) -> Tensor:  # noqa: A001
     """Sum over ``axis``, accumulating in float32 - or, with ``acc=fmt``, in a running sum
     rounded into ``fmt`` after every addition (to show swamping: counting by 1 stalls at
     2048 in float16, 256 in bfloat16)."""
-    (x,) = _to_f32_policy(x)
+    (x,) = _autocast("sum", x)
     be = x.backend
     xp = be.xp
     axes = _norm_axes(axis, x.ndim)
@@ -383,13 +420,14 @@ def sum(x: Tensor, axis=None, keepdims=False, acc=None) -> Tensor:  # noqa: A001
         for row in flat:
             s = be.to_f32(be.round(s + row, accf))
         out32 = s.reshape(tuple(1 if i in axes else n for i, n in enumerate(x.shape))) if keepdims else s
-    return _make(out32, x.fmt, (x,), lambda g: (_expand_back(g, x.shape, axes, keepdims, xp),), "sum")
+    return _make(out32, x.fmt, (x,), lambda g, out: (_expand_back(g, x.shape, axes, keepdims, xp),), "sum")
 
 
+@_quiet
 def mean(x: Tensor, axis=None, keepdims=False) -> Tensor:
     """Mean with a float32 sum and one float32 division, rounded once.  Its gradient is
     g / N: with N in the millions (dense prediction) that is where gradients get tiny."""
-    (x,) = _to_f32_policy(x)
+    (x,) = _autocast("mean", x)
     xp = x.backend.xp
     axes = _norm_axes(axis, x.ndim)
     n = 1
@@ -397,9 +435,10 @@ def mean(x: Tensor, axis=None, keepdims=False) -> Tensor:
         n *= x.shape[a]
     inv = xp.float32(1.0 / n)
     out32 = x.f32().sum(axis=axes, dtype=xp.float32, keepdims=keepdims) / xp.float32(n)
-    return _make(out32, x.fmt, (x,), lambda g: (_expand_back(g * inv, x.shape, axes, keepdims, xp),), "mean")
+    return _make(out32, x.fmt, (x,), lambda g, out: (_expand_back(g * inv, x.shape, axes, keepdims, xp),), "mean")
 
 
+@_quiet
 def max(x: Tensor, axis=None, keepdims=False) -> Tensor:  # noqa: A001
     """Maximum over ``axis``; the gradient is shared equally among tied maxima."""
     xp = x.backend.xp
@@ -407,7 +446,7 @@ def max(x: Tensor, axis=None, keepdims=False) -> Tensor:  # noqa: A001
     x32 = x.f32()
     m = x32.max(axis=axes, keepdims=True)
 
-    def backward(g):
+    def backward(g, out):
         hit = (x32 == m).astype(xp.float32)
         share = hit / hit.sum(axis=axes, keepdims=True)
         return (_expand_back(g, x.shape, axes, keepdims, xp) * share,)
@@ -425,7 +464,7 @@ def reshape(x: Tensor, shape) -> Tensor:
         data = x.data.reshape(shape)
     except ValueError:
         raise ValueError(f"cannot reshape shape {x.shape} into {shape}") from None
-    return _view(data, x.fmt, (x,), lambda g: (g.reshape(x.shape),), "reshape")
+    return _view(data, x.fmt, (x,), lambda g, out: (g.reshape(x.shape),), "reshape")
 
 
 def transpose(x: Tensor, axes=None) -> Tensor:
@@ -437,7 +476,7 @@ def transpose(x: Tensor, axes=None) -> Tensor:
         raise ValueError(f"transpose: {axes} is not a permutation of the axes of shape {x.shape}")
     axes = tuple(a % x.ndim for a in axes)  # the inverse permutation below needs them non-negative
     inv = tuple(sorted(range(len(axes)), key=axes.__getitem__))  # on the host: no device round trip
-    return _view(xp.transpose(x.data, axes), x.fmt, (x,), lambda g: (xp.transpose(g, inv),), "transpose")
+    return _view(xp.transpose(x.data, axes), x.fmt, (x,), lambda g, out: (xp.transpose(g, inv),), "transpose")
 
 
 def getitem(x: Tensor, idx) -> Tensor:
@@ -448,7 +487,7 @@ def getitem(x: Tensor, idx) -> Tensor:
     if isinstance(idx, Tensor):
         idx = idx.data.astype(xp.int64)
 
-    def backward(g):
+    def backward(g, out):
         z = xp.zeros(x.shape, dtype=xp.float32)
         be.index_add(z, idx, g)
         return (z,)
@@ -460,6 +499,7 @@ def getitem(x: Tensor, idx) -> Tensor:
     return _view(data, x.fmt, (x,), backward, "getitem")
 
 
+@_quiet
 def concat(tensors, axis=0) -> Tensor:
     """Join along ``axis``; mixed formats promote (exactly) to the wider one."""
     ts = list(tensors)
@@ -477,7 +517,7 @@ def concat(tensors, axis=0) -> Tensor:
         pos += t.shape[axis]
         bounds.append(pos)
 
-    def backward(g):
+    def backward(g, out):
         return tuple(xp.split(g, bounds[:-1], axis=axis))
 
     return _make(out32, fmt, tuple(ts), backward, "concat")
@@ -486,35 +526,39 @@ def concat(tensors, axis=0) -> Tensor:
 # --------------------------------------------------------------------------------- softmax family
 
 
+@_quiet
 def log_softmax(x: Tensor, axis=-1) -> Tensor:
     """log(softmax(x)) computed stably in float32 (x - max - log sum exp), rounded once."""
-    (x,) = _to_f32_policy(x)
+    (x,) = _autocast("log_softmax", x)
     xp = x.backend.xp
     x32 = x.f32()
     z = x32 - x32.max(axis=axis, keepdims=True)
     out32 = z - xp.log(xp.exp(z).sum(axis=axis, keepdims=True, dtype=xp.float32))
-    out = _make(out32, x.fmt, (x,), None, "log_softmax")
-    if out.requires_grad:
-        y = out.f32()
-        out._backward = lambda g: (g - xp.exp(y) * g.sum(axis=axis, keepdims=True, dtype=xp.float32),)
-    return out
+
+    def backward(g, out):
+        return (g - xp.exp(out.f32()) * g.sum(axis=axis, keepdims=True, dtype=xp.float32),)
+
+    return _make(out32, x.fmt, (x,), backward, "log_softmax")
 
 
+@_quiet
 def softmax(x: Tensor, axis=-1) -> Tensor:
-    (x,) = _to_f32_policy(x)
+    (x,) = _autocast("softmax", x)
     xp = x.backend.xp
     x32 = x.f32()
     e = xp.exp(x32 - x32.max(axis=axis, keepdims=True))
-    out = _make(e / e.sum(axis=axis, keepdims=True, dtype=xp.float32), x.fmt, (x,), None, "softmax")
-    if out.requires_grad:
+
+    def backward(g, out):
         y = out.f32()
-        out._backward = lambda g: (y * (g - (g * y).sum(axis=axis, keepdims=True, dtype=xp.float32)),)
-    return out
+        return (y * (g - (g * y).sum(axis=axis, keepdims=True, dtype=xp.float32)),)
+
+    return _make(e / e.sum(axis=axis, keepdims=True, dtype=xp.float32), x.fmt, (x,), backward, "softmax")
 
 
 # --------------------------------------------------------------------------------- losses
 
 
+@_quiet
 def mse_loss(pred: Tensor, target) -> Tensor:
     """mean((pred - target)**2) as one fused op, like PyTorch's: the difference and the mean
     in float32, one rounding.  Its gradient 2 (pred - target) / N is rounded once into pred's
@@ -524,30 +568,71 @@ def mse_loss(pred: Tensor, target) -> Tensor:
         target = _const(target, pred)
     if target.shape != pred.shape:
         raise ValueError(f"mse_loss: prediction shape {pred.shape} and target shape {target.shape} differ")
-    pred, target = _to_f32_policy(pred, target)
+    pred, target = _autocast("mse_loss", pred, target)
     xp = pred.backend.xp
     d = pred.f32() - target.f32()
     n = d.size
     out32 = (d * d).sum(dtype=xp.float32) / xp.float32(n)
     scale = xp.float32(2.0 / n)
     return _make(out32, pred.fmt if weak else promote(pred.fmt, target.fmt), (pred, target),
-                 lambda g: (g * scale * d, -(g * scale * d)), "mse_loss")
+                 lambda g, out: (g * scale * d, -(g * scale * d)), "mse_loss")
 
 
-def _quiet(fn):
-    """Run an op with numpy's floating-point warnings off: inf and NaN are results the
-    emulated hardware produces silently (and the monitor counts), not accidents."""
-
-    @functools.wraps(fn)
-    def op(*args, **kwargs):
-        with _np_errstate(all="ignore"):
-            return fn(*args, **kwargs)
-
-    return op
+# --------------------------------------------------------------------------------- Tensor methods
+# Bound here, once the ops exist: tensor.py never imports this module, so the two form no loop.
 
 
-_OPS = ("cast_to", "add", "sub", "mul", "div", "neg", "pow", "matmul", "linear", "exp", "log", "sqrt", "tanh",
-        "sigmoid", "relu", "gelu", "abs", "sum", "mean", "max", "concat", "log_softmax", "softmax", "mse_loss")
-for _name in _OPS:
-    globals()[_name] = _quiet(globals()[_name])
-del _name
+def _to(self: Tensor, fmt=None, *, backend=None) -> Tensor:
+    """A differentiable cast into ``fmt`` (forward rounds once; backward rounds the gradient
+    into this tensor's gradient format), and/or a move to another backend."""
+    from .backend import get_backend
+
+    out = self
+    if backend is not None and get_backend(backend) is not self.backend:
+        out = move(out, get_backend(backend))
+    if fmt is not None and get_format(fmt) != out.fmt:
+        out = to_format(out, get_format(fmt))
+    return out
+
+
+def _shape_arg(args):
+    """``reshape(2, 3)`` and ``reshape((2, 3))`` alike."""
+    return args[0] if len(args) == 1 and isinstance(args[0], tuple | list) else args
+
+
+_METHODS = {
+    "__add__": add,
+    "__radd__": lambda self, o: add(o, self),
+    "__sub__": sub,
+    "__rsub__": lambda self, o: sub(o, self),
+    "__mul__": mul,
+    "__rmul__": lambda self, o: mul(o, self),
+    "__truediv__": div,
+    "__rtruediv__": lambda self, o: div(o, self),
+    "__neg__": neg,
+    "__pow__": pow,
+    "__matmul__": matmul,
+    "__rmatmul__": lambda self, o: matmul(o, self),
+    "__getitem__": getitem,
+    "T": property(lambda self: transpose(self)),
+    "to": _to,
+    "float": lambda self: _to(self, "float32"),
+    "half": lambda self: _to(self, "float16"),
+    "bfloat16": lambda self: _to(self, "bfloat16"),
+    "sum": lambda self, axis=None, keepdims=False, acc=None: sum(self, axis, keepdims, acc=acc),
+    "mean": lambda self, axis=None, keepdims=False: mean(self, axis, keepdims),
+    "max": lambda self, axis=None, keepdims=False: max(self, axis, keepdims),
+    "reshape": lambda self, *shape: reshape(self, _shape_arg(shape)),
+    "transpose": lambda self, *axes: transpose(self, _shape_arg(axes) or None),
+    "exp": exp,
+    "log": log,
+    "sqrt": sqrt,
+    "tanh": tanh,
+    "sigmoid": sigmoid,
+    "relu": relu,
+    "gelu": gelu,
+    "abs": abs,
+}
+for _name, _fn in _METHODS.items():
+    setattr(Tensor, _name, _fn)
+del _name, _fn

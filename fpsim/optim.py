@@ -46,9 +46,9 @@ import numbers
 
 import numpy as np
 
-from . import formats as _formats
-from .formats import get_format
-from .tensor import Tensor, no_grad, round_result
+from .formats import default_rng, get_format
+from .statedict import Problems
+from .tensor import Tensor, no_grad, round_result, tensor
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW"]
 
@@ -142,7 +142,7 @@ class Optimizer:
         if self.update_rounding == "nearest":
             t.data = self._r(w + u, t, "step")
         elif self.update_rounding == "stochastic":
-            rng = self._rng if self._rng is not None else _formats._global_rng
+            rng = self._rng if self._rng is not None else default_rng()
             t.data = round_result(w + u, t.fmt, t.backend, op, "update", t.name, rounding="stochastic", rng=rng)
         else:
             be = t.backend
@@ -170,22 +170,19 @@ class Optimizer:
     def load_state_dict(self, sd: dict) -> None:
         """Restore what ``state_dict`` gave, checking names and shapes before changing anything."""
         want_master = {f"master.{i}": p.shape for i, p in enumerate(self.params)} if self.master else {}
-        missing = [k for k in ["step_count", *want_master] if k not in sd]
-        extra = [k for k in sd if k != "step_count" and k not in want_master and not k.startswith("state.")]
-        bad = [f"{k}: expected {s}, got {tuple(sd[k].shape)}" for k, s in want_master.items()
-               if k in sd and tuple(sd[k].shape) != s]
+        problems = Problems("optimizer load_state_dict", "optimizer")
+        problems.check_keys(sd, required=["step_count", *want_master], allowed=lambda k: k.startswith("state."))
+        for k, s in want_master.items():
+            if k in sd:
+                problems.check_shape(k, sd[k], s)
         for k in sd:
             if k.startswith("state."):
                 parts = k.split(".")
                 if len(parts) != 3 or not parts[1].isdigit() or int(parts[1]) >= len(self.params):
-                    extra.append(k)
-                elif isinstance(sd[k], np.ndarray) and tuple(sd[k].shape) != self.params[int(parts[1])].shape:
-                    bad.append(f"{k}: expected {self.params[int(parts[1])].shape}, got {tuple(sd[k].shape)}")
-        if missing or extra or bad:
-            raise ValueError(f"optimizer load_state_dict: missing {missing}, unexpected {extra}, wrong shape {bad} "
-                             "(optimizer left unchanged)")
-        from .tensor import tensor
-
+                    problems.unexpected.append(k)
+                elif isinstance(sd[k], np.ndarray):
+                    problems.check_shape(k, sd[k], self.params[int(parts[1])].shape)
+        problems.raise_if_any()
         new_state: list[dict] = [{} for _ in self.params]
         targets = self.master_params()
         for k, v in sd.items():

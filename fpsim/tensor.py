@@ -14,50 +14,18 @@ rounded again, as PyTorch accumulates a tensor's gradient in the tensor's own dt
 
 from __future__ import annotations
 
-import contextlib
 import numbers
 
 import numpy as np
 
+from . import state
 from .backend import Backend, get_backend
-from .formats import Format, get_format
+from .formats import Format, cast, get_format
+from .state import HOOKS, RoundingEvent, backward_scope, event_scope, is_grad_enabled, no_grad
 
 __all__ = ["Tensor", "tensor", "no_grad", "is_grad_enabled", "promote", "round_result"]
 
-_grad_enabled = True
-_scope: list[str] = []  # names of the modules being called, outermost first
-HOOKS: list = []  # callables(op, direction, scope, target, fmt, exact32, stored); see monitor.py
-
 _WIDTH_RANK = {"float8_e4m3fn": 0, "float8_e5m2": 0, "float16": 1, "bfloat16": 1, "float32": 2}
-
-
-def is_grad_enabled() -> bool:
-    return _grad_enabled
-
-
-@contextlib.contextmanager
-def no_grad():
-    """Inside, ops record no graph (for evaluation and optimizer updates)."""
-    global _grad_enabled
-    prev, _grad_enabled = _grad_enabled, False
-    try:
-        yield
-    finally:
-        _grad_enabled = prev
-
-
-@contextlib.contextmanager
-def scope(name: str):
-    """Ops created inside are attributed to module ``name`` (Module.__call__ uses this)."""
-    _scope.append(name)
-    try:
-        yield
-    finally:
-        _scope.pop()
-
-
-def current_scope() -> str:
-    return ".".join(filter(None, _scope))
 
 
 def promote(*fmts: Format) -> Format:
@@ -91,27 +59,19 @@ def round_result(x32, fmt: Format, backend: Backend, op: str, direction: str, ta
     else:
         out = backend.round(x32, fmt)
     if HOOKS:
+        event = RoundingEvent(op, direction, event_scope(direction), target, fmt, x32, out, backend)
         for h in HOOKS:
-            h(op, direction, current_scope() if direction == "forward" else _bwd_scope, target, fmt, x32, out)
+            h(event)
     return out
 
 
 def _round_special(x32, fmt: Format, backend: Backend, saturate: bool, rounding: str, rng):
-    from .formats import cast
-
-    if saturate and rounding == "nearest" and fmt.bits == 8 and backend.name == "numpy":
-        from .fp8 import f32_to_fp8  # fp8 training's casts: a table look-up, 5-10x ml_dtypes' speed
-
-        return f32_to_fp8(x32, fmt, saturate=True)
-    if saturate:  # NaN stays NaN, +-inf becomes +-max; max itself is a value of fmt, so this is exact
-        x32 = backend.xp.clip(x32, backend.xp.float32(-fmt.max), backend.xp.float32(fmt.max))
-    if rounding == "nearest":
-        return backend.round(x32, fmt)
+    if rounding == "nearest":  # so saturate is True
+        return backend.round_saturating(x32, fmt)
+    if saturate:
+        x32 = backend.clip_to_max(x32, fmt)
     vals = cast(backend.to_numpy(x32), fmt, rounding, rng=rng).astype(np.float32)
     return backend.round(backend.asarray(vals), fmt)  # already on fmt's grid: stored exactly
-
-
-_bwd_scope = ""  # the scope of the node whose backward is running
 
 
 class Tensor:
@@ -145,11 +105,11 @@ class Tensor:
     def _from_op(cls, data, fmt, parents, backward, op, backend):
         t = cls.__new__(cls)
         t.backend, t.fmt, t.grad_fmt, t.data, t.grad, t.name = backend, fmt, fmt, data, None, ""
-        track = _grad_enabled and any([p.requires_grad for p in parents])
+        track = state._grad_enabled and any([p.requires_grad for p in parents])
         t.requires_grad = track
         t._parents = parents if track else ()
         t._backward = backward if track else None
-        t._op, t._scope = op, current_scope()
+        t._op, t._scope = op, state.current_scope()
         return t
 
     # -- properties ------------------------------------------------------------------------
@@ -167,8 +127,10 @@ class Tensor:
         return int(self.data.size)
 
     @property
-    def dtype(self) -> Format:
-        return self.fmt
+    def dtype(self) -> np.dtype:
+        """The storage dtype of the format (``np.float16``, ``ml_dtypes.bfloat16``, ...), as
+        numpy and PyTorch mean it; the format record itself is ``fmt``."""
+        return self.fmt.dtype
 
     @property
     def nbytes(self) -> int:
@@ -177,10 +139,6 @@ class Tensor:
     @property
     def is_leaf(self) -> bool:
         return self._backward is None
-
-    @property
-    def T(self) -> Tensor:
-        return _ops.transpose(self)
 
     def f32(self):
         """The exact values as a float32 array on this tensor's backend (no rounding)."""
@@ -226,7 +184,6 @@ class Tensor:
         rounded into self's gradient format, as ``loss.backward()`` seeds with a 1 of the
         loss's dtype.
         """
-        global _bwd_scope
         if not self.requires_grad:
             raise RuntimeError("backward() on a tensor that does not require grad (no parameter led to it)")
         be = self.backend
@@ -250,130 +207,31 @@ class Tensor:
             if node._backward is None:  # a leaf: its gradient is kept
                 _accumulate_leaf(node, g)
                 continue
-            _bwd_scope = node._scope
-            g32 = be.to_f32(g)
-            try:
-                parent_grads = node._backward(g32)
-            finally:
-                _bwd_scope = ""
-            for p, pg in zip(node._parents, parent_grads):
-                if pg is None or not p.requires_grad:
-                    continue
-                _bwd_scope = node._scope
-                try:
-                    if pg is g32 and (p.grad_fmt is node.grad_fmt or p.grad_fmt == node.grad_fmt):
-                        r = g  # passed through unchanged (add, cast to the same format): no rounding
-                    else:
-                        r = round_result(pg, p.grad_fmt, be, node._op, "backward", p.name)
-                    prev = grads.get(id(p))
-                    if prev is not None:  # a node used twice: add in float32, round again
-                        r = round_result(be.to_f32(prev) + be.to_f32(r), p.grad_fmt, be, "accumulate", "backward", p.name)
-                finally:
-                    _bwd_scope = ""
-                grads[id(p)] = r
+            with backward_scope(node._scope):
+                _propagate(node, g, grads, be)
 
-    # -- conversion --------------------------------------------------------------------------
+    # The operators (+ - * / @ ** [] and unary -), ``to`` / ``float`` / ``half`` / ``bfloat16`` and
+    # the numpy-style methods (``sum``, ``mean``, ``reshape``, ``exp``, ...) are the ops of
+    # ``ops.py``, bound onto this class there, once they exist: tensor.py never imports ops.py.
 
-    def to(self, fmt=None, *, backend=None) -> Tensor:
-        """A differentiable cast into ``fmt`` (forward rounds once; backward rounds the
-        gradient into this tensor's gradient format), and/or a move to another backend."""
-        out = self
-        if backend is not None and get_backend(backend) is not self.backend:
-            out = _move(out, get_backend(backend))
-        if fmt is not None and get_format(fmt) != out.fmt:
-            out = _ops.cast_to(out, get_format(fmt))
-        return out
 
-    def float(self) -> Tensor:
-        return self.to("float32")
-
-    def half(self) -> Tensor:
-        return self.to("float16")
-
-    def bfloat16(self) -> Tensor:
-        return self.to("bfloat16")
-
-    # -- operators ---------------------------------------------------------------------------
-
-    def __add__(self, o):
-        return _ops.add(self, o)
-
-    def __radd__(self, o):
-        return _ops.add(o, self)
-
-    def __sub__(self, o):
-        return _ops.sub(self, o)
-
-    def __rsub__(self, o):
-        return _ops.sub(o, self)
-
-    def __mul__(self, o):
-        return _ops.mul(self, o)
-
-    def __rmul__(self, o):
-        return _ops.mul(o, self)
-
-    def __truediv__(self, o):
-        return _ops.div(self, o)
-
-    def __rtruediv__(self, o):
-        return _ops.div(o, self)
-
-    def __neg__(self):
-        return _ops.neg(self)
-
-    def __pow__(self, p):
-        return _ops.pow(self, p)
-
-    def __matmul__(self, o):
-        return _ops.matmul(self, o)
-
-    def __rmatmul__(self, o):
-        return _ops.matmul(o, self)
-
-    def __getitem__(self, idx):
-        return _ops.getitem(self, idx)
-
-    # -- methods that mirror numpy / PyTorch -------------------------------------------------
-
-    def sum(self, axis=None, keepdims=False, acc=None):
-        return _ops.sum(self, axis, keepdims, acc=acc)
-
-    def mean(self, axis=None, keepdims=False):
-        return _ops.mean(self, axis, keepdims)
-
-    def max(self, axis=None, keepdims=False):
-        return _ops.max(self, axis, keepdims)
-
-    def reshape(self, *shape):
-        return _ops.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], tuple | list) else shape)
-
-    def transpose(self, *axes):
-        return _ops.transpose(self, axes[0] if len(axes) == 1 and isinstance(axes[0], tuple | list) else (axes or None))
-
-    def exp(self):
-        return _ops.exp(self)
-
-    def log(self):
-        return _ops.log(self)
-
-    def sqrt(self):
-        return _ops.sqrt(self)
-
-    def tanh(self):
-        return _ops.tanh(self)
-
-    def sigmoid(self):
-        return _ops.sigmoid(self)
-
-    def relu(self):
-        return _ops.relu(self)
-
-    def gelu(self):
-        return _ops.gelu(self)
-
-    def abs(self):
-        return _ops.abs(self)
+def _propagate(node: Tensor, g, grads: dict, be: Backend) -> None:
+    """Run one node's backward on its (stored) output gradient ``g`` and hand each parent its
+    gradient, rounded once into the parent's gradient format; a parent reached twice gets the
+    float32 sum of both, rounded again."""
+    g32 = be.to_f32(g)
+    parent_grads = node._backward(g32, node)
+    for p, pg in zip(node._parents, parent_grads):
+        if pg is None or not p.requires_grad:
+            continue
+        if pg is g32 and (p.grad_fmt is node.grad_fmt or p.grad_fmt == node.grad_fmt):
+            r = g  # passed through unchanged (add, cast to the same format): no rounding
+        else:
+            r = round_result(pg, p.grad_fmt, be, node._op, "backward", p.name)
+        prev = grads.get(id(p))
+        if prev is not None:  # a node used twice: add in float32, round again
+            r = round_result(be.to_f32(prev) + be.to_f32(r), p.grad_fmt, be, "accumulate", "backward", p.name)
+        grads[id(p)] = r
 
 
 def _topo_order(root: Tensor) -> list[Tensor]:
@@ -406,7 +264,8 @@ def _accumulate_leaf(leaf: Tensor, g) -> None:
         leaf.grad = Tensor(s, leaf.grad_fmt, backend=be)
 
 
-def _move(t: Tensor, be: Backend) -> Tensor:
+def move(t: Tensor, be: Backend) -> Tensor:
+    """t on backend ``be``: the same values and format, a new leaf."""
     vals = t.backend.to_numpy(t.f32())
     data = be.round(be.asarray(vals, dtype=be.xp.float32), t.fmt)  # exact: values are in fmt
     out = Tensor(data, t.fmt, requires_grad=t.requires_grad, backend=be, grad_fmt=t.grad_fmt, name=t.name)
@@ -419,8 +278,6 @@ def tensor(data, fmt=None, *, requires_grad=False, backend=None, grad_fmt=None, 
 
     ``fmt`` defaults to the data's own format when it is one of fpsim's, else float32.
     """
-    from .formats import cast
-
     be = get_backend(backend)
     if isinstance(data, Tensor):
         data = data.backend.to_numpy(data.f32())
@@ -441,5 +298,3 @@ def tensor(data, fmt=None, *, requires_grad=False, backend=None, grad_fmt=None, 
         stored = be.round(be.asarray(stored.astype(np.float32)), f)
     return Tensor(stored, f, requires_grad=requires_grad, backend=be, grad_fmt=grad_fmt, name=name)
 
-
-from . import ops as _ops  # noqa: E402  (ops needs Tensor defined first)

@@ -12,7 +12,8 @@ from fpsim import nn, ops
 from fpsim.amp import GradScaler, StaticScaler, autocast, autocast_format
 from fpsim.backend import CupyBackend, get_backend
 from fpsim.optim import SGD, Adam
-from fpsim.tensor import HOOKS, Tensor, tensor
+from fpsim.state import hooked
+from fpsim.tensor import Tensor, tensor
 
 F16 = np.float16
 
@@ -252,12 +253,8 @@ def test_unscale_without_masters_rounds_into_the_grad_format_and_hooks_see_it():
     s = _started(GradScaler(init_scale=1000.0), p)
     _set_grad(p, h)
     seen = []
-    HOOKS.append(lambda op, direction, scope, target, fmt, exact32, stored: seen.append((op, direction, target,
-                                                                                         fmt.name)))
-    try:
+    with hooked(lambda ev: seen.append((ev.op, ev.direction, ev.target, ev.fmt.name))):
         s.unscale_(opt)
-    finally:
-        HOOKS.pop()
     want = (h.astype(np.float32) * np.float32(1 / np.float64(1000))).astype(F16)
     np.testing.assert_array_equal(p.grad.numpy(), want)
     assert p.grad.fmt.name == "float16"

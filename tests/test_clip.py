@@ -7,11 +7,13 @@ import numpy as np
 import pytest
 
 from fpsim import ops
-from fpsim.amp import GradScaler, clip_order_demo
+from fpsim.amp import GradScaler
 from fpsim.backend import CupyBackend, get_backend
+from fpsim.labs.clipping import clip_order_demo
 from fpsim.nn.utils import clip_grad_norm_
 from fpsim.optim import SGD
-from fpsim.tensor import HOOKS, Tensor, tensor
+from fpsim.state import hooked
+from fpsim.tensor import Tensor, tensor
 
 
 def _with_grad(g, fmt="float32", backend=None, name="weight"):
@@ -70,12 +72,8 @@ def test_low_precision_grads_round_once_into_their_format_and_hooks_see_it():
     g16 = np.array([3.0, 4.0, 0.0999755859375], dtype=np.float16)
     p = _with_grad(g16, "float16")
     seen = []
-    HOOKS.append(lambda op, direction, scope, target, fmt, exact32, stored: seen.append((op, direction, target,
-                                                                                         fmt.name)))
-    try:
+    with hooked(lambda ev: seen.append((ev.op, ev.direction, ev.target, ev.fmt.name))):
         n = clip_grad_norm_([p], 1.0)
-    finally:
-        HOOKS.pop()
     total = np.float32(np.sqrt(np.sum(g16.astype(np.float32) ** 2, dtype=np.float32)))
     assert n == total  # computed in float32 from the float16 values
     coef = np.float32(np.float32(1) / (total + np.float32(1e-6))) * np.float32(1.0)

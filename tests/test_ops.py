@@ -247,7 +247,7 @@ LAYOUT_M = {"float16": 10, "bfloat16": 7}
 @pytest.mark.parametrize("fmt", ["float16", "bfloat16"])
 def test_cast_to(fmt):
     # forward: within half an ulp (one correct rounding); backward: W rounded into the cast's format
-    out, _ = check_op([(3, 4)], lambda x: x, lambda x: ops.cast_to(x, fmt), out_fmt=fmt, ulps=0.5,
+    out, _ = check_op([(3, 4)], lambda x: x, lambda x: ops.to_format(x, fmt), out_fmt=fmt, ulps=0.5,
                       grad_rtol=2.0 ** -LAYOUT_M[fmt])
     assert out.numpy().dtype == np.dtype(fmt if fmt == "float16" else BF16)
 

@@ -2,7 +2,6 @@
 formats in the graph (promotion, gradient formats, underflow in backward).  References are
 float64 numpy and numpy float16 / ml_dtypes arithmetic, never fpsim."""
 
-import importlib
 import sys
 
 import ml_dtypes
@@ -11,9 +10,8 @@ import pytest
 from helpers import bits, f64
 
 from fpsim import nn, ops
+from fpsim.state import hooked
 from fpsim.tensor import Tensor, is_grad_enabled, no_grad, promote, tensor
-
-tensor_mod = importlib.import_module("fpsim.tensor")  # fpsim.tensor is the factory function
 
 BF16 = ml_dtypes.bfloat16
 RNG = np.random.default_rng(0)
@@ -176,14 +174,11 @@ def test_float32_param_through_cast_gets_float32_grad():
     xv = rng.standard_normal((5, 4)).astype(np.float16)
     x = tensor(xv)
     seen = []
-    tensor_mod.HOOKS.append(lambda op, d, sc, tgt, fmt, exact, stored: seen.append((op, d, fmt.name)))
-    try:
-        y = ops.matmul(x, ops.cast_to(w, "float16").T)  # an fp16 matmul on a float32 param
+    with hooked(lambda ev: seen.append((ev.op, ev.direction, ev.fmt.name))):
+        y = ops.matmul(x, ops.to_format(w, "float16").T)  # an fp16 matmul on a float32 param
         assert y.fmt.name == "float16"
         W = rng.standard_normal((5, 3)).astype(np.float32)
         y.backward(W)
-    finally:
-        tensor_mod.HOOKS.clear()
     assert w.grad.fmt.name == "float32"
     # the seed is rounded into y's float16 gradient format, the matmul's weight gradient is
     # accumulated in float32 and rounded into float16 (the cast's output), then widened exactly
@@ -242,12 +237,9 @@ def test_grad_fmt_override():
 def test_hooks_see_scopes_and_targets():
     model = nn.MLP([2, 3, 1], fmt="float16", seed=0)
     seen = []
-    tensor_mod.HOOKS.append(lambda op, d, sc, tgt, fmt, exact, stored: seen.append((op, d, sc, tgt)))
-    try:
+    with hooked(lambda ev: seen.append((ev.op, ev.direction, ev.scope, ev.target))):
         loss = nn.mse_loss(model(tensor(np.ones((4, 2)), "float16")), np.zeros((4, 1)))
         loss.backward()
-    finally:
-        tensor_mod.HOOKS.clear()
     assert ("linear", "forward", "0", "") in seen and ("linear", "forward", "2", "") in seen
     # linear is one fused op (as PyTorch's addmm): it rounds the weight's and the bias's gradients itself
     assert ("linear", "backward", "2", "weight") in seen and ("linear", "backward", "0", "bias") in seen

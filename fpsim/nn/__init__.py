@@ -14,7 +14,9 @@ import numpy as np
 from .. import ops
 from ..backend import get_backend
 from ..formats import get_format
-from ..tensor import Tensor, scope, tensor
+from ..state import scope
+from ..statedict import Problems
+from ..tensor import Tensor, move, tensor
 from . import utils
 
 __all__ = ["Module", "Linear", "Sequential", "MLP", "ReLU", "Tanh", "Sigmoid", "GELU", "Identity",
@@ -86,11 +88,10 @@ class Module:
         f = get_format(fmt) if fmt is not None else None
         be = get_backend(backend) if backend is not None else None
         for p in self.parameters():
-            src = p.backend.to_numpy(p.f32())
-            target_be = be or p.backend
+            moved = move(p, be) if be is not None and be is not p.backend else p
             target_fmt = f or p.fmt
-            p.data = target_be.round(target_be.asarray(src, dtype=target_be.xp.float32), target_fmt)
-            p.backend, p.fmt, p.grad_fmt, p.grad = target_be, target_fmt, target_fmt, None
+            data = moved.data if target_fmt == p.fmt else moved.backend.round(moved.f32(), target_fmt)
+            p.data, p.backend, p.fmt, p.grad_fmt, p.grad = data, moved.backend, target_fmt, target_fmt, None
         return self
 
     def state_dict(self) -> OrderedDict:
@@ -101,19 +102,12 @@ class Module:
         """Load arrays by name.  Missing, unexpected or mis-shaped entries raise ValueError
         naming them, and then nothing at all has been changed."""
         params = dict(self.named_parameters())
-        missing = [n for n in params if n not in state]
-        extra = [n for n in state if n not in params]
-        shapes = [f"{n}: expected {params[n].shape}, got {tuple(np.shape(state[n]))}"
-                  for n in params if n in state and tuple(np.shape(state[n])) != params[n].shape]
-        problems = []
-        if missing:
-            problems.append(f"missing {missing}")
-        if extra:
-            problems.append(f"unexpected {extra}")
-        if shapes:
-            problems.append("wrong shape " + "; ".join(shapes))
-        if problems:
-            raise ValueError("load_state_dict: " + ", ".join(problems) + " (model left unchanged)")
+        problems = Problems("load_state_dict", "model")
+        problems.check_keys(state, required=params)
+        for name, p in params.items():
+            if name in state:
+                problems.check_shape(name, state[name], p.shape)
+        problems.raise_if_any()
         new = {}
         for n, p in params.items():
             new[n] = tensor(state[n], p.fmt, backend=p.backend).data

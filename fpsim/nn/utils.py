@@ -6,7 +6,7 @@ coefficient in float32 and rounded ONCE back into its own format (op ``"clip"``,
 ``"backward"``, so monitors see it).
 
 With loss scaling, clip AFTER ``GradScaler.unscale_``: clipping the scaled gradients clips at
-``max_norm / S`` (``fpsim.amp.clip_order_demo`` shows it).  With master weights clip
+``max_norm / S`` (``fpsim.labs.clipping.clip_order_demo`` shows it).  With master weights clip
 ``optimizer.master_params()``, whose float32 gradients ``unscale_`` has just written.
 """
 

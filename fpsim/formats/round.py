@@ -1,8 +1,4 @@
-"""The float formats fpsim simulates, and exact rounding into them.
-
-One table describes every format by its bit layout; every limit (``max``, ``tiny``,
-``smallest_subnormal``, ``eps``) is *derived* from the layout, and the tests pin each one to
-an exact literal.
+"""Exact reference rounding: ``cast``, ``round_to``, ``ulp`` and ``classify``.
 
 Rounding is done ONCE, correctly, from float32 and from float64 input.  Where numpy or
 ml_dtypes already round correctly we use them (they are fast); where they do not - ml_dtypes
@@ -15,159 +11,19 @@ to odd with at least two extra bits of precision is innocuous).  The other modes
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
 
-__all__ = [
-    "Format",
-    "FORMATS",
-    "ROUNDING_MODES",
-    "CATEGORIES",
-    "get_format",
-    "format_names",
-    "cast",
-    "round_to",
-    "ulp",
-    "classify",
-    "Classification",
-    "manual_seed",
-]
+from .kernels import f16_to_f32, f32_to_f16
+from .table import FORMATS, Format, get_format
+
+__all__ = ["ROUNDING_MODES", "CATEGORIES", "cast", "round_to", "ulp", "classify", "Classification",
+           "manual_seed", "default_rng"]
 
 ROUNDING_MODES = ("nearest", "toward_zero", "stochastic")
 CATEGORIES = ("zero", "subnormal", "normal", "inf", "nan")
-
-
-@dataclass(frozen=True)
-class Format:
-    """A binary floating-point format, described by its bit layout.
-
-    ``ieee_top`` says whether the all-ones exponent is reserved for inf/NaN (IEEE style:
-    float16, bfloat16, float32, e5m2).  float8_e4m3fn ("fn" = finite, NaN only) uses that
-    exponent for ordinary numbers and gives up only the all-ones mantissa there, for NaN.
-    """
-
-    name: str
-    dtype: np.dtype
-    exponent_bits: int
-    mantissa_bits: int
-    ieee_top: bool = True
-    aliases: tuple[str, ...] = field(default=())
-
-    @property
-    def bits(self) -> int:
-        return 1 + self.exponent_bits + self.mantissa_bits
-
-    @property
-    def bias(self) -> int:
-        return 2 ** (self.exponent_bits - 1) - 1
-
-    @property
-    def emin(self) -> int:
-        """Exponent of the smallest normal binade."""
-        return 1 - self.bias
-
-    @property
-    def emax(self) -> int:
-        """Exponent of the largest finite binade."""
-        top = 2**self.exponent_bits - 1 - self.bias
-        return top - 1 if self.ieee_top else top
-
-    @property
-    def has_inf(self) -> bool:
-        return self.ieee_top
-
-    @property
-    def max(self) -> float:
-        """Largest finite value (e4m3fn: its top mantissa pattern is NaN, so one step less)."""
-        frac = 2.0 - 2.0 ** -self.mantissa_bits
-        if not self.ieee_top:
-            frac -= 2.0 ** -self.mantissa_bits
-        return frac * 2.0**self.emax
-
-    @property
-    def tiny(self) -> float:
-        """Smallest positive normal value."""
-        return 2.0**self.emin
-
-    @property
-    def smallest_subnormal(self) -> float:
-        return 2.0 ** (self.emin - self.mantissa_bits)
-
-    @property
-    def eps(self) -> float:
-        """The ulp of 1.0."""
-        return 2.0 ** -self.mantissa_bits
-
-    @property
-    def flush_threshold(self) -> float:
-        """|x| at or below this rounds to zero (to nearest): half the smallest subnormal.
-
-        Exactly this value is a tie between 0 and the smallest subnormal and goes to the
-        even neighbour, 0.
-        """
-        return self.smallest_subnormal / 2
-
-    @property
-    def overflow_threshold(self) -> float:
-        """|x| at or above this overflows when rounding to nearest: max + half an ulp of max."""
-        return self.max + 2.0 ** (self.emax - self.mantissa_bits) / 2
-
-    @property
-    def precision(self) -> int:
-        """Significant bits of a normal number, hidden bit included."""
-        return self.mantissa_bits + 1
-
-    def __str__(self) -> str:
-        return self.name
-
-
-FORMATS: dict[str, Format] = {
-    f.name: f
-    for f in (
-        Format("float32", np.dtype(np.float32), 8, 23, aliases=("fp32", "single")),
-        Format("float16", np.dtype(np.float16), 5, 10, aliases=("fp16", "half")),
-        Format("bfloat16", np.dtype(ml_dtypes.bfloat16), 8, 7, aliases=("bf16",)),
-        Format(
-            "float8_e4m3fn",
-            np.dtype(ml_dtypes.float8_e4m3fn),
-            4,
-            3,
-            ieee_top=False,
-            aliases=("e4m3", "fp8_e4m3"),
-        ),
-        Format("float8_e5m2", np.dtype(ml_dtypes.float8_e5m2), 5, 2, aliases=("e5m2", "fp8_e5m2")),
-    )
-}
-_ALIASES = {a: f.name for f in FORMATS.values() for a in f.aliases}
-_BY_DTYPE = {f.dtype: f for f in FORMATS.values()}
-
-
-def format_names() -> str:
-    """The valid names, as an error message lists them."""
-    aliases = ", ".join(_ALIASES)
-    return f"{', '.join(FORMATS)} (aliases: {aliases})"
-
-
-def get_format(fmt) -> Format:
-    """Look a format up by name, alias, numpy dtype or Format; raise ValueError if unknown."""
-    if isinstance(fmt, Format):
-        return fmt
-    if isinstance(fmt, str):
-        key = fmt.strip().lower()
-        key = _ALIASES.get(key, key)
-        if key in FORMATS:
-            return FORMATS[key]
-        raise ValueError(f"unknown format {fmt!r}; known: {format_names()}")
-    try:
-        dt = np.dtype(fmt)
-    except TypeError:
-        raise ValueError(f"unknown format {fmt!r}; known: {format_names()}") from None
-    if dt in _BY_DTYPE:
-        return _BY_DTYPE[dt]
-    raise ValueError(f"unknown format {fmt!r} (dtype {dt}); known: {format_names()}")
-
 
 # --------------------------------------------------------------------------------------------
 # input handling
@@ -218,6 +74,12 @@ def manual_seed(seed: int) -> None:
     """Reset the generator stochastic rounding uses when no ``seed``/``rng`` is passed."""
     global _global_rng
     _global_rng = np.random.default_rng(seed)
+
+
+def default_rng() -> np.random.Generator:
+    """The generator stochastic rounding uses when no ``seed``/``rng`` is passed (the optimizers'
+    stochastic updates share it); :func:`manual_seed` resets it."""
+    return _global_rng
 
 
 def _round_exact(x64: np.ndarray, f: Format, mode: str, rng) -> np.ndarray:
@@ -281,154 +143,6 @@ def _f64_to_bf16(x64: np.ndarray) -> np.ndarray:
     if mid.any():
         y[mid] = _to_odd_f32(x64[mid])
     return y.astype(ml_dtypes.bfloat16)
-
-
-_F16_TABLE = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
-_F16_TINY = 2.0**-14
-
-
-_F16_SCALE = np.float32(2.0**112)  # 2**(127 - 15): float16's exponent bias -> float32's
-_F16_BITS_TO_F32_MIN_SIZE = 16384  # below this the table look-up is faster
-
-
-def f16_to_f32(x: np.ndarray) -> np.ndarray:
-    """float16 -> float32, exact, and fast for subnormals too (numpy's own cast takes a slow
-    path for every subnormal, at ~1.7 ns a value even for normal ones).
-
-    Small arrays: a 65536-entry table look-up.  Large ones, in four passes and no temporary
-    (the look-up's int64 index array costs more than the look-up): the float16 bits, sign-
-    extended to 32 bits and shifted left by 13, are a float32 whose sign, exponent and
-    mantissa fields hold float16's (the three copies of the sign above the exponent are
-    cleared) - a float32 2**112 times too small, subnormals included, as a float32 subnormal.
-    One exact multiply by 2**112 rescales it.  inf and NaN (exponent 31) come out finite and
-    at least 2**16 in magnitude; those few are redone by the table.
-    """
-    if x.size < _F16_BITS_TO_F32_MIN_SIZE:
-        return _F16_TABLE.take(x.view(np.uint16))
-    o = x.view(np.int16).astype(np.int32)
-    o <<= 13
-    o &= np.int32(-0x70000001)  # 0x8FFFFFFF
-    f = o.view(np.float32)
-    f *= _F16_SCALE
-    hi, lo = f.max(), f.min()
-    if not (hi < 65536 and lo > -65536):  # inf or NaN somewhere (a NaN makes both comparisons false)
-        special = np.abs(f) >= 65536
-        special |= np.isnan(f)
-        f[special] = _F16_TABLE.take(x.view(np.uint16)[special])
-    return f
-
-
-def f32_to_f16(x: np.ndarray) -> np.ndarray:
-    """float32 or float64 -> float16, rounded once to nearest even (bit-identical to numpy's
-    cast, which is correct but slow: ~2.5 ns a value, and ~25x that on results in float16's
-    subnormal range, where it raises the underflow flag value by value).
-
-    float32 input is rounded on its bit pattern (:func:`_f32_to_f16_bits`), a few vectorised
-    integer passes.  float64 input: those values that land in float16's subnormal range are
-    first rounded onto the subnormal grid (multiples of 2**-24) ourselves - adding and
-    subtracting C, where C's ulp is 2**-24, rounds to that grid with ties to even - and numpy
-    then casts exact values quickly.
-    """
-    x = np.asarray(x)
-    if x.dtype == np.float32:
-        return _f32_to_f16_bits(x) if x.size >= F16_BITS_MIN_SIZE else x.astype(np.float16)
-    if x.size >= F16_BITS_MIN_SIZE:
-        # numpy's float64 -> float16 cast is correct; it is slow only on subnormal results.  If a
-        # sample of the values holds few of those, cast directly (the result is the same either way).
-        sample = np.abs(x.reshape(-1)[:: x.size // 1024])
-        if np.count_nonzero((sample < _F16_TINY) & (sample > 0)) * 32 < sample.size:
-            return x.astype(np.float16)
-    a = np.abs(x, out=np.empty_like(x))
-    tiny = a < _F16_TINY
-    if tiny.any():
-        c = x.dtype.type(0.5 if x.dtype == np.float32 else 2.0**28)
-        a += c  # in place: these arrays are large and this is the emulator's hottest path
-        a -= c
-        np.copysign(a, x, out=a)
-        np.copyto(a, x, where=~tiny)
-        x = a
-    return x.astype(np.float16)
-
-
-try:  # the ufunc itself: np.clip adds ~2 us of Python dispatch per call, and this path is hot
-    from numpy._core.umath import clip as _clip
-except ImportError:  # numpy < 2
-    _clip = np.clip
-_U32 = np.uint32
-_F16_TINY32 = np.float32(2.0**-14)  # float16's smallest normal
-_F16_INF32 = np.float32(2.0**16)  # rounds to float16's inf, as does everything from 65520 up
-_HALF = np.float32(0.5)  # its ulp is 2**-24, float16's subnormal spacing
-# Added to a float32's bits: re-biases the exponent (127 -> 15), adds half a float16 ulp less one
-# unit (the kept mantissa's last bit, added too, makes ties go to even), and takes off the 0x400
-# that the subnormal half below contributes for every normal value.
-_RNE_REBIAS = _U32((((15 - 127) << 23) + 0xFFF - (0x400 << 13)) & 0xFFFFFFFF)
-F16_BITS_MIN_SIZE = 1024  # below this numpy's per-call overhead outweighs the per-value saving
-
-
-def _f32_to_f16_bits(x: np.ndarray) -> np.ndarray:
-    """float32 -> float16, round to nearest even, on the bit patterns: every result, normal,
-    subnormal or inf, is exactly numpy's cast's (NaNs are handed to numpy's cast, which keeps
-    their payload bits).  About 1.5-2 ns a value at any magnitude, in 15 vectorised passes.
-
-    Two halves, both run on every value (a masked select costs more than the work):
-    - normal results, from c = clip(|x|, 2**-14, 2**16): the float32 bits shifted right by 13
-      are the float16 bits once the exponent is re-biased; adding 0xFFF plus the last kept
-      bit before the shift rounds to nearest even (F. Giesen's ``float_to_half_fast3_rtne``),
-      and a carry out of the mantissa bumps the exponent - up to inf, 0x7C00, which is also
-      what the clip's 2**16 gives.  For |x| < 2**-14 this half gives the bits of 2**-14.
-    - subnormal results, from clip(|x|, 0, 2**-14) + 0.5 in float32: the addition rounds to a
-      multiple of 2**-24 with ties to even (the hardware does it); the sum's bits are 0.5's
-      (0x3F000000, which the final cast to 16 bits drops) plus the float16 bits, the bits of
-      2**-14 (0x400) for |x| >= 2**-14.
-    So the float16 magnitude bits are the low 16 bits of the two halves' sum less 0x400.
-
-    Large arrays go in chunks of 2**17 values: three full-size float32 temporaries alive at
-    once (next to a matmul's operands) make the C allocator hand memory back to the kernel
-    and fault it in again on the next call, which costs more than the arithmetic.
-    """
-    if x.ndim == 0:  # numpy returns scalars, not arrays, from ufuncs on 0-d input
-        return _f32_to_f16_bits(x.reshape(1)).reshape(())
-    with np.errstate(invalid="ignore"):  # signalling NaNs in the arithmetic: they are fixed up below
-        if x.size <= _F16_CHUNK:
-            n, has_nan = _f16_bits_u32(x)
-            out = n.astype(np.uint16).view(np.float16)
-        else:
-            flat = x.reshape(-1)
-            out = np.empty(x.shape, np.float16)
-            dst = out.reshape(-1).view(np.uint16)
-            has_nan = False
-            for i in range(0, flat.size, _F16_CHUNK):
-                n, nan_here = _f16_bits_u32(flat[i : i + _F16_CHUNK])
-                np.copyto(dst[i : i + _F16_CHUNK], n, casting="unsafe")  # keeps the low 16 bits, as astype does
-                has_nan = has_nan or nan_here
-    if has_nan:
-        nan = np.isnan(x)
-        out[nan] = x[nan].astype(np.float16)
-    return out
-
-
-_F16_CHUNK = 2**17
-
-
-def _f16_bits_u32(x: np.ndarray):
-    """The float16 bits of float32 ``x`` in the low 16 bits of a uint32 array (NaNs still to
-    be fixed), and whether x held a NaN.  See :func:`_f32_to_f16_bits`."""
-    a = np.abs(x)
-    c = _clip(a, _F16_TINY32, _F16_INF32)
-    has_nan = bool(np.isnan(c.sum()))  # finite unless a NaN came through: every c is <= 2**16
-    _clip(a, np.float32(0), _F16_TINY32, out=a)
-    a += _HALF
-    n = c.view(_U32)
-    m = np.right_shift(n, _U32(13))
-    m &= _U32(1)
-    n += m
-    n += _RNE_REBIAS
-    n >>= _U32(13)
-    n += a.view(_U32)
-    np.right_shift(x.view(_U32), _U32(16), out=m)
-    m &= _U32(0x8000)
-    n |= m
-    return n, has_nan
 
 
 def _check_mode(rounding: str) -> str:

@@ -1,0 +1,106 @@
+"""The named training recipes: how one run stores and protects its numbers.
+
+A recipe names the formats of parameters, activations and gradients, whether the optimizer
+keeps float32 master weights, and which loss scaler runs:
+
+- ``fp32``          float32 throughout.
+- ``fp16-pure``     float16 parameters, activations, gradients AND optimizer state; no cure.
+- ``fp16-master``   float16 model, float32 master weights (Apex O2 without loss scaling).
+- ``fp16-static``   ... plus a static loss scale (1024).
+- ``fp16-dynamic``  ... plus PyTorch's dynamic GradScaler (2**16 start, growth interval 100).
+- ``fp16-amp``      float32 parameters under ``autocast("float16")`` with GradScaler: PyTorch's
+                    usual AMP (matmuls in float16, losses and reductions in float32).
+- ``bf16-pure``     bfloat16 parameters, activations, gradients and optimizer state.
+- ``bf16-master``   bfloat16 model with float32 master weights; no scaler (none is needed).
+
+Beyond float16 (``EXTENDED_RECIPES``; ``fpsim compare --recipes ...`` runs them):
+
+- ``fp8-delayed``     float32 parameters (the master weights); every Linear runs in fp8
+                      (``fpsim.fp8``): weights and inputs cast to e4m3fn, the gradients to e5m2,
+                      each with its own per-tensor scale from an amax history (Transformer
+                      Engine's DelayedScaling: history 16, margin 0), saturating casts, float32
+                      accumulation; activations between layers and the loss stay float32.  The
+                      first step's scales come from its own amaxes (``amax_init=True``, as in
+                      torchao's float8), not 1 as in TE: see ``fpsim.fp8``, "The first step".
+- ``fp8-delayed-inner`` the same for the inner Linears only: the first and the last stay float32,
+                      as fp8 recipes at scale commonly keep them in higher precision.
+- ``fp8-current``     ``fp8-delayed`` with current scaling instead (TE's Float8CurrentScaling:
+                      every cast scaled by its own amax, no history, no delay) - the control
+                      for what the delay costs (not in ``EXTENDED_RECIPES``; name it).
+- ``bf16-kahan``      ``bf16-pure`` with Kahan-compensated weight updates (a bfloat16
+                      compensation buffer; Zamirai et al. 2020).
+- ``bf16-stochastic`` ``bf16-pure`` with the updated weights rounded stochastically into
+                      bfloat16 (seeded by the run's seed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import fp8
+
+__all__ = ["Recipe", "RECIPES", "DEFAULT_RECIPES", "EXTENDED_RECIPES", "get_recipe"]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one training run stores and protects its numbers."""
+
+    name: str
+    params: str  # format of the model's parameters (and so of its activations)
+    master: bool = False  # float32 master weights in the optimizer
+    scaler: str | None = None  # None, "static" or "dynamic"
+    static_scale: float = 1024.0
+    autocast: str | None = None  # run matmuls under autocast(fmt), params stay as they are
+    growth_interval: int = 100
+    update_rounding: str = "nearest"  # how the optimizer writes updated weights (optim.UPDATE_ROUNDINGS)
+    fp8: fp8.DelayedScaling | None = None  # run the Linears in fp8 with this scaling recipe
+    fp8_skip: tuple = ()  # Linears left out of fp8 (fp8.convert's skip: names, "first", "last")
+    description: str = ""
+
+    @property
+    def activations(self) -> str:
+        return self.autocast or self.params
+
+    @property
+    def gradients(self) -> str:
+        """Format of the gradients flowing between layers (fp8: cast to the backward format
+        inside each Linear; they flow between layers in float32)."""
+        return self.activations
+
+
+RECIPES: dict[str, Recipe] = {r.name: r for r in (
+    Recipe("fp32", "float32", description="float32 throughout"),
+    Recipe("fp16-pure", "float16", description="float16 weights, activations, gradients and Adam state"),
+    Recipe("fp16-master", "float16", master=True, description="float16 model + float32 master weights"),
+    Recipe("fp16-static", "float16", master=True, scaler="static",
+           description="float16 model + float32 masters + static loss scale 1024"),
+    Recipe("fp16-dynamic", "float16", master=True, scaler="dynamic",
+           description="float16 model + float32 masters + dynamic GradScaler"),
+    Recipe("fp16-amp", "float32", scaler="dynamic", autocast="float16",
+           description="float32 params, autocast float16 matmuls, GradScaler (PyTorch AMP)"),
+    Recipe("bf16-pure", "bfloat16", description="bfloat16 weights, activations, gradients and Adam state"),
+    Recipe("bf16-master", "bfloat16", master=True, description="bfloat16 model + float32 master weights"),
+    Recipe("fp8-delayed", "float32", fp8=fp8.DelayedScaling(margin=0, amax_history_len=16, amax_init=True),
+           description="fp8 matmuls: e4m3 weights/inputs, e5m2 gradients, delayed per-tensor scaling, "
+                       "float32 masters"),
+    Recipe("fp8-delayed-inner", "float32", fp8=fp8.DelayedScaling(margin=0, amax_history_len=16, amax_init=True),
+           fp8_skip=("first", "last"),
+           description="fp8-delayed for the inner Linears; the first and last stay float32"),
+    Recipe("fp8-current", "float32", fp8=fp8.CurrentScaling(margin=0),
+           description="fp8 matmuls with per-tensor current scaling (each cast scaled by its own amax)"),
+    Recipe("bf16-kahan", "bfloat16", update_rounding="kahan",
+           description="bfloat16 weights and Adam state, Kahan-compensated updates (bfloat16 buffer)"),
+    Recipe("bf16-stochastic", "bfloat16", update_rounding="stochastic",
+           description="bfloat16 weights and Adam state, stochastically rounded updates"),
+)}
+DEFAULT_RECIPES = ("fp32", "fp16-pure", "fp16-master", "fp16-static", "fp16-dynamic", "bf16-pure", "bf16-master")
+EXTENDED_RECIPES = ("fp8-delayed", "fp8-delayed-inner", "bf16-kahan", "bf16-stochastic")
+
+
+def get_recipe(name) -> Recipe:
+    if isinstance(name, Recipe):
+        return name
+    if name not in RECIPES:
+        raise ValueError(f"unknown recipe {name!r}; known: {', '.join(RECIPES)}")
+    return RECIPES[name]

@@ -1,0 +1,45 @@
+"""Layer 1: the float formats and exact rounding into them.
+
+- ``table.py``   the format table (:class:`Format`, :func:`get_format`), limits derived from the bits;
+- ``round.py``   the exact reference rounding (:func:`cast`, :func:`round_to`, :func:`ulp`, :func:`classify`);
+- ``kernels.py`` fast exact conversions the engine runs on (float16 / fp8 bit tricks and tables,
+  the device rounding algorithm and its CUDA source), checked bit for bit against ``round.py``.
+"""
+
+from .kernels import f16_to_f32, f32_to_f16, f32_to_fp8, fp8_to_f32, rne_round
+from .round import (
+    CATEGORIES,
+    ROUNDING_MODES,
+    Classification,
+    cast,
+    classify,
+    default_rng,
+    manual_seed,
+    round_to,
+    ulp,
+)
+from .table import F32, FORMATS, FP8_FORMATS, LOW_FORMATS, Format, format_names, get_format
+
+__all__ = [
+    "Format",
+    "FORMATS",
+    "FP8_FORMATS",
+    "LOW_FORMATS",
+    "F32",
+    "ROUNDING_MODES",
+    "CATEGORIES",
+    "get_format",
+    "format_names",
+    "cast",
+    "round_to",
+    "ulp",
+    "classify",
+    "Classification",
+    "manual_seed",
+    "default_rng",
+    "f16_to_f32",
+    "f32_to_f16",
+    "f32_to_fp8",
+    "fp8_to_f32",
+    "rne_round",
+]

@@ -1,0 +1,25 @@
+"""Layer 4: low-precision training recipes - fp8 with per-tensor scaling (delayed, as Transformer
+Engine's ``DelayedScaling``; current, as its ``Float8CurrentScaling``), the fp8 linear layer and
+the conversion of a model.  ``fpsim.fp8`` is this package under its historical name.
+
+- ``recipes.py``  the recipes and the scale computation;
+- ``quant.py``    fp8 numbers with their scale, the cast, fake quantization (qdq);
+- ``scaling.py``  the per-tensor scaling state, its checkpoint form, and the group of a model;
+- ``linear.py``   the fp8 Linear (three GEMMs, each operand with its own scale) and ``convert``.
+
+fp8 has too little range for raw activations and gradients (e4m3fn: 2^-9 .. 448; e5m2: 2^-16 ..
+57344), so every fp8 tensor carries a float32 scale.  Following Micikevicius et al. (2022) and
+Transformer Engine's HYBRID format, weights and forward activations use e4m3fn (more precision),
+gradients e5m2 (more range).
+"""
+
+from ..formats import FP8_FORMATS
+from ..formats.kernels import f32_to_fp8
+from .linear import Linear, LinearScaling, convert, linear
+from .quant import Fp8Tensor, qdq, quantize
+from .recipes import AMAX_ALGOS, CurrentScaling, DelayedScaling, compute_scale
+from .scaling import ScalingGroup, ScalingState, format_scaling_table
+
+__all__ = ["DelayedScaling", "CurrentScaling", "ScalingState", "ScalingGroup", "Fp8Tensor", "LinearScaling",
+           "Linear", "compute_scale", "quantize", "qdq", "linear", "convert", "f32_to_fp8",
+           "format_scaling_table", "FP8_FORMATS", "AMAX_ALGOS"]

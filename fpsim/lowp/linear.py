@@ -1,0 +1,155 @@
+"""The fp8 linear layer, as Transformer Engine's ``te.Linear`` computes it, and :func:`convert`,
+which swaps it into a model.
+
+- forward: ``x`` and ``W`` are cast to e4m3fn with their own scales; the matmul multiplies the
+  fp8 numbers exactly in float32, accumulates in float32 and multiplies the sum by
+  ``(1/s_x) * (1/s_W)`` (exact for power-of-two scales; otherwise that product is rounded once
+  to float32, and the multiplication rounds); the bias is added in float32 and the sum rounded
+  once into the output format (that of an ordinary ``linear`` on the unquantized inputs).
+- backward: the incoming gradient ``g`` is cast to e5m2 with its own delayed scale; then
+  ``dx = (g8 @ W8) / (s_g s_W)`` and ``dW = (g8.T @ x8) / (s_g s_x)``, float32 accumulation
+  again; ``db`` is summed in float32 from the unquantized ``g`` (TE computes it in the same pass
+  as the cast, from the high-precision gradient).
+- the parameters stay in their own (float32) format: they are the master weights, and the
+  optimizer updates them as usual.  The fp8 weight is a fresh cast each step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import nn
+from ..tensor import Tensor, promote, round_result
+from .quant import quantize
+from .recipes import DelayedScaling
+from .scaling import ScalingGroup, ScalingState
+
+__all__ = ["LinearScaling", "linear", "Linear", "convert"]
+
+
+class LinearScaling:
+    """The three scaling states of one fp8 linear layer: ``input`` and ``weight`` (forward
+    format) and ``grad_output`` (backward format), named ``<layer>.input`` etc."""
+
+    def __init__(self, name: str, recipe: DelayedScaling):
+        self.name = name
+        self.recipe = recipe
+        self.input = ScalingState(f"{name}.input" if name else "input", recipe.fwd_format, recipe)
+        self.weight = ScalingState(f"{name}.weight" if name else "weight", recipe.fwd_format, recipe)
+        self.grad_output = ScalingState(f"{name}.grad_output" if name else "grad_output", recipe.bwd_format, recipe)
+
+    def states(self) -> tuple[ScalingState, ScalingState, ScalingState]:
+        return (self.input, self.weight, self.grad_output)
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None, meta: LinearScaling) -> Tensor:
+    """``x @ weight.T + bias`` with fp8 inputs (see the module docstring for every rounding).
+
+    In: Tensors of any format (their exact float32 values are cast).  Out: rounded once into
+    ``promote(x.fmt, weight.fmt[, bias.fmt])``.  Gradients for ``x``, ``weight``, ``bias``
+    come back as float32 sums and are rounded into their gradient formats by the graph walk.
+    """
+    if not isinstance(x, Tensor):
+        raise TypeError(f"fp8.linear: x must be a Tensor, got {type(x).__name__}")
+    if weight.ndim != 2 or x.ndim < 1 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"fp8.linear: input shape {x.shape} does not fit weight shape {weight.shape}")
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise ValueError(f"fp8.linear: bias shape {bias.shape} does not fit weight shape {weight.shape}")
+    be = x.backend
+    xp = be.xp
+    ins = (x, weight) if bias is None else (x, weight, bias)
+    fmt = promote(*(t.fmt for t in ins))
+    xq = quantize(x, meta.input, target="input")
+    wq = quantize(weight, meta.weight, target="weight")
+    # The fp8 numbers widened to float32 (exact).  The hardware keeps only xq and wq (one byte a
+    # value) for the backward pass; the emulator keeps these widened copies too, to save time.
+    x8, w8 = xq.codes_f32(), wq.codes_f32()
+    with np.errstate(over="ignore", invalid="ignore"):
+        out32 = be.matmul(x8, w8.T)  # fp8 x fp8 products are exact in float32
+        out32 *= xp.float32(float(xq.scale_inv) * float(wq.scale_inv))
+        if bias is not None:
+            out32 += bias.f32()
+
+    def backward(g, out):
+        gq = meta.grad_output.to_fp8(g, be, direction="backward", target="grad_output")
+        g8 = gq.codes_f32()
+        g2 = g8.reshape(-1, g8.shape[-1])
+        with np.errstate(over="ignore", invalid="ignore"):
+            gx = None
+            if x.requires_grad:
+                gx = be.matmul(g8, w8) * xp.float32(float(gq.scale_inv) * float(wq.scale_inv))
+            gw = be.matmul(g2.T, x8.reshape(-1, x8.shape[-1])) * xp.float32(float(gq.scale_inv) * float(xq.scale_inv))
+            gb = g.reshape(-1, g.shape[-1]).sum(axis=0, dtype=xp.float32) if bias is not None else None
+        return (gx, gw) if bias is None else (gx, gw, gb)
+
+    return Tensor._from_op(round_result(out32, fmt, be, "fp8.linear", "forward"), fmt, ins, backward,
+                           "fp8.linear", be)
+
+
+class Linear(nn.Module):
+    """An ``nn.Linear`` whose matmuls run in fp8 with delayed scaling.  It shares the weight and
+    bias tensors of the layer it was made from, so an optimizer holding them keeps working."""
+
+    def __init__(self, layer: nn.Linear, recipe: DelayedScaling | None = None, name: str = ""):
+        super().__init__()
+        if not isinstance(layer, nn.Linear):
+            raise TypeError(f"fp8.Linear wraps an nn.Linear, got {type(layer).__name__}")
+        self.in_features, self.out_features = layer.in_features, layer.out_features
+        self.weight = layer.weight
+        if layer.bias is not None:
+            self.bias = layer.bias
+        else:
+            object.__setattr__(self, "bias", None)
+        object.__setattr__(self, "meta", LinearScaling(name, recipe if recipe is not None else DelayedScaling()))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.weight, self.bias, self.meta)
+
+    def __repr__(self) -> str:
+        return (f"fp8.Linear({self.in_features}, {self.out_features}, {self.meta.recipe.fwd_format}/"
+                f"{self.meta.recipe.bwd_format})")
+
+
+def convert(model: nn.Module, recipe: DelayedScaling | None = None, skip=()) -> ScalingGroup:
+    """Swap every ``nn.Linear`` inside ``model`` for an :class:`fp8.Linear <Linear>` (in place,
+    sharing the parameters) and return the :class:`ScalingGroup` of their scaling states.
+
+    ``skip`` names Linear layers to leave in the model's own format: module names as
+    ``model.named_modules()`` gives them (``"0"``, ``"6"``, ``"encoder.1"``), or ``"first"`` /
+    ``"last"`` for the first and last Linear in module order (unless a Linear has that name) - the layers fp8 recipes commonly
+    keep in higher precision (Megatron-LM's ``--first-last-layers-bf16``; DeepSeek-V3 keeps its
+    embedding and output head out of fp8).  A name that is not a Linear of ``model`` raises
+    ValueError and the model is left as it was.
+    """
+    recipe = recipe if recipe is not None else DelayedScaling()
+    if not isinstance(recipe, DelayedScaling):
+        raise TypeError(f"recipe must be an fp8.DelayedScaling, got {type(recipe).__name__}")
+    if isinstance(model, nn.Linear):
+        raise ValueError("convert() swaps the Linear layers inside a model; wrap a lone Linear in nn.Sequential")
+    if isinstance(skip, str):
+        skip = (skip,)
+    linears = []  # (parent, child name, full name) of every nn.Linear, in module order
+    for mname, parent in list(model.named_modules()):
+        for cname, child in list(parent._modules.items()):
+            if type(child) is nn.Linear:
+                linears.append((parent, cname, f"{mname}.{cname}" if mname else cname))
+    if not linears:
+        raise ValueError(f"convert(): {type(model).__name__} has no nn.Linear layers to run in fp8")
+    names = [n for _, _, n in linears]
+    alias = {k: v for k, v in (("first", names[0]), ("last", names[-1])) if k not in names}  # a real name wins
+    unknown = [str(k) for k in skip if alias.get(k, k) not in names]
+    if unknown:
+        raise ValueError(f"convert(skip=...): {', '.join(map(repr, unknown))} not a Linear of "
+                         f"{type(model).__name__}; its Linear layers: {', '.join(names)} (or 'first', 'last')")
+    keep = {alias.get(k, k) for k in skip}
+    if keep >= set(names):
+        raise ValueError(f"convert(skip=...) leaves no Linear to run in fp8 (Linear layers: {', '.join(names)})")
+    states: dict[str, ScalingState] = {}
+    for parent, cname, name in linears:
+        if name in keep:
+            continue
+        layer = Linear(getattr(parent, cname), recipe, name)
+        setattr(parent, cname, layer)
+        for s in layer.meta.states():
+            states[s.name] = s
+    return ScalingGroup(recipe, states)

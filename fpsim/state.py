@@ -1,0 +1,169 @@
+"""Program-wide state, owned here and nowhere else: grad mode, the autocast format, the module
+scope, and the rounding hooks.
+
+Every other module reads and changes this state through the functions below (context managers
+restore it on the way out, exceptions included); nothing else keeps a global of its own.
+
+Hooks are how the instruments (``fpsim.monitor``, the experiments' counters) see what rounding
+did: the engine's one rounding point (``tensor.round_result``) calls each hook with one
+:class:`RoundingEvent`.  With no hook registered it pays one truth test of :data:`HOOKS`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+__all__ = [
+    "RoundingEvent",
+    "HOOKS",
+    "add_hook",
+    "remove_hook",
+    "hooked",
+    "is_grad_enabled",
+    "set_grad_enabled",
+    "no_grad",
+    "autocast_format",
+    "autocast_as",
+    "scope",
+    "current_scope",
+    "backward_scope",
+    "event_scope",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RoundingEvent:
+    """One rounding the engine performed.
+
+    - ``op``: the op that rounded (``"matmul"``, ``"fp8.cast"``, ``"adam.exp_avg"``, ...);
+    - ``direction``: ``"forward"``, ``"backward"`` or ``"update"`` (optimizer / master copy);
+    - ``scope``: the module path it happened in (``"net.0"``), ``""`` outside any module;
+    - ``target``: what was rounded where the op alone does not say (a parameter's name, ``"input"``);
+    - ``fmt``: the format rounded into;
+    - ``exact32``: the float32 value before rounding (None for ops whose result is exact);
+    - ``stored``: the value stored, in ``fmt``'s storage on the tensor's backend;
+    - ``backend``: that backend (its ``xp`` is the array module of ``exact32`` and ``stored``).
+    """
+
+    op: str
+    direction: str
+    scope: str
+    target: str
+    fmt: object
+    exact32: object
+    stored: object
+    backend: object
+
+
+# The hooks, called in order with one RoundingEvent.  This list object is never rebound, so
+# ``from .state import HOOKS`` sees every change; change it through add_hook / remove_hook.
+HOOKS: list = []
+
+
+def add_hook(fn) -> None:
+    """Call ``fn(event)`` for every rounding from now on."""
+    if not callable(fn):
+        raise TypeError(f"a hook must be callable, got {type(fn).__name__}")
+    HOOKS.append(fn)
+
+
+def remove_hook(fn) -> None:
+    """Stop calling ``fn`` (the last registration of it); no error if it is not registered."""
+    for i in range(len(HOOKS) - 1, -1, -1):
+        if HOOKS[i] is fn:
+            del HOOKS[i]
+            return
+
+
+@contextlib.contextmanager
+def hooked(fn):
+    """``fn`` is a hook inside the block."""
+    add_hook(fn)
+    try:
+        yield fn
+    finally:
+        remove_hook(fn)
+
+
+# --------------------------------------------------------------------------------- grad mode
+
+_grad_enabled = True
+
+
+def is_grad_enabled() -> bool:
+    return _grad_enabled
+
+
+@contextlib.contextmanager
+def set_grad_enabled(flag: bool):
+    """Inside, ops record a graph (``True``) or not (``False``)."""
+    global _grad_enabled
+    prev, _grad_enabled = _grad_enabled, bool(flag)
+    try:
+        yield
+    finally:
+        _grad_enabled = prev
+
+
+def no_grad():
+    """Inside, ops record no graph (for evaluation and optimizer updates)."""
+    return set_grad_enabled(False)
+
+
+# --------------------------------------------------------------------------------- autocast
+
+_autocast_fmt = None  # a Format, or None when autocast is off
+
+
+def autocast_format():
+    """The format autocast narrows matmul-like ops to, or None outside autocast."""
+    return _autocast_fmt
+
+
+@contextlib.contextmanager
+def autocast_as(fmt):
+    """Inside, autocast's format is ``fmt`` (a Format, or None to switch autocast off)."""
+    global _autocast_fmt
+    prev, _autocast_fmt = _autocast_fmt, fmt
+    try:
+        yield
+    finally:
+        _autocast_fmt = prev
+
+
+# --------------------------------------------------------------------------------- scope
+
+_scope: list[str] = []  # names of the modules being called, outermost first
+_bwd_scope = ""  # the scope of the graph node whose backward is running
+
+
+@contextlib.contextmanager
+def scope(name: str):
+    """Ops created inside are attributed to module ``name`` (``Module.__call__`` uses this)."""
+    _scope.append(name)
+    try:
+        yield
+    finally:
+        _scope.pop()
+
+
+def current_scope() -> str:
+    """The module path of the ops being created now, e.g. ``"net.0"``."""
+    return ".".join(filter(None, _scope))
+
+
+@contextlib.contextmanager
+def backward_scope(name: str):
+    """Roundings inside belong to ``name``: the backward of a node created in that scope."""
+    global _bwd_scope
+    prev, _bwd_scope = _bwd_scope, name
+    try:
+        yield
+    finally:
+        _bwd_scope = prev
+
+
+def event_scope(direction: str) -> str:
+    """The scope a rounding in ``direction`` is attributed to."""
+    return current_scope() if direction == "forward" else _bwd_scope
