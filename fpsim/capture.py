@@ -111,40 +111,10 @@ def capture_gradients(model, loss_fn, *inputs, formats=LOW_FORMATS, scale=1.0) -
     for p in work.parameters():
         p.grad = None
 
-    def widen(x):
-        """Float data as a float32 tensor; anything else (integer class targets) unchanged."""
-        if isinstance(x, Tensor):
-            return tensor(x, "float32", backend=x.backend)
-        arr = np.asarray(x) if isinstance(x, np.ndarray | list | float) else None
-        if arr is not None and arr.dtype.kind == "f":
-            return tensor(arr, "float32", backend=be)
-        return x
+    x0 = _widen(inputs[0], be)
+    rest = [_widen(x, be) for x in inputs[1:]]
 
-    x0 = widen(inputs[0])
-    rest = [widen(x) for x in inputs[1:]]
-
-    # Name each module's output so the backward rounding into it can be told apart.
-    owners: dict[str, list[str]] = {}
-    named = list(work.named_modules())
-
-    def wrap(path, mod):
-        orig = mod.forward
-
-        def forward(*a, **kw):
-            out = orig(*a, **kw)
-            if isinstance(out, Tensor) and out.requires_grad and not out.is_leaf:
-                if out.name.startswith(_OUT_MARK):
-                    owners[out.name].append(path)
-                elif not out.name:
-                    out.name = f"{_OUT_MARK}{len(owners)}"
-                    owners[out.name] = [path]
-            return out
-
-        object.__setattr__(mod, "forward", forward)
-
-    for path, mod in named:
-        wrap(path, mod)
-
+    owners = _name_module_outputs(work)  # so the backward rounding into each can be told apart
     with state.autocast_as(None), state.set_grad_enabled(True), \
             monitor(capture=lambda ev: ev.direction == "backward" and ev.target.startswith(_OUT_MARK)) as m:
         loss = loss_fn(work(x0), *rest)
@@ -166,8 +136,43 @@ def capture_gradients(model, loss_fn, *inputs, formats=LOW_FORMATS, scale=1.0) -
         scope, _, name = pname.rpartition(".")
         if p.grad is not None:
             grads[(scope, "weight", name)] = np.asarray(p.grad.backend.to_numpy(p.grad.f32()), dtype=np.float32)
-    order = {path: i for i, (path, _) in enumerate(named)}
+    order = {path: i for i, (path, _) in enumerate(work.named_modules())}
     grads = dict(sorted(grads.items(), key=lambda kv: (order.get(kv[0][0], len(order)), kv[0][1] != "activation",
                                                          kv[0][2])))
     return GradientCapture(grads=grads, formats=fnames, scale=float(scale), loss=loss.item())
 
+
+def _widen(x, be):
+    """Float data as a float32 tensor; anything else (integer class targets) unchanged."""
+    if isinstance(x, Tensor):
+        return tensor(x, "float32", backend=x.backend)
+    arr = np.asarray(x) if isinstance(x, np.ndarray | list | float) else None
+    if arr is not None and arr.dtype.kind == "f":
+        return tensor(arr, "float32", backend=be)
+    return x
+
+
+def _name_module_outputs(work) -> dict[str, list[str]]:
+    """Wrap every module's forward so that its output tensor gets a marked name; returns the
+    mark -> module paths map, filled as the forward pass runs (a tensor returned by several
+    modules - a Sequential and its last child - lists them all)."""
+    owners: dict[str, list[str]] = {}
+
+    def wrap(path, mod):
+        orig = mod.forward
+
+        def forward(*a, **kw):
+            out = orig(*a, **kw)
+            if isinstance(out, Tensor) and out.requires_grad and not out.is_leaf:
+                if out.name.startswith(_OUT_MARK):
+                    owners[out.name].append(path)
+                elif not out.name:
+                    out.name = f"{_OUT_MARK}{len(owners)}"
+                    owners[out.name] = [path]
+            return out
+
+        object.__setattr__(mod, "forward", forward)
+
+    for path, mod in list(work.named_modules()):
+        wrap(path, mod)
+    return owners

@@ -1,5 +1,5 @@
 """Program-wide state, owned here and nowhere else: grad mode, the autocast format, the module
-scope, and the rounding hooks.
+scope, the rounding hooks, and the generator stochastic rounding draws from.
 
 Every other module reads and changes this state through the functions below (context managers
 restore it on the way out, exceptions included); nothing else keeps a global of its own.
@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+
+import numpy as np
 
 __all__ = [
     "RoundingEvent",
@@ -29,6 +31,8 @@ __all__ = [
     "current_scope",
     "backward_scope",
     "event_scope",
+    "manual_seed",
+    "default_rng",
 ]
 
 
@@ -167,3 +171,20 @@ def backward_scope(name: str):
 def event_scope(direction: str) -> str:
     """The scope a rounding in ``direction`` is attributed to."""
     return current_scope() if direction == "forward" else _bwd_scope
+
+
+# --------------------------------------------------------------------------------- randomness
+
+_rng = np.random.default_rng(0)
+
+
+def manual_seed(seed: int) -> None:
+    """Reset the generator stochastic rounding uses when no ``seed``/``rng`` is passed (``fpsim.cast``,
+    the optimizers' stochastic updates)."""
+    global _rng
+    _rng = np.random.default_rng(seed)
+
+
+def default_rng() -> np.random.Generator:
+    """The generator stochastic rounding uses when no ``seed``/``rng`` is passed."""
+    return _rng

@@ -76,12 +76,12 @@ else
 fi
 
 step "fpsim gpu-check (ops, reference task 50 steps, rounding-event counts, step times)"
-timeout 150 "$PY" -m fpsim.cli gpu-check --json "$JSON_DIR/gpu_check.json"
+timeout 150 "$PY" -m fpsim.tools.cli gpu-check --json "$JSON_DIR/gpu_check.json"
 RC[gpu_check]=$?
 
 for dt in float16 float32 bfloat16; do
     step "PyTorch CUDA ($dt$([ $dt = float16 ] && echo ' autocast + GradScaler')) vs fpsim on cupy, reference task 150 steps"
-    timeout 35 "$PY" -m fpsim.cli gpu-check --no-ops --no-task --torch --torch-device cuda --torch-dtype "$dt" \
+    timeout 35 "$PY" -m fpsim.tools.cli gpu-check --no-ops --no-task --torch --torch-device cuda --torch-dtype "$dt" \
         --steps 150 --json "$JSON_DIR/gpu_check_torch_$dt.json"
     RC[torch_$dt]=$?
 done

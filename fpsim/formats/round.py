@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from .. import state
+from ..state import default_rng, manual_seed
 from .kernels import f16_to_f32, f32_to_f16
 from .table import FORMATS, Format, get_format
 
@@ -66,21 +68,6 @@ def _as_float_array(x) -> np.ndarray:
 
 # --------------------------------------------------------------------------------------------
 # rounding
-
-_global_rng = np.random.default_rng(0)
-
-
-def manual_seed(seed: int) -> None:
-    """Reset the generator stochastic rounding uses when no ``seed``/``rng`` is passed."""
-    global _global_rng
-    _global_rng = np.random.default_rng(seed)
-
-
-def default_rng() -> np.random.Generator:
-    """The generator stochastic rounding uses when no ``seed``/``rng`` is passed (the optimizers'
-    stochastic updates share it); :func:`manual_seed` resets it."""
-    return _global_rng
-
 
 def _round_exact(x64: np.ndarray, f: Format, mode: str, rng) -> np.ndarray:
     """Round float64 values onto f's grid, exactly, with an unbounded exponent range above.
@@ -188,7 +175,7 @@ def _cast(arr: np.ndarray, f: Format, rounding: str, saturate: bool, seed, rng) 
         return _saturate(out, arr, f) if saturate else out
 
     if rounding == "stochastic" and rng is None:
-        rng = np.random.default_rng(seed) if seed is not None else _global_rng
+        rng = np.random.default_rng(seed) if seed is not None else state.default_rng()
     x64 = arr.astype(np.float64)
     mag = _round_exact(x64, f, rounding, rng)
     finite = np.isfinite(x64)

@@ -11,9 +11,8 @@ rounding thresholds: at scale 2^k a value flushes iff |x| <= flush_threshold * 2
 overflows iff |x| reaches overflow_threshold * 2^-k.  One sort per tensor then answers every
 k by binary search; the unscaled counts come from :func:`fpsim.classify`.
 
-Files are read with ``allow_pickle=False`` (PyTorch: ``weights_only=True``); ``.safetensors``
-is parsed directly from its published layout (8-byte header length, JSON header, raw
-little-endian data), so no extra package is needed and bfloat16/fp8 tensors keep their type.
+Files are read by :func:`fpsim.tools.tensorfiles.read_tensors` (``allow_pickle=False``; PyTorch:
+``weights_only=True``).
 """
 
 from __future__ import annotations
@@ -22,199 +21,22 @@ import json
 import os
 import sys
 import time
-import zipfile
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-import ml_dtypes
 import numpy as np
 
-from .formats import cast, classify, get_format
-from .formats.survival import float_values, is_float_dtype, survival
-from .textable import text_table
+from ..formats import LOW_FORMATS, cast, classify, get_format
+from ..formats.survival import float_values, is_float_dtype
+from ..textable import percent, text_table
+from .tensorfiles import read_tensors
 
-__all__ = ["survival", "read_tensors", "audit", "audit_arrays", "AuditReport", "TensorAudit", "FormatAudit",
-           "DEFAULT_FORMATS", "K_RANGE", "KEEP"]
+__all__ = ["read_tensors", "audit", "audit_arrays", "AuditReport", "TensorAudit", "FormatAudit", "K_RANGE", "KEEP"]
 
-DEFAULT_FORMATS = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
 K_RANGE = (-30, 40)
 KEEP = 0.999
 # Quarter-binade bins of log2|x| covering every float32 magnitude (2^-149 .. 2^128) and then some.
 HIST_EDGES = np.arange(-160.0, 140.0 + 0.25, 0.25)
-SUFFIXES = (".npz", ".npy", ".safetensors", ".pt", ".pth")
-
-
-# --------------------------------------------------------------------------------------------
-# reading tensors, one at a time
-
-_ST_DTYPES = {
-    "F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"),
-    "BF16": np.dtype(ml_dtypes.bfloat16), "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
-    "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
-    "I64": np.dtype("<i8"), "I32": np.dtype("<i4"), "I16": np.dtype("<i2"), "I8": np.dtype("i1"),
-    "U64": np.dtype("<u8"), "U32": np.dtype("<u4"), "U16": np.dtype("<u2"), "U8": np.dtype("u1"),
-    "BOOL": np.dtype("?"),
-}
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
-
-
-def read_tensors(path):
-    """Yield ``(name, numpy array)`` from a tensor file, reading one tensor at a time.
-
-    ``.npz`` / ``.npy`` (``allow_pickle=False``), ``.safetensors`` (parsed directly),
-    ``.pt`` / ``.pth`` (needs torch; ``torch.load(weights_only=True)``; nested dicts and lists
-    are flattened to dotted names).  Errors are ``FileNotFoundError`` / ``ValueError`` with a
-    one-line message naming the file (and the tensor, where one is at fault).
-    """
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise IsADirectoryError(f"{path}: is a directory, not a tensor file")
-    suffix = os.path.splitext(path)[1].lower()
-    if suffix == ".npz":
-        yield from _read_npz(path)
-    elif suffix == ".npy":
-        yield from _read_npy(path)
-    elif suffix == ".safetensors":
-        yield from _read_safetensors(path)
-    elif suffix in (".pt", ".pth"):
-        yield from _read_torch(path)
-    else:
-        raise ValueError(f"{path}: unknown file type {suffix or '(no suffix)'!r}; "
-                         f"fpsim audit reads {', '.join(SUFFIXES)}")
-
-
-def _sniff(path) -> bytes:
-    with open(path, "rb") as fh:
-        return fh.read(6)
-
-
-def _read_npz(path):
-    magic = _sniff(path)
-    if not magic:
-        raise ValueError(f"{path}: the file is empty")
-    if magic.startswith(b"\x93NUMPY"):
-        raise ValueError(f"{path}: holds a single .npy array, not an .npz archive (rename it to .npy)")
-    if not magic.startswith(b"PK"):
-        raise ValueError(f"{path}: not an .npz file (it is not a zip archive)")
-    # Our own handle, closed on every path (np.load leaks its own when the zip is damaged).
-    with open(path, "rb") as fh:
-        try:
-            z = np.load(fh, allow_pickle=False)
-        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
-            raise ValueError(f"{path}: not a readable .npz file ({_first_line(e)})") from None
-        with z:
-            for name in z.files:
-                try:
-                    arr = z[name]  # reads and decompresses this member only
-                except ValueError as e:
-                    if "allow_pickle" in str(e) or "Object arrays" in str(e):
-                        raise ValueError(f"{path}: array {name!r} holds pickled Python objects, which fpsim does "
-                                         "not load (allow_pickle=False)") from None
-                    raise ValueError(f"{path}: array {name!r} is unreadable ({_first_line(e)})") from None
-                except Exception as e:  # BadZipFile, zlib.error, EOFError from a damaged member
-                    raise ValueError(f"{path}: array {name!r} is unreadable ({_first_line(e)})") from None
-                yield name, arr
-
-
-def _read_npy(path):
-    magic = _sniff(path)
-    if not magic:
-        raise ValueError(f"{path}: the file is empty")
-    if not magic.startswith(b"\x93NUMPY"):
-        hint = " (it is a zip archive: rename it to .npz)" if magic.startswith(b"PK") else ""
-        raise ValueError(f"{path}: not an .npy file{hint}")
-    try:
-        arr = np.load(path, allow_pickle=False, mmap_mode="r")
-    except ValueError as e:
-        if "pickle" in str(e) or "Python objects" in str(e):
-            raise ValueError(f"{path}: holds pickled Python objects, which fpsim does not load "
-                             "(allow_pickle=False)") from None
-        raise ValueError(f"{path}: not a readable .npy file ({_first_line(e)})") from None
-    except (OSError, EOFError) as e:
-        raise ValueError(f"{path}: not a readable .npy file ({_first_line(e)})") from None
-    yield os.path.splitext(os.path.basename(path))[0], arr
-
-
-def _read_safetensors(path):
-    size = os.path.getsize(path)
-    with open(path, "rb") as fh:
-        head = fh.read(8)
-        if len(head) < 8:
-            raise ValueError(f"{path}: not a .safetensors file (shorter than its 8-byte header length)")
-        n = int.from_bytes(head, "little")
-        if n > min(size - 8, 100 * 2**20):
-            raise ValueError(f"{path}: not a .safetensors file (header length {n} does not fit the file)")
-        try:
-            header = json.loads(fh.read(n).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{path}: not a .safetensors file (header is not JSON: {_first_line(e)})") from None
-        if not isinstance(header, dict):
-            raise ValueError(f"{path}: not a .safetensors file (header is not a JSON object)")
-        header.pop("__metadata__", None)
-        base = 8 + n
-        entries = []
-        for name, info in header.items():
-            try:
-                dt_name, shape, (start, end) = info["dtype"], [int(s) for s in info["shape"]], info["data_offsets"]
-                start, end = int(start), int(end)
-            except (KeyError, TypeError, ValueError):
-                raise ValueError(f"{path}: tensor {name!r} has a malformed header entry {info!r}") from None
-            entries.append((start, end, name, dt_name, shape))
-        for start, end, name, dt_name, shape in sorted(entries):
-            if dt_name not in _ST_DTYPES:
-                raise ValueError(f"{path}: tensor {name!r} has dtype {dt_name!r}, which fpsim cannot read "
-                                 f"(known: {', '.join(_ST_DTYPES)})")
-            dt = _ST_DTYPES[dt_name]
-            nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-            if end - start != nbytes or start < 0 or base + end > size:
-                raise ValueError(f"{path}: tensor {name!r} ({dt_name}, shape {shape}) does not fit its byte range "
-                                 f"{start}..{end} (file has {size - base} data bytes)")
-            fh.seek(base + start)
-            yield name, np.frombuffer(fh.read(nbytes), dtype=dt).reshape(shape)
-
-
-def _read_torch(path):
-    try:
-        import torch
-    except ImportError:
-        raise ValueError(f"{path}: reading PyTorch files needs torch, which is not installed here "
-                         "(or save the tensors with numpy.savez)") from None
-    try:
-        try:
-            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError as e:
-            if "mmap" not in str(e):
-                raise
-            obj = torch.load(path, map_location="cpu", weights_only=True)  # old, non-zip format
-    except Exception as e:  # torch raises many types for a damaged or unsafe file
-        raise ValueError(f"{path}: not a readable PyTorch tensor file ({_first_line(e)})") from None
-
-    def walk(prefix, o):
-        if isinstance(o, torch.Tensor):
-            yield prefix or "tensor", o
-        elif isinstance(o, dict):
-            for k, v in o.items():
-                yield from walk(f"{prefix}.{k}" if prefix else str(k), v)
-        elif isinstance(o, list | tuple):
-            for i, v in enumerate(o):
-                yield from walk(f"{prefix}.{i}" if prefix else str(i), v)
-        else:
-            yield prefix or "object", o
-
-    for name, t in walk("", obj):
-        if not isinstance(t, torch.Tensor):
-            yield name, np.array(None, dtype=object)  # a plain number or string: listed as skipped
-            continue
-        t = t.detach().cpu()
-        if t.is_floating_point() and t.dtype not in (torch.float32, torch.float64, torch.float16):
-            t = t.float()  # bfloat16 / fp8 widen exactly
-        yield name, t.numpy()
 
 
 # --------------------------------------------------------------------------------------------
@@ -234,17 +56,24 @@ class FormatAudit:
     overflow: int
     scale_range: tuple[int, int] | None
 
+    def _pct(self, count: int) -> float:
+        return 100.0 * count / self.nonzero if self.nonzero else 0.0
+
     @property
     def pct_flushed(self) -> float:
-        return 100.0 * self.flushed / self.nonzero if self.nonzero else 0.0
+        return self._pct(self.flushed)
 
     @property
     def pct_subnormal(self) -> float:
-        return 100.0 * self.subnormal / self.nonzero if self.nonzero else 0.0
+        return self._pct(self.subnormal)
 
     @property
     def pct_overflow(self) -> float:
-        return 100.0 * self.overflow / self.nonzero if self.nonzero else 0.0
+        return self._pct(self.overflow)
+
+    def cells(self) -> list[str]:
+        """% flushed, subnormal and overflow as the report's table writes them."""
+        return [percent(k, self.nonzero or 1) for k in (self.flushed, self.subnormal, self.overflow)]
 
     def to_dict(self) -> dict:
         return {"format": self.format, "nonzero": self.nonzero, "flushed": self.flushed,
@@ -303,8 +132,7 @@ class AuditReport:
             for i, (name, fa) in enumerate(t.formats.items()):
                 rng = fa.scale_range
                 safe = "none" if rng is None else (f"2^{rng[0]}" if rng[0] == rng[1] else f"2^{rng[0]} .. 2^{rng[1]}")
-                rows.append([t.name if i == 0 else "", name, f"{fa.pct_flushed:.2f}%", f"{fa.pct_subnormal:.2f}%",
-                             f"{fa.pct_overflow:.2f}%", safe])
+                rows.append([t.name if i == 0 else "", name, *fa.cells(), safe])
         lines += text_table(cols, rows, right={2, 3, 4})
         if self.skipped:
             lines.append("")
@@ -312,7 +140,7 @@ class AuditReport:
         return "\n".join(lines)
 
     def histogram(self):
-        """The overall histogram as :class:`fpsim.plots.HistogramData`, with this audit's
+        """The overall histogram as :class:`fpsim.tools.plots.HistogramData`, with this audit's
         exact percentages (empty bins at both ends trimmed)."""
         from .plots import HistogramData, format_bands
 
@@ -401,7 +229,7 @@ def _audit_one(arr: np.ndarray, fnames, ks):
     return n, zeros, nonfinite, accs, hist
 
 
-def audit_arrays(arrays, formats=DEFAULT_FORMATS, *, k_range=K_RANGE, keep=KEEP, source="(arrays)",
+def audit_arrays(arrays, formats=LOW_FORMATS, *, k_range=K_RANGE, keep=KEEP, source="(arrays)",
                  progress=None) -> AuditReport:
     """Audit ``(name, array)`` pairs (an iterable, consumed one at a time) or a dict of arrays.
 
@@ -446,7 +274,7 @@ def audit_arrays(arrays, formats=DEFAULT_FORMATS, *, k_range=K_RANGE, keep=KEEP,
     return AuditReport(source, fnames, (lo, hi), float(keep), tensors, overall, skipped, HIST_EDGES.copy(), counts)
 
 
-def audit(path, formats=DEFAULT_FORMATS, *, k_range=K_RANGE, keep=KEEP, progress=None) -> AuditReport:
+def audit(path, formats=LOW_FORMATS, *, k_range=K_RANGE, keep=KEEP, progress=None) -> AuditReport:
     """Audit every tensor in a file (see :func:`read_tensors`), one tensor at a time."""
     return audit_arrays(read_tensors(path), formats, k_range=k_range, keep=keep, source=os.fspath(path),
                         progress=progress)
@@ -459,7 +287,7 @@ def audit(path, formats=DEFAULT_FORMATS, *, k_range=K_RANGE, keep=KEEP, progress
 def add_arguments(p) -> None:
     """The ``fpsim audit`` arguments."""
     p.add_argument("file", help="gradients (or any tensors) in .npz, .npy, .safetensors or .pt/.pth")
-    p.add_argument("--formats", nargs="+", default=list(DEFAULT_FORMATS), metavar="FORMAT",
+    p.add_argument("--formats", nargs="+", default=list(LOW_FORMATS), metavar="FORMAT",
                    help="formats to check (names or aliases, space or comma separated; default: %(default)s)")
     p.add_argument("--out", help="where to write the histogram figure (default: FILE's name with _audit.png, "
                                  "next to FILE)")

@@ -3,17 +3,34 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
-from .formats import FORMATS, format_names, get_format
-from .textable import text_table
+from ..formats import FORMATS, format_names, get_format
+from ..textable import text_table
 
 
-def _fmt_arg(name: str) -> str:
-    try:
-        return get_format(name).name
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+def _named(lookup):
+    """An argparse type: the canonical name ``lookup(text).name``; lookup's ValueError (an
+    unknown name, with the known ones) becomes argparse's error."""
+
+    def parse(text: str) -> str:
+        try:
+            return lookup(text).name
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return parse
+
+
+def _get_recipe(name: str):
+    from ..experiments import get_recipe  # imported when a recipe is named: `fpsim formats` stays light
+
+    return get_recipe(name)
+
+
+_fmt_arg = _named(get_format)
+_recipe_arg = _named(_get_recipe)
 
 
 def _positive_float(text: str) -> float:
@@ -42,7 +59,7 @@ def cmd_formats(args) -> int:
 
 
 def cmd_example(args) -> int:
-    from .examples import (
+    from ..examples import (
         format_steps,
         scaling_example,
         smallest_normalizing_scale,
@@ -71,21 +88,12 @@ def cmd_example(args) -> int:
     print("  Smallest update to w = 1.0 that survives (strictly more than half an ulp):")
     for name in ("float16", "bfloat16", "float32"):
         h = smallest_surviving_update(1.0, name)
-        print(f"    {name:<9} just above 2^{int(round(__import__('math').log2(h)))} = {h:.6g}")
+        print(f"    {name:<9} just above 2^{int(round(math.log2(h)))} = {h:.6g}")
     return 0
 
 
-def _recipe_arg(name: str) -> str:
-    from .experiments import get_recipe
-
-    try:
-        return get_recipe(name).name
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
 def _backend_arg(name: str) -> str:
-    from .backend import BACKENDS, available
+    from ..backend import BACKENDS, available
 
     if name not in BACKENDS:
         raise argparse.ArgumentTypeError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")
@@ -124,7 +132,7 @@ def cmd_compare(args) -> int:
     import json
     from pathlib import Path
 
-    from .experiments import DEFAULT_RECIPES, ReferenceTask, compare_seeds, format_seed_table, format_table
+    from ..experiments import DEFAULT_RECIPES, ReferenceTask, compare_seeds, format_seed_table, format_table
 
     task = ReferenceTask()
     steps = args.steps or task.steps
@@ -162,16 +170,15 @@ def cmd_compare(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fpsim", description="See, number by number, what low precision does to training.")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    sp = sub.add_parser("formats", help="table of every format's bits and limits")
-    sp.set_defaults(func=cmd_formats)
+def _add_example(sub) -> None:
     sp = sub.add_parser("example", help="the worked loss-scaling and vanishing-update examples, step by step")
     sp.add_argument("--grad", type=float, help="the gradient to follow (default: 1e-8, then 2.45e-6)")
     sp.add_argument("--scale", type=_positive_float, help="the loss scale S (default: 1024, then 2^15)")
     sp.add_argument("--format", type=_fmt_arg, default="float16", help="the low-precision format (default float16)")
     sp.set_defaults(func=cmd_example)
+
+
+def _add_compare(sub) -> None:
     sp = sub.add_parser("compare", help="train the reference task under every recipe; one table of what went wrong",
                         description="Train the reference task (an autoencoder whose loss is averaged over 2^20 "
                                     "outputs, so its gradients are tiny) under each recipe, from the same weights, "
@@ -196,31 +203,36 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
     sp.set_defaults(func=cmd_compare)
-    from . import audit as _audit
 
-    sp = sub.add_parser("audit", help="which formats and loss scales keep the gradients in a .npz/.safetensors/.pt file")
-    _audit.add_arguments(sp)
-    sp.set_defaults(func=_audit.main)
-    from . import bench as _bench
 
-    sp = sub.add_parser("bench", help="how fast the emulation runs, as ratios against numpy, BLAS and PyTorch",
-                        description="Time rounding, matmul, a training step and the monitor hook, each against a "
-                                    "peer measured in the same run; print a table with the targets.")
-    _bench.add_arguments(sp)
-    sp.set_defaults(func=_bench.main)
-    from . import figures as _figures
+def _add_tools(sub) -> None:
+    """The commands with a module of their own, each with add_arguments(parser) and main(args)."""
+    from . import audit, bench, figures, gpu_check
 
-    sp = sub.add_parser("figures", help="regenerate every figure in figures/ from code (fixed seeds)")
-    _figures.add_arguments(sp)
-    sp.set_defaults(func=_figures.main)
-    from . import gpu_check as _gpu_check
+    for command, mod, help_, description in (
+        ("audit", audit, "which formats and loss scales keep the gradients in a .npz/.safetensors/.pt file", None),
+        ("bench", bench, "how fast the emulation runs, as ratios against numpy, BLAS and PyTorch",
+         "Time rounding, matmul, a training step and the monitor hook, each against a peer measured in the same "
+         "run; print a table with the targets."),
+        ("figures", figures, "regenerate every figure in figures/ from code (fixed seeds)", None),
+        ("gpu-check", gpu_check, "compare the cupy backend with numpy: every op, the reference task, PyTorch",
+         "Run every op and the reference task on numpy and on the cupy backend from the same inputs and weights "
+         "and report how far they agree (bit-identical where they must be), with step times.  Without a GPU it "
+         "says so and exits 0."),
+    ):
+        sp = sub.add_parser(command, help=help_, description=description)
+        mod.add_arguments(sp)
+        sp.set_defaults(func=mod.main)
 
-    sp = sub.add_parser("gpu-check", help="compare the cupy backend with numpy: every op, the reference task, PyTorch",
-                        description="Run every op and the reference task on numpy and on the cupy backend from the "
-                                    "same inputs and weights and report how far they agree (bit-identical where "
-                                    "they must be), with step times.  Without a GPU it says so and exits 0.")
-    _gpu_check.add_arguments(sp)
-    sp.set_defaults(func=_gpu_check.main)
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fpsim", description="See, number by number, what low precision does to training.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sp = sub.add_parser("formats", help="table of every format's bits and limits")
+    sp.set_defaults(func=cmd_formats)
+    _add_example(sub)
+    _add_compare(sub)
+    _add_tools(sub)
     return p
 
 

@@ -1,0 +1,35 @@
+"""The argument checks the public functions share: one wording for each kind of wrong number.
+
+Booleans are not numbers here (``True`` is an ``int`` to Python, never a step count or a
+learning rate to fpsim); numpy's integer and float scalars are.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+__all__ = ["is_integer", "is_real", "check_at_least", "check_positive"]
+
+
+def is_integer(x) -> bool:
+    """An integer (Python or numpy), not a bool."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def is_real(x) -> bool:
+    """A real number (Python or numpy, integer or float), not a bool."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def check_at_least(value, minimum, name: str) -> None:
+    """ValueError ``"{name} must be >= {minimum}, got {value}"`` unless ``value >= minimum``."""
+    if not value >= minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+def check_positive(value, name: str) -> None:
+    """ValueError ``"{name} must be a finite number > 0, got {value!r}"`` unless ``value`` is a
+    real number (not a bool), finite and > 0."""
+    if not (is_real(value) and value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")

@@ -1,0 +1,144 @@
+"""Arithmetic and matrix products: + - * / neg pow, matmul, and linear (addmm) as one op.
+
+Matmul multiplies the low-precision inputs exactly and accumulates in float32 (BLAS sgemm on the
+widened inputs - what tensor cores and PyTorch CPU do), then rounds once.  Non-tensor operands
+(Python numbers, numpy arrays) are constants: they enter the float32 computation as float32 and
+do not change the result's format - a float16 tensor times 1e-8 is float16, computed as
+float32(x) * float32(1e-8) and rounded once, as PyTorch does.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+from numpy import broadcast_shapes as _broadcast_shapes
+
+from .. import state
+from ..formats import Format, get_format
+from ..tensor import Tensor, promote
+from .core import _autocast, _broadcast_pair, _const, _make, _pair, _quiet, _unbroadcast
+
+__all__ = ['add', 'sub', 'mul', 'div', 'neg', 'pow', 'matmul', 'linear']
+
+
+@_quiet
+def add(a, b) -> Tensor:
+    a, b, fmt = _pair(a, b)
+    a, b = _broadcast_pair(a, b, "add")
+    return _make(a.f32() + b.f32(), fmt, (a, b), lambda g, out: (g, g), "add")
+
+
+@_quiet
+def sub(a, b) -> Tensor:
+    a, b, fmt = _pair(a, b)
+    a, b = _broadcast_pair(a, b, "sub")
+    return _make(a.f32() - b.f32(), fmt, (a, b), lambda g, out: (g, -g), "sub")
+
+
+@_quiet
+def mul(a, b) -> Tensor:
+    a, b, fmt = _pair(a, b)
+    a, b = _broadcast_pair(a, b, "mul")
+    a32, b32 = a.f32(), b.f32()
+    return _make(a32 * b32, fmt, (a, b), lambda g, out: (g * b32, g * a32), "mul")
+
+
+@_quiet
+def div(a, b) -> Tensor:
+    a, b, fmt = _pair(a, b)
+    a, b = _broadcast_pair(a, b, "div")
+    a32, b32 = a.f32(), b.f32()
+    return _make(a32 / b32, fmt, (a, b), lambda g, out: (g / b32, -g * a32 / (b32 * b32)), "div")
+
+
+@_quiet
+def neg(x: Tensor) -> Tensor:
+    return _make(-x.f32(), x.fmt, (x,), lambda g, out: (-g,), "neg")
+
+
+@_quiet
+def pow(x: Tensor, p) -> Tensor:
+    if isinstance(p, Tensor) or not isinstance(p, numbers.Real):
+        raise TypeError(f"pow takes a scalar exponent, got {type(p).__name__}")
+    (x,) = _autocast("pow", x)
+    xp = x.backend.xp
+    x32 = x.f32()
+    p32 = xp.float32(p)
+    return _make(x32**p32, x.fmt, (x,), lambda g, out: (g * p32 * x32 ** (p32 - 1),), "pow")
+
+
+# ------------------------------------------------------------------------------- matmul
+
+
+@_quiet
+def matmul(a, b, acc=None) -> Tensor:
+    """a @ b for 2-d and batched (..., n, k) @ (..., k, m) operands.
+
+    Products of the low-precision inputs are exact in float32; they are summed in float32
+    (BLAS) and the result is rounded once.  ``acc="float16"`` (or any format) instead keeps
+    a running sum in that format, rounding after every one of the k additions - swamping.
+    """
+    a, b, fmt = _pair(a, b)
+    if state.autocast_format() is not None:
+        a, b = _autocast("matmul", a, b)
+        fmt = state.autocast_format()
+    be = a.backend
+    xp = be.xp
+    try:
+        if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
+            raise ValueError
+        _broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:
+        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not fit (need (..., n, k) @ (..., k, m) "
+                         "with broadcastable batch dimensions)") from None
+    a32, b32 = a.f32(), b.f32()
+    out32 = be.matmul(a32, b32) if acc is None else _matmul_low_acc(a32, b32, get_format(acc), be)
+
+    def backward(g, out):
+        ga = be.matmul(g, xp.swapaxes(b32, -1, -2))
+        gb = be.matmul(xp.swapaxes(a32, -1, -2), g)
+        return _unbroadcast(ga, a.shape, xp), _unbroadcast(gb, b.shape, xp)
+
+    return _make(out32, fmt, (a, b), backward, "matmul")
+
+
+@_quiet
+def linear(x, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x @ weight.T + bias as ONE op, like PyTorch's ``linear`` (addmm): float32 products and
+    accumulation, the bias added in float32, one rounding.  Under autocast all three inputs
+    are narrowed to the autocast format, as PyTorch does for ``linear``."""
+    if not isinstance(x, Tensor):
+        x = _const(x, weight)
+    ins = _autocast("linear", *((x, weight) if bias is None else (x, weight, bias)))
+    x, weight = ins[0], ins[1]
+    bias = ins[2] if bias is not None else None
+    fmt = promote(*(t.fmt for t in ins))
+    if weight.ndim != 2 or x.ndim < 1 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"linear: input shape {x.shape} does not fit weight shape {weight.shape} "
+                         f"(need (..., {weight.shape[-1] if weight.ndim else '?'}))")
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise ValueError(f"linear: bias shape {bias.shape} does not fit weight shape {weight.shape}")
+    be = x.backend
+    xp = be.xp
+    x32, w32 = x.f32(), weight.f32()
+    out32 = be.matmul(x32, w32.T)
+    if bias is not None:
+        out32 += bias.f32()
+
+    def backward(g, out):
+        g2 = g.reshape(-1, g.shape[-1])
+        gx = be.matmul(g, w32) if x.requires_grad else None
+        gw = be.matmul(g2.T, x32.reshape(-1, x32.shape[-1]))
+        gb = g2.sum(axis=0, dtype=xp.float32) if bias is not None else None
+        return (gx, gw) if bias is None else (gx, gw, gb)
+
+    return _make(out32, fmt, ins, backward, "linear")
+
+
+def _matmul_low_acc(a32, b32, acc: Format, be):
+    xp = be.xp
+    shape = _broadcast_shapes(a32.shape[:-2], b32.shape[:-2]) + (a32.shape[-2], b32.shape[-1])
+    s = xp.zeros(shape, dtype=xp.float32)
+    for k in range(a32.shape[-1]):
+        s = be.to_f32(be.round(s + a32[..., :, k : k + 1] * b32[..., k : k + 1, :], acc))
+    return s

@@ -1,0 +1,159 @@
+"""The machinery every op shares: the one way an op makes its output node (``_make``, which
+rounds once, or ``_view`` for ops that only move values), autocast's policy table, and the
+handling of constants and broadcasting.
+
+Every op is written the same way: compute in float32 from the inputs' exact values, then ``_make``
+rounds the result once into the output format and records the graph node.  The backward is a
+function ``backward(g, out)`` of the output's gradient ``g`` (float32) and the output tensor
+``out`` (ops whose derivative is written in their output - exp, tanh, softmax - read
+``out.f32()``, the rounded value, as PyTorch's kernels do); it returns one float32 gradient (or
+None) per input.
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+
+from numpy import broadcast_shapes as _broadcast_shapes  # shape arithmetic only (CuPy may lack it)
+from numpy import errstate as _np_errstate  # only the warning switch; arrays go through the backend
+
+from .. import state
+from ..formats import F32, Format, get_format
+from ..tensor import Tensor, promote, round_result
+
+__all__ = ['AUTOCAST_POLICY', 'to_format', 'broadcast_to']
+
+
+# Autocast, as one table: PyTorch's CUDA float16 policy.  "low": the inputs are narrowed to the
+# autocast format and so is the result (matmul-like ops); "float32": the inputs are widened to
+# float32 first, so the op computes and rounds in float32 (reductions, exp/log, softmax, norms,
+# losses).  An op not listed runs in the format of its inputs.
+AUTOCAST_POLICY = {
+    "matmul": "low",
+    "linear": "low",
+    "pow": "float32",
+    "exp": "float32",
+    "log": "float32",
+    "sum": "float32",
+    "mean": "float32",
+    "softmax": "float32",
+    "log_softmax": "float32",
+    "mse_loss": "float32",
+}
+
+
+def _quiet(fn):
+    """Run an op with numpy's floating-point warnings off: inf and NaN are results the
+    emulated hardware produces silently (and the monitor counts), not accidents."""
+
+    @functools.wraps(fn)
+    def op(*args, **kwargs):
+        with _np_errstate(all="ignore"):
+            return fn(*args, **kwargs)
+
+    return op
+
+
+def _make(out32, fmt: Format, parents: tuple, backward, op: str, *, stored=None) -> Tensor:
+    """Round ``out32`` once into ``fmt`` (or take ``stored``, a result that is exact in fmt
+    already) and make the output node."""
+    be = parents[0].backend
+    return Tensor._from_op(round_result(out32, fmt, be, op, "forward", stored=stored), fmt, parents, backward, op, be)
+
+
+def _view(data, fmt: Format, parents: tuple, backward, op: str) -> Tensor:
+    """An op that moves values without computing new ones: nothing to round."""
+    return Tensor._from_op(data, fmt, parents, backward, op, parents[0].backend)
+
+
+def _autocast(op: str, *ts: Tensor) -> tuple:
+    """The inputs of ``op`` as autocast's policy table has them (unchanged outside autocast)."""
+    low = state.autocast_format()
+    rule = AUTOCAST_POLICY.get(op)
+    if low is None or rule is None:
+        return ts
+    want = low if rule == "low" else F32
+    return tuple(to_format(t, want) if t.fmt != want else t for t in ts)
+
+
+def _const(x, like: Tensor) -> Tensor:
+    be = like.backend
+    if isinstance(x, bool) or not isinstance(x, numbers.Real | list | tuple) and not hasattr(x, "dtype"):
+        raise TypeError(f"cannot combine a Tensor with {type(x).__name__}")
+    arr = be.asarray(x, dtype=be.xp.float32)
+    return Tensor(arr, F32, backend=be)
+
+
+def _pair(a, b):
+    """Both operands as Tensors, and the result format (constants do not promote)."""
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        if a.backend is not b.backend:
+            raise ValueError(f"tensors on different backends: {a.backend.name} and {b.backend.name}")
+        return a, b, promote(a.fmt, b.fmt)
+    if isinstance(a, Tensor):
+        return a, _const(b, a), a.fmt
+    return _const(a, b), b, b.fmt
+
+
+def _broadcast_pair(a: Tensor, b: Tensor, op: str):
+    if a.shape == b.shape:
+        return a, b
+    try:
+        shape = tuple(_broadcast_shapes(a.shape, b.shape))
+    except ValueError:
+        raise ValueError(f"{op}: shapes {a.shape} and {b.shape} do not broadcast") from None
+    return broadcast_to(a, shape), broadcast_to(b, shape)
+
+
+def _unbroadcast(g, shape, xp):
+    """Sum g (float32) down to ``shape`` over the axes broadcasting added or stretched."""
+    if tuple(g.shape) == tuple(shape):
+        return g
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(shape) if n == 1 and g.shape[i + lead] != 1)
+    return g.sum(axis=axes, dtype=xp.float32).reshape(shape)
+
+
+# --------------------------------------------------------------------------------- casting
+
+
+@_quiet
+def to_format(x: Tensor, fmt) -> Tensor:
+    """Round into ``fmt`` (``Tensor.to``); the gradient is rounded back into x's gradient format."""
+    fmt = get_format(fmt)
+    return _make(x.f32(), fmt, (x,), lambda g, out: (g,), "cast")
+
+
+def broadcast_to(x: Tensor, shape) -> Tensor:
+    shape = tuple(shape)
+    if x.shape == shape:
+        return x
+    xp = x.backend.xp
+    try:
+        data = xp.broadcast_to(x.data, shape)
+    except ValueError:
+        raise ValueError(f"cannot broadcast shape {x.shape} to {shape}") from None
+    return _view(data, x.fmt, (x,), lambda g, out: (_unbroadcast(g, x.shape, xp),), "broadcast")
+
+
+def _norm_axes(axis, ndim):
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    out = []
+    n = max(ndim, 1)  # a 0-d tensor takes axis 0 / -1
+    for a in axes:
+        if not -n <= a < n:
+            raise ValueError(f"axis {a} is out of range for a tensor with {ndim} dimensions")
+        if ndim:
+            out.append(a % ndim)
+    return tuple(sorted(set(out)))
+
+
+def _expand_back(g, x_shape, axes, keepdims, xp):
+    """Broadcast a reduced gradient back over the reduced axes (float32)."""
+    if not keepdims:
+        for a in axes:
+            g = xp.expand_dims(g, a)
+    return xp.broadcast_to(g, x_shape)

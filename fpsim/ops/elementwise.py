@@ -1,0 +1,100 @@
+"""Elementwise functions: exp, log, sqrt, tanh, sigmoid, relu, gelu, abs - each computed in
+float32 from the input's exact values and rounded once.
+"""
+
+from __future__ import annotations
+
+from ..state import HOOKS
+from ..tensor import Tensor
+from .core import _autocast, _make, _quiet
+
+__all__ = ['exp', 'log', 'sqrt', 'tanh', 'sigmoid', 'relu', 'gelu', 'abs']
+
+
+@_quiet
+def exp(x: Tensor) -> Tensor:
+    (x,) = _autocast("exp", x)
+    return _make(x.backend.xp.exp(x.f32()), x.fmt, (x,), lambda g, out: (g * out.f32(),), "exp")
+
+
+@_quiet
+def log(x: Tensor) -> Tensor:
+    (x,) = _autocast("log", x)
+    x32 = x.f32()
+    return _make(x.backend.xp.log(x32), x.fmt, (x,), lambda g, out: (g / x32,), "log")
+
+
+@_quiet
+def sqrt(x: Tensor) -> Tensor:
+    return _make(x.backend.xp.sqrt(x.f32()), x.fmt, (x,), lambda g, out: (g / (2 * out.f32()),), "sqrt")
+
+
+@_quiet
+def tanh(x: Tensor) -> Tensor:
+    """tanh; like PyTorch, the backward uses the stored (rounded) output: g (1 - y^2)."""
+
+    def backward(g, out):
+        y = out.f32()
+        return (g * (1 - y * y),)
+
+    return _make(x.backend.xp.tanh(x.f32()), x.fmt, (x,), backward, "tanh")
+
+
+@_quiet
+def sigmoid(x: Tensor) -> Tensor:
+    xp = x.backend.xp
+    x32 = x.f32()
+    e = xp.exp(-xp.abs(x32))  # exp of a non-positive number only: no overflow for large |x|
+    s32 = xp.where(x32 >= 0, 1 / (1 + e), e / (1 + e))
+
+    def backward(g, out):
+        y = out.f32()
+        return (g * y * (1 - y),)
+
+    return _make(s32, x.fmt, (x,), backward, "sigmoid")
+
+
+def _select(a, keep):
+    """a where keep, else +0, on the bit patterns (an integer multiply by 0 or 1): exact for
+    every value, inf and NaN included (a float ``a * keep`` would make inf * 0 = NaN), and
+    several times faster than ``where`` on an unpredictable mask."""
+    return (a.view(f"uint{8 * a.dtype.itemsize}") * keep).view(a.dtype)
+
+
+@_quiet
+def relu(x: Tensor) -> Tensor:
+    """max(x, 0): -0 and NaN pass through, as in PyTorch.  Exact in every format, so the
+    output is selected straight from x's storage and nothing is rounded."""
+    x32 = x.f32()
+    pos = x32 > 0
+    keep = x32 < 0
+    keep ^= True  # not below 0: -0 and NaN stay
+    out32 = _select(x32, keep) if HOOKS else None  # monitors are shown the (exact) float32 result
+    return _make(out32, x.fmt, (x,), lambda g, out: (_select(g, pos),), "relu", stored=_select(x.data, keep))
+
+
+_GELU_C = 0.7978845608028654  # sqrt(2 / pi)
+
+
+@_quiet
+def gelu(x: Tensor) -> Tensor:
+    """GELU, tanh approximation (PyTorch's ``gelu(approximate="tanh")``), in float32."""
+    xp = x.backend.xp
+    x32 = x.f32()
+    c = xp.float32(_GELU_C)
+    u = c * (x32 + xp.float32(0.044715) * x32**3)
+    t = xp.tanh(u)
+    out32 = xp.float32(0.5) * x32 * (1 + t)
+
+    def backward(g, out):
+        du = c * (1 + xp.float32(3 * 0.044715) * x32 * x32)
+        return (g * (xp.float32(0.5) * (1 + t) + xp.float32(0.5) * x32 * (1 - t * t) * du),)
+
+    return _make(out32, x.fmt, (x,), backward, "gelu")
+
+
+@_quiet
+def abs(x: Tensor) -> Tensor:  # noqa: A001 - the numpy/PyTorch name
+    xp = x.backend.xp
+    x32 = x.f32()
+    return _make(xp.abs(x32), x.fmt, (x,), lambda g, out: (g * xp.sign(x32),), "abs")

@@ -1,0 +1,188 @@
+"""Reading tensor files one tensor at a time: ``.npz``, ``.npy``, ``.safetensors``, PyTorch ``.pt``.
+
+Files are read with ``allow_pickle=False`` (PyTorch: ``weights_only=True``); ``.safetensors``
+is parsed directly from its published layout (8-byte header length, JSON header, raw
+little-endian data), so no extra package is needed and bfloat16/fp8 tensors keep their type.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+
+import ml_dtypes
+import numpy as np
+
+__all__ = ["read_tensors", "SUFFIXES"]
+
+SUFFIXES = (".npz", ".npy", ".safetensors", ".pt", ".pth")
+
+_ST_DTYPES = {
+    "F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"),
+    "BF16": np.dtype(ml_dtypes.bfloat16), "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
+    "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
+    "I64": np.dtype("<i8"), "I32": np.dtype("<i4"), "I16": np.dtype("<i2"), "I8": np.dtype("i1"),
+    "U64": np.dtype("<u8"), "U32": np.dtype("<u4"), "U16": np.dtype("<u2"), "U8": np.dtype("u1"),
+    "BOOL": np.dtype("?"),
+}
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+def read_tensors(path):
+    """Yield ``(name, numpy array)`` from a tensor file, reading one tensor at a time.
+
+    ``.npz`` / ``.npy`` (``allow_pickle=False``), ``.safetensors`` (parsed directly),
+    ``.pt`` / ``.pth`` (needs torch; ``torch.load(weights_only=True)``; nested dicts and lists
+    are flattened to dotted names).  Errors are ``FileNotFoundError`` / ``ValueError`` with a
+    one-line message naming the file (and the tensor, where one is at fault).
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path}: is a directory, not a tensor file")
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix == ".npz":
+        yield from _read_npz(path)
+    elif suffix == ".npy":
+        yield from _read_npy(path)
+    elif suffix == ".safetensors":
+        yield from _read_safetensors(path)
+    elif suffix in (".pt", ".pth"):
+        yield from _read_torch(path)
+    else:
+        raise ValueError(f"{path}: unknown file type {suffix or '(no suffix)'!r}; "
+                         f"fpsim audit reads {', '.join(SUFFIXES)}")
+
+
+def _sniff(path) -> bytes:
+    """The first bytes of the file (its magic number); ValueError if it is empty."""
+    with open(path, "rb") as fh:
+        magic = fh.read(6)
+    if not magic:
+        raise ValueError(f"{path}: the file is empty")
+    return magic
+
+
+def _read_npz(path):
+    magic = _sniff(path)
+    if magic.startswith(b"\x93NUMPY"):
+        raise ValueError(f"{path}: holds a single .npy array, not an .npz archive (rename it to .npy)")
+    if not magic.startswith(b"PK"):
+        raise ValueError(f"{path}: not an .npz file (it is not a zip archive)")
+    # Our own handle, closed on every path (np.load leaks its own when the zip is damaged).
+    with open(path, "rb") as fh:
+        try:
+            z = np.load(fh, allow_pickle=False)
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+            raise ValueError(f"{path}: not a readable .npz file ({_first_line(e)})") from None
+        with z:
+            for name in z.files:
+                try:
+                    arr = z[name]  # reads and decompresses this member only
+                except ValueError as e:
+                    if "allow_pickle" in str(e) or "Object arrays" in str(e):
+                        raise ValueError(f"{path}: array {name!r} holds pickled Python objects, which fpsim does "
+                                         "not load (allow_pickle=False)") from None
+                    raise ValueError(f"{path}: array {name!r} is unreadable ({_first_line(e)})") from None
+                except Exception as e:  # BadZipFile, zlib.error, EOFError from a damaged member
+                    raise ValueError(f"{path}: array {name!r} is unreadable ({_first_line(e)})") from None
+                yield name, arr
+
+
+def _read_npy(path):
+    magic = _sniff(path)
+    if not magic.startswith(b"\x93NUMPY"):
+        hint = " (it is a zip archive: rename it to .npz)" if magic.startswith(b"PK") else ""
+        raise ValueError(f"{path}: not an .npy file{hint}")
+    try:
+        arr = np.load(path, allow_pickle=False, mmap_mode="r")
+    except ValueError as e:
+        if "pickle" in str(e) or "Python objects" in str(e):
+            raise ValueError(f"{path}: holds pickled Python objects, which fpsim does not load "
+                             "(allow_pickle=False)") from None
+        raise ValueError(f"{path}: not a readable .npy file ({_first_line(e)})") from None
+    except (OSError, EOFError) as e:
+        raise ValueError(f"{path}: not a readable .npy file ({_first_line(e)})") from None
+    yield os.path.splitext(os.path.basename(path))[0], arr
+
+
+def _read_safetensors(path):
+    size = os.path.getsize(path)
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise ValueError(f"{path}: not a .safetensors file (shorter than its 8-byte header length)")
+        n = int.from_bytes(head, "little")
+        if n > min(size - 8, 100 * 2**20):
+            raise ValueError(f"{path}: not a .safetensors file (header length {n} does not fit the file)")
+        try:
+            header = json.loads(fh.read(n).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path}: not a .safetensors file (header is not JSON: {_first_line(e)})") from None
+        if not isinstance(header, dict):
+            raise ValueError(f"{path}: not a .safetensors file (header is not a JSON object)")
+        header.pop("__metadata__", None)
+        base = 8 + n
+        entries = []
+        for name, info in header.items():
+            try:
+                dt_name, shape, (start, end) = info["dtype"], [int(s) for s in info["shape"]], info["data_offsets"]
+                start, end = int(start), int(end)
+            except (KeyError, TypeError, ValueError):
+                raise ValueError(f"{path}: tensor {name!r} has a malformed header entry {info!r}") from None
+            entries.append((start, end, name, dt_name, shape))
+        for start, end, name, dt_name, shape in sorted(entries):
+            if dt_name not in _ST_DTYPES:
+                raise ValueError(f"{path}: tensor {name!r} has dtype {dt_name!r}, which fpsim cannot read "
+                                 f"(known: {', '.join(_ST_DTYPES)})")
+            dt = _ST_DTYPES[dt_name]
+            nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+            if end - start != nbytes or start < 0 or base + end > size:
+                raise ValueError(f"{path}: tensor {name!r} ({dt_name}, shape {shape}) does not fit its byte range "
+                                 f"{start}..{end} (file has {size - base} data bytes)")
+            fh.seek(base + start)
+            yield name, np.frombuffer(fh.read(nbytes), dtype=dt).reshape(shape)
+
+
+def _read_torch(path):
+    try:
+        import torch
+    except ImportError:
+        raise ValueError(f"{path}: reading PyTorch files needs torch, which is not installed here "
+                         "(or save the tensors with numpy.savez)") from None
+    try:
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as e:
+            if "mmap" not in str(e):
+                raise
+            obj = torch.load(path, map_location="cpu", weights_only=True)  # old, non-zip format
+    except Exception as e:  # torch raises many types for a damaged or unsafe file
+        raise ValueError(f"{path}: not a readable PyTorch tensor file ({_first_line(e)})") from None
+
+    def walk(prefix, o):
+        if isinstance(o, torch.Tensor):
+            yield prefix or "tensor", o
+        elif isinstance(o, dict):
+            for k, v in o.items():
+                yield from walk(f"{prefix}.{k}" if prefix else str(k), v)
+        elif isinstance(o, list | tuple):
+            for i, v in enumerate(o):
+                yield from walk(f"{prefix}.{i}" if prefix else str(i), v)
+        else:
+            yield prefix or "object", o
+
+    for name, t in walk("", obj):
+        if not isinstance(t, torch.Tensor):
+            yield name, np.array(None, dtype=object)  # a plain number or string: listed as skipped
+            continue
+        t = t.detach().cpu()
+        if t.is_floating_point() and t.dtype not in (torch.float32, torch.float64, torch.float16):
+            t = t.float()  # bfloat16 / fp8 widen exactly
+        yield name, t.numpy()
