@@ -16,19 +16,18 @@ from __future__ import annotations
 
 import contextlib
 import math
-import numbers
 
 import numpy as np
 
 from . import ops, state
-from .formats import Format, get_format
+from .checks import is_integer, is_real
+from .formats import F32, Format, get_format
 from .state import autocast_format
 from .statedict import Problems
 from .tensor import Tensor, round_result
 
 __all__ = ["autocast", "autocast_format", "GradScaler", "StaticScaler"]
 
-F32 = get_format("float32")
 _AUTOCAST_FORMATS = ("float16", "bfloat16")
 
 
@@ -82,24 +81,20 @@ _READY, _UNSCALED, _STEPPED = "ready", "unscaled", "stepped"
 _STATE_KEYS = ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker")
 
 
-def _real(x) -> bool:
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
-
-
 def _check_growth(growth_factor) -> float:
-    if not _real(growth_factor) or not (float(growth_factor) > 1.0 and math.isfinite(growth_factor)):
+    if not is_real(growth_factor) or not (float(growth_factor) > 1.0 and math.isfinite(growth_factor)):
         raise ValueError(f"The growth factor must be > 1.0 (and finite), got {growth_factor!r}")
     return float(growth_factor)
 
 
 def _check_backoff(backoff_factor) -> float:
-    if not _real(backoff_factor) or not 0.0 < float(backoff_factor) < 1.0:
+    if not is_real(backoff_factor) or not 0.0 < float(backoff_factor) < 1.0:
         raise ValueError(f"The backoff factor must be > 0 and < 1.0, got {backoff_factor!r}")
     return float(backoff_factor)
 
 
 def _check_interval(growth_interval) -> int:
-    if not isinstance(growth_interval, numbers.Integral) or isinstance(growth_interval, bool) or growth_interval < 1:
+    if not is_integer(growth_interval) or growth_interval < 1:
         raise ValueError(f"growth_interval must be an integer >= 1, got {growth_interval!r}")
     return int(growth_interval)
 
@@ -173,9 +168,9 @@ class GradScaler:
                  growth_interval: int = 2000, enabled: bool = True, min_scale: float = 2.0**-24):
         if not isinstance(enabled, bool):
             raise TypeError(f"enabled must be True or False, got {enabled!r}")
-        if not _real(init_scale) or not (float(init_scale) > 0 and math.isfinite(init_scale)):
+        if not is_real(init_scale) or not (float(init_scale) > 0 and math.isfinite(init_scale)):
             raise ValueError(f"init_scale must be a finite number > 0, got {init_scale!r}")
-        if not _real(min_scale) or not (float(min_scale) >= 0 and math.isfinite(min_scale)):
+        if not is_real(min_scale) or not (float(min_scale) >= 0 and math.isfinite(min_scale)):
             raise ValueError(f"min_scale must be a finite number >= 0, got {min_scale!r}")
         if float(min_scale) > float(init_scale):
             raise ValueError(f"init_scale {init_scale!r} is below min_scale {min_scale!r}")
@@ -324,7 +319,7 @@ class GradScaler:
             if new_scale.size != 1 or new_scale.requires_grad:
                 raise ValueError("new_scale must be a number or a one-element Tensor that does not require grad")
             new_scale = new_scale.item()
-        if not _real(new_scale) or not (float(new_scale) > 0 and math.isfinite(new_scale)):
+        if not is_real(new_scale) or not (float(new_scale) > 0 and math.isfinite(new_scale)):
             raise ValueError(f"new_scale must be a finite number > 0, got {new_scale!r}")
         if float(np.float32(new_scale)) < self.min_scale:
             raise ValueError(f"new_scale {new_scale!r} is below min_scale {self.min_scale!r}")
@@ -407,13 +402,13 @@ class GradScaler:
         problems.raise_if_any()
         try:
             scale = sd["scale"]
-            if not _real(scale) or not (float(scale) >= 0 and math.isfinite(scale)):
+            if not is_real(scale) or not (float(scale) >= 0 and math.isfinite(scale)):
                 raise ValueError(f"scale must be a finite number >= 0, got {scale!r}")
             if float(scale) < self.min_scale:
                 raise ValueError(f"scale {scale!r} is below this scaler's min_scale {self.min_scale!r} "
                                  "(construct it with min_scale=0.0 to load it)")
             tracker = sd["_growth_tracker"]
-            if not isinstance(tracker, numbers.Integral) or isinstance(tracker, bool) or tracker < 0:
+            if not is_integer(tracker) or tracker < 0:
                 raise ValueError(f"_growth_tracker must be an integer >= 0, got {tracker!r}")
             return {"scale": float(scale), "_growth_tracker": int(tracker),
                     "growth_factor": _check_growth(sd["growth_factor"]),
@@ -468,11 +463,10 @@ class StaticScaler(GradScaler):
         if len(state_dict) == 0:
             raise RuntimeError("The source state dict is empty, possibly because it was saved from a disabled "
                                "instance of GradScaler.")
-        extra = [k for k in state_dict if k not in _STATE_KEYS]
-        if "scale" not in state_dict or extra:
-            raise ValueError(f"StaticScaler state dict needs 'scale'; got keys {sorted(state_dict)} "
-                             "(scaler left unchanged)")
-        scale = state_dict["scale"]
-        if not _real(scale) or not (float(scale) > 0 and math.isfinite(scale)):
-            raise ValueError(f"StaticScaler state dict: scale must be a finite number > 0, got {scale!r}")
+        problems = Problems("StaticScaler state dict", "scaler")
+        problems.check_keys(state_dict, required=("scale",), allowed=lambda k: k in _STATE_KEYS)
+        scale = state_dict.get("scale", 1.0)
+        if not is_real(scale) or not (float(scale) > 0 and math.isfinite(scale)):
+            problems.add(f"scale must be a finite number > 0, got {scale!r}")
+        problems.raise_if_any()
         self._set_scale_and_tracker(float(scale), 0)

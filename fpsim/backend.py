@@ -1,7 +1,7 @@
 """Array backends: the few functions that really differ between numpy and cupy.
 
 A backend holds its array module (``xp``) and knows how to store a float32 result in a
-format - the single rounding every op performs.  ``ops.py`` reaches arrays only through
+format - the single rounding every op performs.  ``fpsim.ops`` reaches arrays only through
 ``tensor.backend.xp`` and these functions, so the same engine runs on either.
 
 On numpy, storage is the real low-precision dtype (``np.float16``, ``ml_dtypes.bfloat16``,
@@ -148,7 +148,8 @@ class CupyBackend(Backend):
       float32 sum, the bias of ``linear`` would be added after a first rounding, and the
       products would be the same anyway (float16 x float16 is exact in float32).
 
-    ``CupyBackend(xp=numpy)`` (or another stand-in module, see ``fpsim.gpu_check``) runs the
+    ``CupyBackend(xp=numpy)`` (or another stand-in module: the tests' strict one is in
+    ``tests/support/cupy_standin.py``) runs the
     same code paths on the CPU, so a mistake in them is caught without a GPU; there the
     rounding is :func:`rne_round` run by the stand-in instead of the kernel.
     """

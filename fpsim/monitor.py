@@ -26,7 +26,7 @@ import numpy as np
 from . import state
 from .backend import BACKENDS
 from .formats import get_format
-from .textable import text_table
+from .textable import percent, text_table
 
 __all__ = ["monitor", "Monitor", "COUNTERS", "DIRECTIONS"]
 
@@ -245,12 +245,7 @@ def _order(item):
 
 
 def _pct(k: int, n: int) -> str:
-    if n == 0:
-        return "-"
-    if k == 0:
-        return "0"
-    p = 100.0 * k / n
-    return f"{p:.3g}%" if p < 0.01 else f"{p:.2f}%"
+    return percent(k, n, zero="0", small=True)
 
 
 def monitor(capture=None) -> Monitor:

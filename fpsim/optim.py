@@ -42,17 +42,16 @@ AdamW's decoupled decay ``w * (1 - lr * wd)`` rounds to nearest before the updat
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 
-from .formats import default_rng, get_format
+from .checks import is_integer, is_real
+from .formats import F32, default_rng
 from .statedict import Problems
 from .tensor import Tensor, no_grad, round_result, tensor
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW"]
 
-F32 = get_format("float32")
 
 
 UPDATE_ROUNDINGS = ("nearest", "stochastic", "kahan")
@@ -67,7 +66,7 @@ class Optimizer:
         for p in self.params:
             if not isinstance(p, Tensor) or not p.requires_grad:
                 raise ValueError("optimizer parameters must be tensors that require grad")
-        if isinstance(lr, bool) or not (isinstance(lr, numbers.Real) and lr > 0 and math.isfinite(lr)):
+        if not (is_real(lr) and lr > 0 and math.isfinite(lr)):
             raise ValueError(f"learning rate must be a finite number > 0, got {lr!r}")
         self.lr = float(lr)
         self.master_weights = bool(master_weights)
@@ -80,7 +79,7 @@ class Optimizer:
         if update_rounding != "nearest" and self.master_weights:
             raise ValueError(f"update_rounding={update_rounding!r} rounds the update into the parameter's own "
                              "format; with master_weights=True the update lands in float32 instead")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
+        if seed is not None and (not is_integer(seed) or seed < 0):
             raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}")
         self.update_rounding = update_rounding
         self.seed = seed

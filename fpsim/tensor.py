@@ -1,7 +1,7 @@
 """``Tensor``: an array stored in a float format, and the graph that differentiates it.
 
 A tensor's ``data`` lives in its format's storage dtype (``np.float16``,
-``ml_dtypes.bfloat16``, ...), so ``nbytes`` is the real memory.  Ops (``ops.py``) compute in
+``ml_dtypes.bfloat16``, ...), so ``nbytes`` is the real memory.  Ops (``fpsim.ops``) compute in
 float32 and hand their float32 result to :func:`round_result`, the ONE place where the engine
 rounds: into the output's format going forward, into each input's ``grad_fmt`` going
 backward.  Monitors (``monitor.py``) watch that one place.
@@ -47,7 +47,7 @@ def round_result(x32, fmt: Format, backend: Backend, op: str, direction: str, ta
 
     ``saturate=True`` clamps to +-fmt.max first, as fp8 hardware conversions do (monitors still
     get the unclamped value, so they count the clamp as an overflow); ``rounding="stochastic"``
-    rounds with numpy generator ``rng`` (see ``formats.cast``) - both used by fp8 and the optimizers.
+    rounds with numpy generator ``rng`` (see ``fpsim.formats.cast``) - both used by fp8 and the optimizers.
     ``stored``: the result already in fmt's storage, for ops whose result is exact (relu picks
     stored values): nothing is rounded, monitors still see it; ``x32`` may then be None when
     ``HOOKS`` is empty.
@@ -212,7 +212,8 @@ class Tensor:
 
     # The operators (+ - * / @ ** [] and unary -), ``to`` / ``float`` / ``half`` / ``bfloat16`` and
     # the numpy-style methods (``sum``, ``mean``, ``reshape``, ``exp``, ...) are the ops of
-    # ``ops.py``, bound onto this class there, once they exist: tensor.py never imports ops.py.
+    # ``fpsim.ops``, bound onto this class there (``ops/__init__.py``), once they exist: tensor.py never
+    # imports the ops.
 
 
 def _propagate(node: Tensor, g, grads: dict, be: Backend) -> None:

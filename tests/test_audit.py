@@ -1,4 +1,4 @@
-"""fpsim.audit and ``fpsim audit``: exact percentages and loss-scale ranges, file handling.
+"""fpsim.tools.audit and ``fpsim audit``: exact percentages and loss-scale ranges, file handling.
 
 Scale ranges are checked against hand arithmetic and against a brute-force reference that
 casts values * 2^k with numpy / ml_dtypes for every k (independent of fpsim).
@@ -13,8 +13,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from fpsim import cli
-from fpsim.audit import audit, audit_arrays, read_tensors, survival
+from fpsim.formats.survival import survival
+from fpsim.tools import cli
+from fpsim.tools.audit import audit, audit_arrays, read_tensors
 
 DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
           "float8_e5m2": ml_dtypes.float8_e5m2}
@@ -233,7 +234,7 @@ def test_cli_bad_files_exit_2_with_one_line(tmp_path, capsys):
 
 
 def test_cli_subprocess_exit_status(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "fpsim.cli", "audit", str(tmp_path / "nope.npz")],
+    r = subprocess.run([sys.executable, "-m", "fpsim.tools.cli", "audit", str(tmp_path / "nope.npz")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "nope.npz" in r.stderr
 

@@ -1,7 +1,7 @@
 """Backends: every test runs on numpy, on the cupy code paths with numpy standing in for
 cupy (``CupyBackend(xp=numpy)``: bfloat16 / fp8 stored as float32 arrays holding exact format
-values), on the strict stand-in (``fpsim.gpu_check.GuardBackend``: arrays that refuse to mix
-with numpy arrays, as CuPy's do, and count device -> host copies; also with bfloat16 stored
+values), on the strict stand-in (``GuardBackend``, tests/support/cupy_standin.py: arrays that refuse
+to mix with numpy arrays, as CuPy's do, and count device -> host copies; also with bfloat16 stored
 natively, as CuPy >= 14 can), and on real CuPy when it imports and sees a GPU (skipped
 otherwise).  References: ml_dtypes / numpy casts from float32, exact values written out,
 and the numpy backend's own results for the stand-ins (the same numbers are the contract)."""
@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from helpers import LAYOUT, assert_same_bits, bits
+from support.cupy_standin import GUARD, GuardArray, GuardBackend, HostArrayError
 
 import fpsim
 from fpsim import backend as B
@@ -20,7 +21,6 @@ from fpsim import nn, ops
 from fpsim.experiments import ReferenceTask, run_recipe
 from fpsim.formats import get_format
 from fpsim.formats.kernels import rne_round
-from fpsim.gpu_check import GUARD, GuardArray, GuardBackend, HostArrayError
 from fpsim.optim import SGD, Adam
 from fpsim.tensor import Tensor, tensor
 
@@ -269,7 +269,7 @@ def _op_with_backward(make_grad):
     def op(x):
         out32 = x.f32() * 2
         return Tensor._from_op(round_result(out32, x.fmt, x.backend, "double", "forward"), x.fmt, (x,),
-                               lambda g: (make_grad(g, x),), "double", x.backend)
+                               lambda g, out: (make_grad(g, x),), "double", x.backend)
 
     return op
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fpsim import backend as fb
-from fpsim import bench, cli
+from fpsim.tools import bench, cli
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 HAS_GFLOAT = importlib.util.find_spec("gfloat") is not None

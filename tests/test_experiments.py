@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from fpsim import cli
 from fpsim import experiments as ex
 from fpsim.experiments import DEFAULT_RECIPES, RECIPES, ReferenceTask, compare, get_recipe, run_recipe
+from fpsim.tools import cli
 
 
 @pytest.fixture(scope="module")

@@ -19,9 +19,9 @@ import matplotlib.image as mpimg  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from fpsim import cli  # noqa: E402
 from fpsim.experiments import ReferenceTask  # noqa: E402
-from fpsim.figures import example_dump_path, write_reference_dump  # noqa: E402
+from fpsim.tools import cli  # noqa: E402
+from fpsim.tools.figures import example_dump_path, write_reference_dump  # noqa: E402
 
 EXPECTED_FIGURES = [
     "gradient_histogram_activation.png",

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 import fpsim
-from fpsim import cli, fp8, nn
+from fpsim import fp8, nn
 from fpsim.experiments import EXTENDED_RECIPES, RECIPES, Recipe, compare, format_table, get_recipe
 from fpsim.tensor import tensor
+from fpsim.tools import cli
 
 E4M3, E5M2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
 MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}

@@ -12,12 +12,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.cupy_standin import GuardArray, GuardBackend
 
 from fpsim import backend as B
-from fpsim import cli
 from fpsim.experiments import ReferenceTask
 from fpsim.formats import get_format, round_to
-from fpsim.gpu_check import GuardArray, GuardBackend, _compare, gpu_check, op_sweep, task_check, torch_compare
+from fpsim.tools import cli
+from fpsim.tools.gpu_check import gpu_check, op_sweep, task_check, torch_compare
+from fpsim.tools.gpu_ops import _compare
 
 HAVE_GPU = B.BACKENDS["cupy"].available()
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,10 +52,22 @@ def test_stand_in_quick_all_exact(tmp_path, capsys):
         assert t["count_n_mismatch"] == 0 and t["count_worst"] == [] and t["count_keys"] > 20
 
 
+def test_every_part_on_the_strict_stand_in_all_exact():
+    """The parts of the command on the strict stand-in (tests/support/cupy_standin.py: any numpy
+    array or host copy inside an op fails), as `--stand-in` runs them on CupyBackend(xp=numpy):
+    every op, format and gradient, and the reference task, bit-identical to numpy."""
+    checks = op_sweep(GuardBackend(), quick=True)
+    assert {c.fmt for c in checks} == {"float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
+    assert all(c.mismatches == 0 and c.max_ulp == 0 for c in checks)
+    for t in task_check(GuardBackend(), ("fp32", "fp16-dynamic", "bf16-master"), ReferenceTask(n=512), steps=3,
+                        monitor_steps=2):
+        assert t.ok and t.ref_losses == t.dev_losses and t.count_n_mismatch == 0 and t.count_worst == [], t.recipe
+
+
 class _TowardZero(GuardBackend):
     """A device with a rounding bug: bfloat16 / fp8 truncated instead of rounded to nearest."""
 
-    def round_rne(self, x32, fmt):
+    def rne_round(self, x32, fmt):
         return GuardArray(round_to(x32.get(), fmt, "toward_zero"))
 
 
@@ -200,7 +214,7 @@ def test_gpu_script_is_ready():
 
 
 def test_module_runs_as_fpsim_cli():
-    out = subprocess.run([sys.executable, "-m", "fpsim.cli", "gpu-check", "--help"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "fpsim.tools.cli", "gpu-check", "--help"], capture_output=True, text=True,
                          timeout=60, cwd=ROOT)
     assert out.returncode == 0 and "--stand-in" in out.stdout and "--torch" in out.stdout
 

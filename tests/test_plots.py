@@ -1,4 +1,4 @@
-"""fpsim.plots: the histogram numbers exactly, and every figure function runs under Agg.
+"""fpsim.tools.plots: the histogram numbers exactly, and every figure function runs under Agg.
 
 Nothing is asserted on pixels: the figures are checked by their axes and artists.
 """
@@ -17,7 +17,7 @@ from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import StepPatch  # noqa: E402
 
-from fpsim import plots  # noqa: E402
+from fpsim.tools import plots  # noqa: E402
 
 DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
           "float8_e5m2": ml_dtypes.float8_e5m2}

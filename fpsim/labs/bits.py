@@ -150,7 +150,7 @@ _FIELD_COLORS = {"sign": "#d9d9d9", "exponent": "#9ecae1", "mantissa": "#fdd0a2"
 def bit_figure(x, formats=tuple(FORMATS), ax=None, *, title=None, path=None):
     """``x`` stored in each format, drawn as one row of bit boxes: grey sign, blue exponent,
     orange mantissa; the stored value and its category at the right of each row."""
-    from .. import plots
+    from ..tools import plots
 
     plt = plots._plt()
     rows = [fields(x, fmt) for fmt in formats]

@@ -15,13 +15,13 @@ position of ``clip_grad_norm_`` differs between the orders:
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .. import nn, ops
 from ..amp import GradScaler, autocast
+from ..checks import is_real
 from ..data import classification_blobs
 from ..nn.utils import clip_grad_norm_
 from ..optim import SGD, Adam
@@ -136,7 +136,7 @@ def clip_order_demo(grads=(0.3, 0.4), scale: float = 1024.0, max_norm: float = 1
     g = np.asarray(grads, dtype=np.float64).reshape(-1)
     if g.size == 0 or not np.all(np.isfinite(g)):
         raise ValueError(f"grads must be a non-empty sequence of finite numbers, got {grads!r}")
-    if isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real) or not (float(max_norm) > 0 and math.isfinite(max_norm)):
+    if not is_real(max_norm) or not (float(max_norm) > 0 and math.isfinite(max_norm)):
         raise ValueError(f"max_norm must be a finite number > 0, got {max_norm!r}")
 
     def run(unscale_first: bool):

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from ..audit import survival
+from ..formats.survival import survival
 from ..formats import cast, get_format
 from ..fp8 import compute_scale
 from ..textable import text_table

@@ -22,11 +22,11 @@ non-zero amax, as torchao's float8 delayed scaling does (``enable_amax_init``).
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..checks import is_integer
 from ..formats import FP8_FORMATS, get_format
 
 __all__ = ["AMAX_ALGOS", "DelayedScaling", "CurrentScaling", "compute_scale"]
@@ -59,10 +59,10 @@ class DelayedScaling:
 
     def __post_init__(self):
         h = self.amax_history_len
-        if isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1:
+        if not is_integer(h) or h < 1:
             raise ValueError(f"amax_history_len must be an integer >= 1, got {h!r}")
         m = self.margin
-        if isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 0:
+        if not is_integer(m) or m < 0:
             raise ValueError(f"margin must be an integer >= 0 (the scale is divided by 2**margin), got {m!r}")
         if self.amax_compute_algo not in AMAX_ALGOS:
             raise ValueError(f"unknown amax_compute_algo {self.amax_compute_algo!r}; known: {', '.join(AMAX_ALGOS)}")

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import copy
 import math
-import numbers
 
 import numpy as np
 
 from ..backend import Backend
+from ..checks import is_real
 from ..formats import FP8_FORMATS, Format, get_format
+from ..statedict import Problems, all_or_nothing
 from ..tensor import round_result
-from ..textable import text_table
+from ..textable import percent, text_table
 from .quant import Fp8Tensor
 from .recipes import CurrentScaling, DelayedScaling, compute_scale
 
@@ -43,7 +44,7 @@ class ScalingState:
         f = get_format(fmt)
         if f.name not in FP8_FORMATS:
             raise ValueError(f"ScalingState {name!r}: format must be fp8 ({', '.join(FP8_FORMATS)}), got {f.name}")
-        if not (isinstance(init_scale, numbers.Real) and init_scale > 0 and math.isfinite(init_scale)):
+        if not (is_real(init_scale) and init_scale > 0 and math.isfinite(init_scale)):
             raise ValueError(f"init_scale must be a finite number > 0, got {init_scale!r}")
         self.name = name
         self.fmt: Format = f
@@ -158,9 +159,9 @@ class ScalingState:
         who = f"ScalingState {self.name!r}"
         want = {"format", "scale", "amax_history", "steps", "init_pending",
                 *(f"{p}.{k}" for p in ("counts", "last") for k in self._COUNT_KEYS)}
-        missing, extra = sorted(want - set(sd)), sorted(set(sd) - want)
-        if missing or extra:
-            raise ValueError(f"{who}: missing {missing}, unexpected {extra} (left unchanged)")
+        problems = Problems(who, "state")
+        problems.check_keys(sd, required=sorted(want))
+        problems.raise_if_any()
         if str(sd["format"]) != self.fmt.name:
             raise ValueError(f"{who}: saved for {sd['format']}, this tensor is {self.fmt.name} (left unchanged)")
         try:
@@ -273,13 +274,9 @@ class ScalingGroup:
         missing = [n for n in self.states if n not in per]
         if missing:
             raise ValueError(f"fp8 state: no entries for {', '.join(missing)} (left unchanged)")
-        snapshot = self._snapshot()
-        try:
+        with all_or_nothing((self._snapshot, self._restore)):
             for n, st in self.states.items():
                 st.load_state_dict(per[n])
-        except Exception:
-            self._restore(snapshot)
-            raise
 
     def _snapshot(self) -> dict:
         """Every state as it is now, also in the middle of a step (``checkpoint.load`` rolls back with it)."""
@@ -318,4 +315,4 @@ def format_scaling_table(summary: dict[str, dict], title: str = "") -> str:
 def _count_pct(k: int, n: int) -> str:
     if n == 0:
         return "-"
-    return f"{k} ({100.0 * k / n:.2f}%)" if k else "0"
+    return f"{k} ({percent(k, n)})" if k else "0"

@@ -13,10 +13,10 @@ With loss scaling, clip AFTER ``GradScaler.unscale_``: clipping the scaled gradi
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 
+from ..checks import is_real
 from ..tensor import Tensor, round_result
 
 __all__ = ["clip_grad_norm_"]
@@ -27,7 +27,7 @@ def _norm_order(norm_type) -> float:
         if norm_type.strip().lower() not in ("inf", "+inf"):
             raise ValueError(f"norm_type must be a number > 0 or 'inf', got {norm_type!r}")
         return math.inf
-    if isinstance(norm_type, bool) or not isinstance(norm_type, numbers.Real):
+    if not is_real(norm_type):
         raise ValueError(f"norm_type must be a number > 0 or 'inf', got {norm_type!r}")
     p = float(norm_type)
     if not p > 0:  # also rejects NaN
@@ -96,7 +96,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite: boo
     for i, p in enumerate(params):
         if not isinstance(p, Tensor):
             raise TypeError(f"parameters[{i}] is a {type(p).__name__}, not a Tensor")
-    if isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real) or not float(max_norm) >= 0:
+    if not is_real(max_norm) or not float(max_norm) >= 0:
         raise ValueError(f"max_norm must be a number >= 0, got {max_norm!r}")
     p_order = _norm_order(norm_type)
 

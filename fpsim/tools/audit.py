@@ -29,6 +29,7 @@ import numpy as np
 from ..formats import LOW_FORMATS, cast, classify, get_format
 from ..formats.survival import float_values, is_float_dtype
 from ..textable import percent, text_table
+from .plots import HistogramData, format_bands, gradient_histogram
 from .tensorfiles import read_tensors
 
 __all__ = ["read_tensors", "audit", "audit_arrays", "AuditReport", "TensorAudit", "FormatAudit", "K_RANGE", "KEEP"]
@@ -142,8 +143,6 @@ class AuditReport:
     def histogram(self):
         """The overall histogram as :class:`fpsim.tools.plots.HistogramData`, with this audit's
         exact percentages (empty bins at both ends trimmed)."""
-        from .plots import HistogramData, format_bands
-
         nz = np.flatnonzero(self.counts)
         if nz.size:
             a, b = max(nz[0] - 2, 0), min(nz[-1] + 3, self.counts.size)
@@ -158,8 +157,6 @@ class AuditReport:
 
     def figure(self, path=None, title=None):
         """The gradient histogram with each format's bands; saved to ``path`` if given."""
-        from .plots import gradient_histogram
-
         return gradient_histogram(self.histogram(), formats=self.formats, path=path,
                                   title=title or f"{os.path.basename(self.source)}: where the values lie")
 

@@ -18,21 +18,19 @@ Five sections, each row one thing fpsim does and the peer it is held against:
 5. gpu - the step on the cupy backend against PyTorch CUDA autocast + GradScaler, when a GPU
    is present; otherwise one row says why it was skipped.
 
-Timing: ``time.perf_counter``; each callable runs untimed first (warm-up), then is timed in
-samples of enough calls to last ``min_time``; the callables of one row are timed interleaved
-(A B, B A, A B, ...) so that a drift in machine load hits both, and a row's ratio is the median
-of the per-sample ratios.  Times are medians per call.
+Timing (``benchtime.py``): ``time.perf_counter``; each callable runs untimed first (warm-up),
+then is timed in samples of enough calls to last ``min_time``; the callables of one row are
+timed interleaved (A B, B A, A B, ...) so that a drift in machine load hits both, and a row's
+ratio is the median of the per-sample ratios.  Times are medians per call.  The training steps
+timed are in ``benchsteps.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import importlib
 import json
 import math
-import os
-import platform
 import statistics
 import sys
 import time
@@ -40,20 +38,20 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from . import backend as _backend
-from . import nn, ops
-from .amp import GradScaler
-from .experiments import get_recipe
-from .formats import cast, get_format
-from .optim import SGD
-from .tensor import HOOKS, no_grad, tensor
-from .textable import text_table
+from .. import backend as _backend
+from .. import ops, state
+from ..formats import LOW_FORMATS, cast, get_format
+from ..monitor import monitor
+from ..tensor import no_grad, tensor
+from ..textable import text_table
+from . import torchref
+from .benchsteps import MLP_SIZES, fpsim_step, torch_step, torch_threads
+from .benchtime import machine_info, median_ratio, time_interleaved
 
 __all__ = ["Row", "BenchSettings", "machine_info", "run_bench", "format_report", "main"]
 
-ROUND_FORMATS = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+ROUND_FORMATS = LOW_FORMATS
 STEP_RECIPES = ("fp32", "fp16-dynamic", "bf16-master")
-MLP_SIZES = (784, 256, 256, 10)
 SECTIONS = ("rounding", "matmul", "step", "monitor", "gpu")
 _GFLOAT_FORMATS = {"float16": "format_info_binary16", "bfloat16": "format_info_bfloat16",
                    "float8_e4m3fn": "format_info_ocp_e4m3", "float8_e5m2": "format_info_ocp_e5m2"}
@@ -108,151 +106,15 @@ class BenchSettings:
                    min_time=0.002, gfloat_repeats=1, settle=0.02, quick=True)
 
 
-# ------------------------------------------------------------------------------------- timing
-
-
-def _calls_per_sample(fn, min_time: float) -> int:
-    t0 = time.perf_counter()
-    fn()
-    dt = time.perf_counter() - t0
-    return max(1, min(10_000, math.ceil(min_time / dt))) if dt > 0 else 10_000
-
-
-def _sample(fn, number: int) -> float:
-    t0 = time.perf_counter()
-    for _ in range(number):
-        fn()
-    return (time.perf_counter() - t0) / number
-
-
-def time_interleaved(fns: list, repeats: int, warmup: int, min_time: float, groups=None,
-                     settle: float = 0.0) -> list[list[float]]:
-    """Seconds per call of each callable, ``repeats`` samples each, taken interleaved (the
-    order reverses every round so no callable always runs first).
-
-    ``groups`` names the thread pool each callable runs on (numpy's BLAS, PyTorch's OpenMP);
-    when the next sample switches pool, wait ``settle`` seconds first: a pool's idle threads
-    spin for a while after each parallel region, and on a 2-core machine that spinning takes
-    the other pool's cores (interleaved without a pause, both come out up to 2x slower).
-    """
-    groups = groups or [0] * len(fns)
-    last = [None]
-
-    def enter(i):
-        if last[0] is not None and groups[i] != last[0] and settle > 0:
-            time.sleep(settle)
-        last[0] = groups[i]
-
-    numbers = []
-    for i, fn in enumerate(fns):
-        enter(i)
-        for _ in range(warmup):
-            fn()
-        numbers.append(_calls_per_sample(fn, min_time))
-    samples: list[list[float]] = [[] for _ in fns]
-    for r in range(repeats):
-        order = list(range(len(fns)))
-        if r % 2:
-            order.reverse()
-        for i in order:
-            enter(i)
-            samples[i].append(_sample(fns[i], numbers[i]))
-    return samples
-
-
-def _median_ratio(a: list[float], b: list[float]) -> float:
-    """Median of the per-round ratios a/b (robust to load that drifts between rounds)."""
-    return statistics.median(x / y for x, y in zip(a, b))
-
-
 def _compare(section, name, fn, peer, peer_fn, s: BenchSettings, *, repeats=None, target="", limit=None,
              stretch=None, note="") -> Row:
     a, b = time_interleaved([fn, peer_fn], repeats or s.repeats, s.warmup, s.min_time)
-    row = Row(section, name, peer, statistics.median(a), statistics.median(b), _median_ratio(a, b), target,
+    row = Row(section, name, peer, statistics.median(a), statistics.median(b), median_ratio(a, b), target,
               limit, note=note)
     return row.judge(stretch)
 
 
 # ------------------------------------------------------------------------------------- machine
-
-
-def _version(dist: str) -> str | None:
-    """An installed distribution's version, without importing it (torch takes seconds)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return None
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def blas_threads() -> tuple[int, str]:
-    """(threads numpy's BLAS uses, how that was found).  threadpoolctl is asked when it is
-    importable (it is not a dependency); otherwise the usual environment variables, else the
-    usable cores (OpenBLAS's and MKL's default)."""
-    try:
-        from threadpoolctl import threadpool_info
-
-        blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
-        if blas:
-            return int(blas[0]["num_threads"]), f"threadpoolctl ({blas[0].get('internal_api', '?')})"
-    except ImportError:
-        pass
-    for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
-        v = os.environ.get(var, "")
-        if v.isdigit() and int(v) > 0:
-            return int(v), f"${var}"
-    return _usable_cores(), "usable cores (threadpoolctl not installed; OpenBLAS default)"
-
-
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def machine_info() -> dict:
-    """The machine and library versions a run was measured on."""
-    threads, how = blas_threads()
-    info = {
-        "cpu": _cpu_model(),
-        "cores": os.cpu_count(),
-        "usable_cores": _usable_cores(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "ml_dtypes": _version("ml_dtypes"),
-        "torch": _version("torch"),
-        "gfloat": _version("gfloat"),
-        "blas": _blas_name(),
-        "blas_threads": threads,
-        "blas_threads_from": how,
-        "backends": _backend.available(),
-    }
-    with contextlib.suppress(OSError, AttributeError):
-        info["load_average"] = [round(x, 2) for x in os.getloadavg()]
-    return info
-
-
-def _blas_name() -> str:
-    try:
-        cfg = np.show_config(mode="dicts")
-        blas = cfg["Build Dependencies"]["blas"]
-        return f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
-    except Exception:  # older numpy without mode="dicts": not worth failing a benchmark over
-        return "?"
 
 
 # ------------------------------------------------------------------------------------- rounding
@@ -332,104 +194,8 @@ def _matmul_rows(s: BenchSettings, tick) -> list[Row]:
 # ------------------------------------------------------------------------------------- training step
 
 
-def _step_data(batch: int, seed: int = 2):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((batch, MLP_SIZES[0])).astype(np.float32)
-    y = rng.integers(0, MLP_SIZES[-1], batch)
-    return x, y
-
-
-def fpsim_step(recipe: str, batch: int = 128, backend=None, lr: float = 0.01):
-    """A callable doing one SGD step of the MLP 784-256-256-10 on a fixed batch under
-    ``recipe`` (its parameter format, master weights and loss scaler); the loss is computed
-    in float32 from the logits, as the recipes do."""
-    r = get_recipe(recipe)
-    be = _backend.get_backend(backend)
-    x_np, y_np = _step_data(batch)
-    model = nn.MLP(list(MLP_SIZES), activation="relu", seed=0)
-    if backend is not None:
-        model.to(backend=be)
-    model.to(r.params)
-    x = tensor(x_np, r.params, backend=be)
-    y = be.asarray(y_np)
-    opt = SGD(model.parameters(), lr=lr, master_weights=r.master)
-    scaler = GradScaler(init_scale=2.0**16, growth_interval=r.growth_interval) if r.scaler == "dynamic" else None
-    if r.scaler not in (None, "dynamic") or r.autocast:
-        raise ValueError(f"bench steps support recipes without autocast and with a dynamic or no scaler, "
-                         f"not {recipe!r}")
-
-    def step():
-        opt.zero_grad()
-        loss = nn.cross_entropy(model(x).to("float32"), y)
-        if scaler is None:
-            loss.backward()
-            opt.step()
-        else:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        return loss
-
-    return step
-
-
-def _torch():
-    try:
-        return importlib.import_module("torch")
-    except ImportError:
-        return None
-
-
-def torch_step(torch, dtype: str, batch: int = 128, device: str = "cpu", amp: bool = False, lr: float = 0.01):
-    """The same step in PyTorch: ``dtype`` 'float32' or 'float16' (``model.half()``), or
-    float32 parameters under CUDA autocast + GradScaler with ``amp=True``."""
-    x_np, y_np = _step_data(batch)
-    torch.manual_seed(0)
-    a, h1, h2, c = MLP_SIZES
-    model = torch.nn.Sequential(torch.nn.Linear(a, h1), torch.nn.ReLU(), torch.nn.Linear(h1, h2), torch.nn.ReLU(),
-                                torch.nn.Linear(h2, c)).to(device)
-    dt = getattr(torch, dtype)
-    if not amp:
-        model = model.to(dt)
-    x = torch.from_numpy(x_np).to(device=device, dtype=dt if not amp else torch.float32)
-    y = torch.from_numpy(y_np).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    scaler = torch.amp.GradScaler(device) if amp else None
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        if amp:
-            with torch.autocast(device_type=device, dtype=torch.float16):
-                loss = torch.nn.functional.cross_entropy(model(x), y)
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-        sync()
-        return loss
-
-    return step
-
-
-@contextlib.contextmanager
-def _torch_threads(torch, n: int):
-    if torch is None:
-        yield
-        return
-    prev = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(prev)
-
-
 def _step_rows(s: BenchSettings, tick, threads: int) -> list[Row]:
-    torch = _torch()
+    torch = torchref.import_torch()
     rows = []
     b = s.batch
     label = f"MLP {'-'.join(map(str, MLP_SIZES))} batch {b} SGD step"
@@ -438,7 +204,7 @@ def _step_rows(s: BenchSettings, tick, threads: int) -> list[Row]:
     names = list(steps)
     fns = [steps[n] for n in names]
     if torch is not None:
-        with _torch_threads(torch, threads):
+        with torch_threads(torch, threads):
             names += ["torch-float32", "torch-float16"]
             fns += [torch_step(torch, "float32", b), torch_step(torch, "float16", b)]
             groups = ["numpy"] * len(STEP_RECIPES) + ["torch"] * 2
@@ -448,7 +214,7 @@ def _step_rows(s: BenchSettings, tick, threads: int) -> list[Row]:
     med = {k: statistics.median(v) for k, v in samples.items()}
 
     def row(name, a, peer, pb, **kw):
-        r = Row("step", name, peer, med[a], med[pb], _median_ratio(samples[a], samples[pb]),
+        r = Row("step", name, peer, med[a], med[pb], median_ratio(samples[a], samples[pb]),
                 kw.get("target", ""), kw.get("limit"), note=kw.get("note", ""))
         return r.judge(kw.get("stretch"))
 
@@ -478,27 +244,22 @@ def _step_rows(s: BenchSettings, tick, threads: int) -> list[Row]:
 # ------------------------------------------------------------------------------------- monitor
 
 
-def _noop_hook(op, direction, scope, target, fmt, exact32, stored):
+def _noop_hook(event):
     return None
 
 
 def _monitor_rows(s: BenchSettings, tick) -> list[Row]:
-    from .monitor import monitor
-
     rows = []
     label = f"fp16-dynamic MLP step (batch {s.batch})"
     tick("monitor no-op hook")
     step = fpsim_step("fp16-dynamic", s.batch)
 
     def with_hook():
-        HOOKS.append(_noop_hook)
-        try:
+        with state.hooked(_noop_hook):
             return step()
-        finally:
-            HOOKS.remove(_noop_hook)
 
-    rows.append(_compare("monitor", f"{label}, one no-op hook in tensor.HOOKS", with_hook,
-                         "same step, tensor.HOOKS empty", step, s, repeats=s.monitor_repeats,
+    rows.append(_compare("monitor", f"{label}, one no-op hook in state.HOOKS", with_hook,
+                         "same step, state.HOOKS empty", step, s, repeats=s.monitor_repeats,
                          target="monitor off: <= 1.02x", limit=1.02,
                          note="bounds the 'if HOOKS:' check from above"))
     tick("monitor on")
@@ -527,7 +288,7 @@ def _gpu_rows(s: BenchSettings, tick, gpu_backend=None) -> list[Row]:
         be = _backend.get_backend("cupy")
     xp = be.xp
     sync = (lambda: None) if xp is np else xp.cuda.get_current_stream().synchronize
-    torch = _torch()
+    torch = torchref.import_torch()
     cuda = torch is not None and torch.cuda.is_available()
     rows = []
     ref = torch_step(torch, "float32", s.batch, device="cuda", amp=True) if cuda else None
@@ -549,7 +310,7 @@ def _gpu_rows(s: BenchSettings, tick, gpu_backend=None) -> list[Row]:
         else:
             a, b = time_interleaved([synced, ref], s.repeats, s.warmup, s.min_time, ["cupy", "torch"], s.settle)
             rows.append(Row("gpu", name, "PyTorch CUDA autocast + GradScaler", statistics.median(a),
-                            statistics.median(b), _median_ratio(a, b)))
+                            statistics.median(b), median_ratio(a, b)))
     return rows
 
 
@@ -604,7 +365,7 @@ def run_bench(settings: BenchSettings | None = None, *, sections=SECTIONS, progr
     finally:
         if bar is not None:
             bar.close()
-    torch = _torch()
+    torch = torchref.import_torch()
     return {
         "machine": info,
         "settings": asdict(s),

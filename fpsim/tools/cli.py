@@ -33,14 +33,26 @@ _fmt_arg = _named(get_format)
 _recipe_arg = _named(_get_recipe)
 
 
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not v > 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
-    return v
+def _number_arg(convert, kind: str, ok, message: str):
+    """An argparse type: ``convert(text)`` (``"expected {kind}"`` where it fails), then
+    ``ok(value)``; ``message`` (with ``{text}``) where that is false."""
+
+    def parse(text: str):
+        try:
+            v = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
+        if not ok(v):
+            raise argparse.ArgumentTypeError(message.format(text=repr(text)))
+        return v
+
+    return parse
+
+
+_positive_float = _number_arg(float, "a number", lambda v: v > 0 and v != float("inf"),
+                              "expected a finite number > 0, got {text}")
+_seed_arg = _number_arg(int, "a whole number", lambda v: v >= 0, "a seed is a whole number >= 0, got {text}")
+_positive_int = _number_arg(int, "a whole number", lambda v: v >= 1, "expected a number >= 1, got {text}")
 
 
 def cmd_formats(args) -> int:
@@ -101,25 +113,6 @@ def _backend_arg(name: str) -> str:
         raise argparse.ArgumentTypeError(f"backend {name!r} is not available here (it needs CuPy and a CUDA GPU); "
                                          f"available: {', '.join(available())}")
     return name
-
-
-def _int_at_least(minimum: int, message: str):
-    """An argparse type: a whole number >= ``minimum``; ``message`` (with {text}) otherwise."""
-
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if v < minimum:
-            raise argparse.ArgumentTypeError(message.format(text=repr(text)))
-        return v
-
-    return parse
-
-
-_seed_arg = _int_at_least(0, "a seed is a whole number >= 0, got {text}")
-_positive_int = _int_at_least(1, "expected a number >= 1, got {text}")
 
 
 def _run_json(r) -> dict:

@@ -1,7 +1,7 @@
 """Every figure in ``figures/``, regenerated from code with fixed seeds, and the example dump.
 
 :func:`make_figures` trains the reference task (:class:`fpsim.experiments.ReferenceTask`) and
-draws, with the functions of :mod:`fpsim.plots`:
+draws, with the functions of :mod:`fpsim.tools.plots`:
 
 - ``gradient_histogram_activation.png`` / ``gradient_histogram_weight.png``: log2|g| of the
   float32 gradients at the last step of a float32 run (activation gradients flowing between
@@ -34,12 +34,24 @@ from pathlib import Path
 
 import numpy as np
 
-from . import ops
-from .experiments import DEFAULT_RECIPES, EXTENDED_RECIPES, Recipe, ReferenceTask, compare, run_recipe
-from .formats import FORMATS, get_format
-from .monitor import capture_gradients
-from .optim import Adam
-from .tensor import tensor
+from .. import ops
+from ..capture import capture_gradients
+from ..checks import check_at_least
+from ..experiments import DEFAULT_RECIPES, EXTENDED_RECIPES, Recipe, ReferenceTask, compare, run_recipe
+from ..formats import FORMATS, get_format
+from ..optim import Adam
+from ..tensor import tensor
+from .plots import (
+    _STYLES,
+    STYLE,
+    _plt,
+    gradient_histogram,
+    loss_curves,
+    loss_scale_plot,
+    number_line,
+    recipe_color,
+    ulp_plot,
+)
 
 __all__ = ["FIGURES", "make_figures", "late_gradients", "write_reference_dump", "example_dump_path",
            "DUMP_ROWS", "SCALER_GROWTH_INTERVAL", "BEYOND_FP16"]
@@ -71,16 +83,15 @@ QUICK_GROWTH_INTERVAL = 2
 def late_gradients(task: ReferenceTask | None = None, steps: int | None = None, seed: int = 0, progress=None):
     """Train ``task`` in float32 (Adam, full batch, as the ``fp32`` recipe does) for ``steps - 1``
     updates, then capture the float32 gradients of step ``steps - 1`` (the last step of a
-    ``steps``-step run) with :func:`fpsim.monitor.capture_gradients`.
+    ``steps``-step run) with :func:`fpsim.capture.capture_gradients`.
 
-    Returns the :class:`~fpsim.monitor.GradientCapture`: activation gradients (the gradient
+    Returns the :class:`~fpsim.capture.GradientCapture`: activation gradients (the gradient
     flowing into each module's output, shape (n, width)) and weight/bias gradients, float32,
     per module of the Sequential.  ``progress`` is called with no arguments after each update.
     """
     task = task or ReferenceTask()
     steps = task.steps if steps is None else int(steps)
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
+    check_at_least(steps, 1, "steps")
     x_np = task.data()
     model = task.model(seed)
     x = tensor(x_np, "float32")
@@ -104,12 +115,12 @@ def example_dump_path() -> Path:
     path = Path(os.fspath(ref))
     if not path.is_file():
         raise FileNotFoundError(f"{path}: the example gradient dump is missing from this fpsim installation "
-                                "(regenerate it with fpsim.figures.write_reference_dump)")
+                                "(regenerate it with fpsim.tools.figures.write_reference_dump)")
     return path
 
 
 def dump_arrays(capture, rows: int = DUMP_ROWS, seed: int = 0) -> dict[str, np.ndarray]:
-    """The arrays of the example dump, from a :class:`~fpsim.monitor.GradientCapture`.
+    """The arrays of the example dump, from a :class:`~fpsim.capture.GradientCapture`.
 
     Keys ``"{module}.activation"`` (the gradient flowing into that module's output; the same
     ``rows`` samples, chosen with a seeded generator, in every layer) and ``"{module}.{param}"``
@@ -137,7 +148,7 @@ def write_reference_dump(path=None, task: ReferenceTask | None = None, steps: in
     ``path`` defaults to the package's own ``fpsim/resources/reference_grads.npz``.
     """
     if path is None:
-        path = Path(__file__).parent / "resources" / "reference_grads.npz"
+        path = Path(__file__).resolve().parents[1] / "resources" / "reference_grads.npz"
     path = Path(path)
     arrays = dump_arrays(late_gradients(task, steps, seed), rows=rows, seed=seed)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -155,8 +166,6 @@ def _pow2(s: float) -> str:
 
 
 def _histograms(capture, scale, outdir, scale_note):
-    from .plots import gradient_histogram
-
     paths = []
     for kind, file, what in (("activation", FIGURES[0], "activation gradients (flowing between layers)"),
                              ("weight", FIGURES[1], "weight and bias gradients")):
@@ -168,34 +177,37 @@ def _histograms(capture, scale, outdir, scale_note):
     return paths
 
 
+def _curves(runs) -> dict:
+    """The loss curves to draw: a run stops at its first non-finite parameters; the next loss
+    would be NaN, and saying so lets loss_curves mark where it died."""
+    return {name: list(r.losses) + ([float("nan")] if r.failure else []) for name, r in runs.items()}
+
+
+def _ratio_lines(runs, base: np.ndarray, axes_of) -> None:
+    """Each run's loss divided by fp32's (``base``) at the same step, on the Axes ``axes_of(name)``,
+    in the colour and dash style loss_curves gave it; fp32 itself and runs that died are left out."""
+    seen: dict = {}
+    for name, r in runs.items():
+        color = recipe_color(name)
+        k = seen.get(color, 0)  # the dash style loss_curves gave it
+        seen[color] = k + 1
+        if r.failure or name == "fp32":
+            continue
+        y = np.asarray(r.losses, dtype=np.float64)[: base.size]
+        axes_of(name).plot(np.arange(y.size), y / base[: y.size], color=color, ls=_STYLES[k % len(_STYLES)],
+                           label=f"{name}: {y[-1] / base[y.size - 1]:.3f}x at the end")
+
+
 def _loss_figure(results, task, steps, path):
     """Top: the loss per recipe (log axis, a run that died marked X).  Bottom: each loss divided
     by fp32's at the same step, where the differences of a few per cent become visible."""
-    from .plots import STYLE, _plt, loss_curves, recipe_color
-
     plt = _plt()
-    curves = {}
-    for name, r in results.items():
-        # A run stops at its first non-finite parameters; the next loss would be NaN, and saying
-        # so lets loss_curves mark where it died.
-        curves[name] = list(r.losses) + ([float("nan")] if r.failure else [])
     with plt.rc_context(STYLE):
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 9.5), sharex=True, height_ratios=(3, 2))
-    loss_curves(curves, ax=top, title=f"loss per recipe: reference task ({task.n:,} x {task.dim} outputs, "
-                                      f"Adam), {steps} steps")
-    base = np.asarray(results["fp32"].losses, dtype=np.float64)
-    seen: dict = {}
-    styles = ("-", "--", ":", "-.")
+    loss_curves(_curves(results), ax=top, title=f"loss per recipe: reference task ({task.n:,} x {task.dim} outputs, "
+                                                f"Adam), {steps} steps")
     with plt.rc_context(STYLE):
-        for name, r in results.items():
-            color = recipe_color(name)
-            k = seen.get(color, 0)
-            seen[color] = k + 1
-            y = np.asarray(r.losses, dtype=np.float64)[: base.size]
-            if r.failure or name == "fp32":
-                continue
-            bottom.plot(np.arange(y.size), y / base[: y.size], color=color, ls=styles[k % len(styles)],
-                        label=f"{name}: {y[-1] / base[y.size - 1]:.3f}x at the end")
+        _ratio_lines(results, np.asarray(results["fp32"].losses, dtype=np.float64), lambda name: bottom)
         bottom.axhline(1.0, color=recipe_color("fp32"), lw=1.5)
         lo, hi = bottom.get_ylim()
         bottom.set_ylim(lo, hi + 0.5 * (hi - lo))  # room for the legend above the lines
@@ -212,8 +224,6 @@ def _beyond_fp16_figure(results, task, steps, path):
     """Top: the loss of every recipe of ``BEYOND_FP16`` (log axis).  Bottom: each divided by
     fp32's at the same step, fp8 on the left (about 10% above, and noisy), the bfloat16 recipes
     on the right, on their own axis so that differences of a per cent show."""
-    from .plots import _STYLES, STYLE, _plt, loss_curves, recipe_color
-
     plt = _plt()
     runs = {name: results[name] for name in BEYOND_FP16}
     with plt.rc_context(STYLE):
@@ -221,22 +231,12 @@ def _beyond_fp16_figure(results, task, steps, path):
         grid = fig.add_gridspec(2, 2, height_ratios=(3, 2))
         top = fig.add_subplot(grid[0, :])
         panels = {"fp8": fig.add_subplot(grid[1, 0]), "bf16": fig.add_subplot(grid[1, 1])}
-    loss_curves({name: list(r.losses) + ([float("nan")] if r.failure else []) for name, r in runs.items()}, ax=top,
+    loss_curves(_curves(runs), ax=top,
                 title=f"fp8 and bfloat16 recipes: reference task ({task.n:,} x {task.dim} outputs, Adam), "
                       f"{steps} steps")
-    base = np.asarray(runs["fp32"].losses, dtype=np.float64)
-    seen: dict = {}
     with plt.rc_context(STYLE):
-        for name, r in runs.items():
-            color = recipe_color(name)
-            k = seen.get(color, 0)  # the dash style loss_curves gave it above
-            seen[color] = k + 1
-            if r.failure or name == "fp32":
-                continue
-            ax = panels["fp8" if name.startswith("fp8") else "bf16"]
-            y = np.asarray(r.losses, dtype=np.float64)[: base.size]
-            ax.plot(np.arange(y.size), y / base[: y.size], color=color, ls=_STYLES[k % len(_STYLES)],
-                    label=f"{name}: {y[-1] / base[y.size - 1]:.3f}x at the end")
+        _ratio_lines(runs, np.asarray(runs["fp32"].losses, dtype=np.float64),
+                     lambda name: panels["fp8" if name.startswith("fp8") else "bf16"])
         for which, ax in panels.items():
             ax.axhline(1.0, color=recipe_color("fp32"), lw=1.5)
             lo, hi = ax.get_ylim()
@@ -253,8 +253,6 @@ def _beyond_fp16_figure(results, task, steps, path):
 def _ulp_figure(path):
     """ulp against |x| for every format: the whole float32 range, then the window of the 16- and
     8-bit formats."""
-    from .plots import STYLE, _plt, ulp_plot
-
     plt = _plt()
     with plt.rc_context(STYLE):
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 11))
@@ -274,8 +272,6 @@ def _ulp_figure(path):
 
 
 def _number_line_fp8(path):
-    from .plots import STYLE, _plt, number_line
-
     plt = _plt()
     with plt.rc_context(STYLE):
         fig, axes = plt.subplots(4, 1, figsize=(13, 10.5))
@@ -294,8 +290,6 @@ def _number_line_fp8(path):
 
 
 def _number_line_float16(path):
-    from .plots import STYLE, _plt, number_line
-
     plt = _plt()
     f = get_format("float16")
     s, tiny = f.smallest_subnormal, f.tiny
@@ -323,6 +317,80 @@ def _save(fig, path):
     return Path(path)
 
 
+class _Progress:
+    """make_figures' progress: a tqdm bar on a terminal, one line per stage on stderr elsewhere;
+    nothing when ``enabled`` is False.  ``tick`` (None without a bar) advances it by steps."""
+
+    STAGES = ("recipes", "gradients", "loss scale", "formats", "fp8 and bf16")
+
+    def __init__(self, total: int, enabled: bool):
+        self.bar = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, desc="fpsim figures", unit="step", disable=None)
+        self.tick = self.bar.update if self.bar is not None else None
+
+    def stage(self, name: str) -> None:
+        if self.bar is None:
+            return
+        self.bar.set_postfix_str(name)
+        if self.bar.disable:
+            print(f"fpsim figures: {name} ({self.STAGES.index(name) + 1}/{len(self.STAGES)})", file=sys.stderr,
+                  flush=True)
+
+    def advance(self, n: int) -> None:
+        if self.tick:
+            self.tick(n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _loss_scale_figure(task, steps, interval, tick, path):
+    """A dynamic GradScaler whose growth interval is cut to ``interval`` steps: it probes, overflows,
+    skips and backs off, again and again."""
+    probe = Recipe("fp16-dynamic", "float16", master=True, scaler="dynamic", growth_interval=interval)
+    run = run_recipe(probe, task, steps=steps, progress=tick)
+    backoffs = sum(1 for a, b in zip(run.scales, run.scales[1:]) if b < a)
+    title = (f"fp16 master weights + GradScaler (start 2^16), growth interval cut to {interval} steps:\n"
+             f"the scale doubles after {interval} clean steps until a float16 gradient overflows;\n"
+             f"then the step is skipped and the scale halved ({backoffs} back-offs in {len(run.scales)} steps)")
+    return _save(loss_scale_plot(run.scales, run.skipped, title=title), path)
+
+
+def _draw(outdir: Path, task, steps: int, interval: int, prog: _Progress, progress: bool) -> list[Path]:
+    """Every stage of :func:`make_figures`, in order."""
+    recipes = DEFAULT_RECIPES + EXTENDED_RECIPES
+    prog.stage("recipes")
+    # compare() draws its own bar (nested under this one) and is what `fpsim compare` runs.
+    results = compare(recipes, task, steps=steps, progress=progress)
+    prog.advance(steps * len(recipes))
+    scale = results["fp16-dynamic"].final_scale
+
+    prog.stage("gradients")
+    capture = late_gradients(task, steps, progress=prog.tick)
+    paths = _histograms(capture, scale, outdir, "the loss scale fp16-dynamic reached")
+    paths.append(_loss_figure({n: results[n] for n in DEFAULT_RECIPES}, task, steps, outdir / FIGURES[2]))
+    prog.advance(3)
+
+    prog.stage("loss scale")
+    paths.append(_loss_scale_figure(task, steps, interval, prog.tick, outdir / FIGURES[3]))
+    prog.advance(1)
+
+    prog.stage("formats")
+    paths.append(_ulp_figure(outdir / FIGURES[4]))
+    paths.append(_number_line_fp8(outdir / FIGURES[5]))
+    paths.append(_number_line_float16(outdir / FIGURES[6]))
+    prog.advance(3)
+
+    prog.stage("fp8 and bf16")
+    paths.append(_beyond_fp16_figure(results, task, steps, outdir / FIGURES[7]))
+    prog.advance(1)
+    return paths
+
+
 def make_figures(outdir="figures", quick: bool = False, progress: bool = True) -> list[Path]:
     """Regenerate every figure of ``FIGURES`` into ``outdir``; return their paths in that order.
 
@@ -332,72 +400,16 @@ def make_figures(outdir="figures", quick: bool = False, progress: bool = True) -
     weaker effects).  Seeds are fixed, so the numbers in the figures repeat run to run.
     ``progress``: a tqdm bar on a terminal, one line per stage on stderr elsewhere.
     """
-    from .plots import loss_scale_plot
-
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     task = QUICK_TASK if quick else ReferenceTask()
     steps = QUICK_STEPS if quick else task.steps
     interval = QUICK_GROWTH_INTERVAL if quick else SCALER_GROWTH_INTERVAL
-    stages = ["recipes", "gradients", "loss scale", "formats", "fp8 and bf16"]
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=steps * (len(DEFAULT_RECIPES) + len(EXTENDED_RECIPES) + 2) + len(FIGURES),
-                   desc="fpsim figures", unit="step", disable=None)
-
-    def stage(name):
-        if bar is None:
-            return
-        bar.set_postfix_str(name)
-        if bar.disable:
-            print(f"fpsim figures: {name} ({stages.index(name) + 1}/{len(stages)})", file=sys.stderr, flush=True)
-
-    tick = bar.update if bar is not None else None
-    paths: list[Path] = []
+    prog = _Progress(steps * (len(DEFAULT_RECIPES) + len(EXTENDED_RECIPES) + 2) + len(FIGURES), progress)
     try:
-        stage("recipes")
-        # compare() draws its own bar (nested under this one) and is what `fpsim compare` runs.
-        results = compare(DEFAULT_RECIPES + EXTENDED_RECIPES, task, steps=steps, progress=progress)
-        if tick:
-            tick(steps * (len(DEFAULT_RECIPES) + len(EXTENDED_RECIPES)))
-        dyn = results["fp16-dynamic"]
-        scale = dyn.final_scale
-
-        stage("gradients")
-        capture = late_gradients(task, steps, progress=tick)
-        paths += _histograms(capture, scale, outdir, "the loss scale fp16-dynamic reached")
-        paths.append(_loss_figure({n: results[n] for n in DEFAULT_RECIPES}, task, steps, outdir / FIGURES[2]))
-        if tick:
-            tick(3)
-
-        stage("loss scale")
-        probe = Recipe("fp16-dynamic", "float16", master=True, scaler="dynamic", growth_interval=interval)
-        run = run_recipe(probe, task, steps=steps, progress=tick)
-        backoffs = sum(1 for a, b in zip(run.scales, run.scales[1:]) if b < a)
-        title = (f"fp16 master weights + GradScaler (start 2^16), growth interval cut to {interval} steps:\n"
-                 f"the scale doubles after {interval} clean steps until a float16 gradient overflows;\n"
-                 f"then the step is skipped and the scale halved ({backoffs} back-offs in {len(run.scales)} steps)")
-        paths.append(_save(loss_scale_plot(run.scales, run.skipped, title=title), outdir / FIGURES[3]))
-        if tick:
-            tick(1)
-
-        stage("formats")
-        paths.append(_ulp_figure(outdir / FIGURES[4]))
-        paths.append(_number_line_fp8(outdir / FIGURES[5]))
-        paths.append(_number_line_float16(outdir / FIGURES[6]))
-        if tick:
-            tick(3)
-
-        stage("fp8 and bf16")
-        paths.append(_beyond_fp16_figure(results, task, steps, outdir / FIGURES[7]))
-        if tick:
-            tick(1)
+        return _draw(outdir, task, steps, interval, prog, progress)
     finally:
-        if bar is not None:
-            bar.close()
-    return paths
+        prog.close()
 
 
 # --------------------------------------------------------------------------------------------

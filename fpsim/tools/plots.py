@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .formats import FORMATS, get_format, ulp
+from ..checks import check_at_least, check_positive
+from ..formats import FORMATS, LOW_FORMATS, get_format, ulp
+from ..formats.survival import float_values, survival
 
 __all__ = ["FORMAT_COLORS", "BAND_COLORS", "STYLE", "HistogramData", "format_bands", "histogram_data",
            "gradient_histogram", "loss_curves", "loss_scale_plot", "ulp_plot", "number_line", "recipe_color"]
@@ -48,7 +50,6 @@ STYLE = {
     "figure.dpi": 100,
     "savefig.dpi": 150,
 }
-DEFAULT_FORMATS = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
 
 
 def _plt():
@@ -82,14 +83,21 @@ def _figure(ax, nrows=1, figsize=(10, 5.5), sharex=False):
     return fig, list(axs[:, 0])
 
 
+def _label(fig, ax, ax_, xlabel: str, ylabel: str, title: str, legend: str = "best") -> None:
+    """Axis labels, title and legend of ``ax_``; the layout tightened when the figure is ours
+    (no ``ax`` was given).  Called inside the style's rc_context."""
+    ax_.set_xlabel(xlabel)
+    ax_.set_ylabel(ylabel)
+    ax_.set_title(title)
+    ax_.legend(loc=legend)
+    if ax is None:
+        fig.tight_layout()
+
+
 def _finish(fig, path):
     if path is not None:
         fig.savefig(path, bbox_inches="tight")
     return fig
-
-
-def _color(fmt) -> str:
-    return FORMAT_COLORS[get_format(fmt).name]
 
 
 def recipe_color(name: str):
@@ -156,14 +164,12 @@ class HistogramData:
 
 
 def _percent(values, fname, scale=1.0) -> dict[str, float]:
-    from .audit import survival
-
     s = survival(values, fname, scale)
     return {"flushed": 100 * s["frac_flushed"], "subnormal": 100 * s["frac_subnormal"],
             "overflow": 100 * s["frac_overflow"]}
 
 
-def histogram_data(values, formats=DEFAULT_FORMATS, bins=None, scale=None) -> HistogramData:
+def histogram_data(values, formats=LOW_FORMATS, bins=None, scale=None) -> HistogramData:
     """The numbers behind :func:`gradient_histogram`.
 
     x = log2|g| of the non-zero finite ``values`` (taken exactly, in float64).  ``bins``:
@@ -172,11 +178,9 @@ def histogram_data(values, formats=DEFAULT_FORMATS, bins=None, scale=None) -> Hi
     computed with :func:`fpsim.classify` on the values (and on values * ``scale``, the product
     in float64, rounded once).
     """
-    if scale is not None and not (scale > 0 and math.isfinite(scale)):
-        raise ValueError(f"scale must be a finite number > 0, got {scale}")
-    from .audit import _float_values
-
-    v = _float_values(values)
+    if scale is not None:
+        check_positive(scale, "scale")
+    v = float_values(values)
     finite = np.isfinite(v)
     a = np.abs(v[finite & (v != 0)]).astype(np.float64)
     x = np.log2(a)
@@ -188,8 +192,7 @@ def histogram_data(values, formats=DEFAULT_FORMATS, bins=None, scale=None) -> Hi
         if bins is None:
             edges = np.arange(lo, hi + 0.125, 0.25)
         else:
-            if bins < 1:
-                raise ValueError(f"bins must be >= 1, got {bins}")
+            check_at_least(bins, 1, "bins")
             edges = np.linspace(lo, hi, int(bins) + 1)
     else:
         edges = np.asarray(bins, dtype=np.float64)
@@ -222,7 +225,7 @@ def _pct_text(p: dict) -> str:
     return text
 
 
-def gradient_histogram(values, formats=DEFAULT_FORMATS, scale=None, ax=None, *, bins=None, title=None, path=None):
+def gradient_histogram(values, formats=LOW_FORMATS, scale=None, ax=None, *, bins=None, title=None, path=None):
     """Histogram of log2|g| with, in one panel per format, the zones rounding creates.
 
     Red: flushed to zero; amber: subnormal (few significant bits); tinted: the normal range;
@@ -312,12 +315,7 @@ def loss_curves(curves: dict, ax=None, title="training loss per recipe", *, path
                 ax_.plot([end], [at], marker="X", ms=14, color=line.get_color(), ls="none",
                          label=f"{name}: {'NaN' if np.isnan(y[end]) else 'inf'} at step {end}")
         ax_.set_yscale("log")
-        ax_.set_xlabel("step")
-        ax_.set_ylabel("loss")
-        ax_.set_title(title)
-        ax_.legend(loc="best")
-        if ax is None:
-            fig.tight_layout()
+        _label(fig, ax, ax_, "step", "loss", title)
     return _finish(fig, path)
 
 
@@ -344,12 +342,7 @@ def loss_scale_plot(scales, skipped=(), ax=None, title="dynamic loss scale", *, 
         ax_.plot(idx, s[idx], "X", ms=11, color=BAND_COLORS["flush"], ls="none",
                  label=f"skipped step ({idx.size})")
         ax_.set_yscale("log", base=2)
-        ax_.set_xlabel("step")
-        ax_.set_ylabel("loss scale")
-        ax_.set_title(title)
-        ax_.legend(loc="best")
-        if ax is None:
-            fig.tight_layout()
+        _label(fig, ax, ax_, "step", "loss scale", title)
     return _finish(fig, path)
 
 
@@ -374,12 +367,7 @@ def ulp_plot(formats=tuple(FORMATS), ax=None, title="spacing of representable nu
             ax_.scatter([f.tiny], [ulp(f.tiny, f)], color=FORMAT_COLORS[name], s=50, zorder=3)
         ax_.set_xscale("log", base=2)
         ax_.set_yscale("log", base=2)
-        ax_.set_xlabel("|x|")
-        ax_.set_ylabel("ulp(x): gap to the next number")
-        ax_.set_title(title)
-        ax_.legend(loc="upper left")
-        if ax is None:
-            fig.tight_layout()
+        _label(fig, ax, ax_, "|x|", "ulp(x): gap to the next number", title, legend="upper left")
     return _finish(fig, path)
 
 

@@ -20,7 +20,7 @@ def exercise1(values, fmt):
 def exercise2(values, fmt="float16", keep=0.999):
     """The smallest k >= 0 for which the loss scale 2**k keeps at least ``keep`` of the non-zero
     ``values`` from flushing to 0 in ``fmt`` without overflowing any; None if there is none."""
-    from fpsim.audit import survival
+    from fpsim.formats.survival import survival
 
     for k in range(0, 41):
         s = survival(values, fmt, 2.0**k)

@@ -1,0 +1,104 @@
+"""The training steps ``fpsim bench`` times: one SGD step of an MLP 784-256-256-10 on a fixed
+batch, under an fpsim recipe (:func:`fpsim_step`) and in PyTorch (:func:`torch_step`)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from .. import backend as _backend
+from .. import nn
+from ..amp import GradScaler
+from ..experiments import get_recipe
+from ..optim import SGD
+from ..tensor import tensor
+from . import torchref
+
+__all__ = ["MLP_SIZES", "fpsim_step", "torch_step", "torch_threads"]
+
+MLP_SIZES = (784, 256, 256, 10)
+
+
+def _step_data(batch: int, seed: int = 2):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, MLP_SIZES[0])).astype(np.float32)
+    y = rng.integers(0, MLP_SIZES[-1], batch)
+    return x, y
+
+
+def fpsim_step(recipe: str, batch: int = 128, backend=None, lr: float = 0.01):
+    """A callable doing one SGD step of the MLP 784-256-256-10 on a fixed batch under
+    ``recipe`` (its parameter format, master weights and loss scaler); the loss is computed
+    in float32 from the logits, as the recipes do."""
+    r = get_recipe(recipe)
+    be = _backend.get_backend(backend)
+    x_np, y_np = _step_data(batch)
+    model = nn.MLP(list(MLP_SIZES), activation="relu", seed=0)
+    if backend is not None:
+        model.to(backend=be)
+    model.to(r.params)
+    x = tensor(x_np, r.params, backend=be)
+    y = be.asarray(y_np)
+    opt = SGD(model.parameters(), lr=lr, master_weights=r.master)
+    scaler = GradScaler(init_scale=2.0**16, growth_interval=r.growth_interval) if r.scaler == "dynamic" else None
+    if r.scaler not in (None, "dynamic") or r.autocast:
+        raise ValueError(f"bench steps support recipes without autocast and with a dynamic or no scaler, "
+                         f"not {recipe!r}")
+
+    def step():
+        opt.zero_grad()
+        loss = nn.cross_entropy(model(x).to("float32"), y)
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        return loss
+
+    return step
+
+
+def torch_step(torch, dtype: str, batch: int = 128, device: str = "cpu", amp: bool = False, lr: float = 0.01):
+    """The same step in PyTorch: ``dtype`` 'float32' or 'float16' (``model.half()``), or
+    float32 parameters under CUDA autocast + GradScaler with ``amp=True``."""
+    x_np, y_np = _step_data(batch)
+    torch.manual_seed(0)
+    model = torchref.mlp(torch, MLP_SIZES, torch.nn.ReLU).to(device)
+    dt = getattr(torch, dtype)
+    if not amp:
+        model = model.to(dt)
+    x = torch.from_numpy(x_np).to(device=device, dtype=dt if not amp else torch.float32)
+    y = torch.from_numpy(y_np).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    scaler = torch.amp.GradScaler(device) if amp else None
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        if amp:
+            with torch.autocast(device_type=device, dtype=torch.float16):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+        else:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        torchref.update(loss, opt, scaler)
+        sync()
+        return loss
+
+    return step
+
+
+@contextlib.contextmanager
+def torch_threads(torch, n: int):
+    """PyTorch runs on ``n`` threads inside (nothing happens without torch)."""
+    if torch is None:
+        yield
+        return
+    prev = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(prev)
