@@ -145,3 +145,99 @@ def _check_torch(torch_fn, ts, xs, out, W, grad):
         for i, (t, x) in enumerate(zip(ts, tt)):
             np.testing.assert_allclose(f64(t.grad), x.grad.double().numpy(), rtol=1e-4, atol=1e-6,
                                        err_msg=f"gradient of input {i} vs torch")
+
+
+# --------------------------------------------------------------------------------- against PyTorch, per format
+
+TORCH_DTYPE = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
+
+
+def round_once(x64, fmt: str) -> np.ndarray:
+    """float64 values rounded ONCE to nearest-even into ``fmt`` (numpy's float64 -> float16 is
+    correct; bfloat16 goes through gfloat, not ml_dtypes, whose float64 -> bfloat16 rounds twice)."""
+    x64 = np.asarray(x64, dtype=np.float64)
+    if fmt == "float32":
+        return x64.astype(np.float32)
+    if fmt == "float16":
+        return x64.astype(np.float16)
+    import pytest
+
+    gfloat = pytest.importorskip("gfloat")
+    from gfloat.formats import format_info_bfloat16
+
+    return np.asarray(gfloat.round_ndarray(format_info_bfloat16, x64)).astype(np.float32).astype(ml_dtypes.bfloat16)
+
+
+def _agreement(got, want, fmt: str, what: str, min_identical: float) -> float:
+    """Share of bit-identical elements; asserts >= min_identical and the rest within 1 ulp
+    (float32: 1e-6 relative to the largest |want|)."""
+    got = np.asarray(got).astype(LAYOUT[fmt][2])
+    want = np.asarray(want).astype(LAYOUT[fmt][2])
+    assert got.shape == want.shape, f"{what}: shape {got.shape}, reference {want.shape}"
+    if fmt == "float32":
+        g64, w64 = got.astype(np.float64), want.astype(np.float64)
+        scale = float(np.max(np.abs(w64), initial=0.0)) or 1.0
+        np.testing.assert_allclose(g64, w64, rtol=1e-6, atol=1e-6 * scale, err_msg=what)
+        return float(same_bits(got, want).mean())
+    ok = same_bits(got, want)
+    share = float(ok.mean())
+    g64, w64 = got.astype(np.float64), want.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        near = np.abs(g64 - w64) <= spacing(w64, fmt)
+    bad = ~(ok | near)
+    assert not bad.any(), (f"{what}: {int(bad.sum())} of {ok.size} elements more than 1 ulp of {fmt} away, e.g. "
+                           f"got {g64[bad][:4]} want {w64[bad][:4]}")
+    assert share >= min_identical, f"{what}: only {share:.2%} bit-identical (need {min_identical:.0%})"
+    return share
+
+
+def check_against_torch(fp_fn, torch_fn, inputs, fmt: str, *, grads=True, fwd_ref64=False, bwd_ref64=False,
+                        torch_fn64=None, min_identical=0.99, seed=0):
+    """One fpsim op against PyTorch CPU, in ``fmt`` (float32, float16 or bfloat16).
+
+    ``inputs``: float64 arrays, rounded into ``fmt`` once; both sides see the same values.
+    The fpsim op gets fpsim tensors, ``torch_fn`` torch tensors of the same dtype; the output's
+    gradient W (random, in ``fmt``) is the same on both sides.  float32: values and gradients
+    within 1e-6 relative (to the largest magnitude).  float16 / bfloat16: at least
+    ``min_identical`` of the elements bit-identical, the rest within 1 ulp.
+
+    ``fwd_ref64`` / ``bwd_ref64``: where PyTorch CPU is not single-rounding in ``fmt`` (its
+    layer_norm backward, its embedding backward), the reference is instead torch's float64
+    result rounded once into ``fmt`` - what the engine's contract promises.  ``torch_fn64``
+    computes that reference instead of ``torch_fn`` where it needs to differ (a backward that
+    reads the op's rounded output must be evaluated at that output).
+    Returns {name: share bit-identical} for the output and each gradient.
+    """
+    import torch
+
+    tdt = getattr(torch, TORCH_DTYPE[fmt])
+    ts = [tensor(np.asarray(x, dtype=np.float64), fmt, requires_grad=grads) for x in inputs]
+    vals64 = [f64(t) for t in ts]
+    with np.errstate(all="ignore"):
+        out = fp_fn(*ts)
+
+    def run(dtype, fn):
+        tt = [torch.tensor(v, dtype=torch.float64).to(dtype).requires_grad_(grads) for v in vals64]
+        return tt, fn(*tt)
+
+    tt, tout = run(tdt, torch_fn)
+    rng = np.random.default_rng(seed)
+    W = round_once(rng.standard_normal(out.shape), fmt).astype(np.float32)
+    shares = {}
+    want = tout.detach().float().numpy()
+    if fwd_ref64 or bwd_ref64:
+        tt64, tout64 = run(torch.float64, torch_fn64 or torch_fn)
+    if fwd_ref64:
+        want = round_once(tout64.detach().numpy(), fmt)
+    shares["forward"] = _agreement(out.numpy(), want, fmt, f"{fmt} forward", min_identical)
+    if not grads:
+        return shares
+    out.backward(W)
+    tout.backward(torch.tensor(W).to(tdt))
+    if bwd_ref64:
+        tout64.backward(torch.tensor(W, dtype=torch.float64))
+    for i, t in enumerate(ts):
+        want = round_once(tt64[i].grad.numpy(), fmt) if bwd_ref64 else tt[i].grad.float().numpy()
+        assert t.grad is not None, f"input {i} got no gradient"
+        shares[f"grad {i}"] = _agreement(t.grad.numpy(), want, fmt, f"{fmt} gradient of input {i}", min_identical)
+    return shares

@@ -2,10 +2,12 @@
 
 - ``core.py``         how every op makes its node; autocast's policy table; casts and broadcasting;
 - ``arith.py``        + - * / neg pow, matmul, linear;
-- ``elementwise.py``  exp log sqrt tanh sigmoid relu gelu abs;
+- ``elementwise.py``  exp log sqrt tanh sigmoid relu gelu abs masked_fill;
 - ``reduce.py``       sum mean max;
-- ``shape.py``        reshape transpose getitem concat;
-- ``softmax.py``      softmax, log_softmax and the losses.
+- ``shape.py``        reshape transpose getitem concat embedding;
+- ``softmax.py``      softmax, log_softmax (stable, or the naive composite) and the losses;
+- ``norm.py``         layer_norm (float32 statistics, or a low-precision accumulator for the lab);
+- ``attention.py``    scaled_dot_product_attention, a composite of the ops above, and causal_mask.
 
 Every forward computes in float32 and rounds its result ONCE into the output format
 (``tensor.round_result``); every backward returns float32 gradients, which the graph walk
@@ -32,15 +34,18 @@ from ..backend import get_backend
 from ..formats import get_format
 from ..tensor import Tensor, move
 from .arith import add, div, linear, matmul, mul, neg, pow, sub
+from .attention import causal_mask, scaled_dot_product_attention
 from .core import AUTOCAST_POLICY, broadcast_to, to_format
-from .elementwise import abs, exp, gelu, log, relu, sigmoid, sqrt, tanh
+from .elementwise import abs, exp, gelu, log, masked_fill, relu, sigmoid, sqrt, tanh
+from .norm import layer_norm
 from .reduce import max, mean, sum
-from .shape import concat, getitem, reshape, transpose
+from .shape import concat, embedding, getitem, reshape, transpose
 from .softmax import log_softmax, mse_loss, softmax
 
 __all__ = ["AUTOCAST_POLICY", "to_format", "broadcast_to", "add", "sub", "mul", "div", "neg", "pow", "matmul",
            "linear", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "gelu", "abs", "sum", "mean", "max",
-           "reshape", "transpose", "getitem", "concat", "log_softmax", "softmax", "mse_loss"]
+           "reshape", "transpose", "getitem", "concat", "log_softmax", "softmax", "mse_loss", "masked_fill",
+           "embedding", "layer_norm", "scaled_dot_product_attention", "causal_mask"]
 
 
 # --------------------------------------------------------------------------------- Tensor methods

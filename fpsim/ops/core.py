@@ -40,7 +40,11 @@ AUTOCAST_POLICY = {
     "softmax": "float32",
     "log_softmax": "float32",
     "mse_loss": "float32",
+    "layer_norm": "float32",
 }
+# Not listed, so in their inputs' format: add, mul, relu, gelu, masked_fill, embedding, ...  The
+# composites follow from their parts: scaled_dot_product_attention runs its two products in the
+# low format and its softmax in float32; cross_entropy is log_softmax, indexing and a mean.
 
 
 def _quiet(fn):

@@ -1,14 +1,16 @@
-"""Elementwise functions: exp, log, sqrt, tanh, sigmoid, relu, gelu, abs - each computed in
-float32 from the input's exact values and rounded once.
+"""Elementwise functions: exp, log, sqrt, tanh, sigmoid, relu, gelu, abs, masked_fill - each
+computed in float32 from the input's exact values and rounded once.
 """
 
 from __future__ import annotations
+
+from numpy import broadcast_shapes as _broadcast_shapes  # shape arithmetic only
 
 from ..state import HOOKS
 from ..tensor import Tensor
 from .core import _autocast, _make, _quiet
 
-__all__ = ['exp', 'log', 'sqrt', 'tanh', 'sigmoid', 'relu', 'gelu', 'abs']
+__all__ = ['exp', 'log', 'sqrt', 'tanh', 'sigmoid', 'relu', 'gelu', 'abs', 'masked_fill']
 
 
 @_quiet
@@ -98,3 +100,29 @@ def abs(x: Tensor) -> Tensor:  # noqa: A001 - the numpy/PyTorch name
     xp = x.backend.xp
     x32 = x.f32()
     return _make(xp.abs(x32), x.fmt, (x,), lambda g, out: (g * xp.sign(x32),), "abs")
+
+
+@_quiet
+def masked_fill(x: Tensor, mask, value) -> Tensor:
+    """x where ``mask`` is False, ``value`` where it is True (PyTorch's ``masked_fill``).
+
+    ``mask``: a boolean array (or boolean Tensor data) broadcastable to x's shape - only x's
+    shape, never the other way.  ``value`` (a Python number) is rounded once into x's format:
+    -inf stays -inf, ``finfo(float16).min`` = -65504 becomes -65536 in bfloat16.  Everything
+    else is x's own stored value, so nothing else is rounded.  The gradient is g where the
+    mask is False and 0 where it is True.
+    """
+    xp = x.backend.xp
+    m = mask.data if isinstance(mask, Tensor) else mask
+    m = xp.asarray(m)
+    if m.dtype != bool:
+        raise TypeError(f"masked_fill: the mask must be boolean, got dtype {m.dtype}")
+    try:
+        if tuple(_broadcast_shapes(m.shape, x.shape)) != x.shape:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"masked_fill: mask shape {tuple(m.shape)} does not broadcast to the tensor's shape "
+                         f"{x.shape}") from None
+    keep = ~m
+    out32 = xp.where(m, xp.float32(value), x.f32())
+    return _make(out32, x.fmt, (x,), lambda g, out: (_select(g, keep),), "masked_fill")  # 0, even where g is inf

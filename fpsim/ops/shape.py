@@ -1,4 +1,4 @@
-"""Ops that move values without computing new ones (reshape, transpose, indexing) - nothing to
+"""Ops that move values without computing new ones (reshape, transpose, indexing, embedding) - nothing to
 round - and concat, which may promote formats (exactly).  Broadcasting (``core.broadcast_to``) is
 the only place gradients are summed over broadcast axes.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..tensor import Tensor, promote
 from .core import _make, _quiet, _view
 
-__all__ = ['reshape', 'transpose', 'getitem', 'concat']
+__all__ = ['reshape', 'transpose', 'getitem', 'concat', 'embedding']
 
 
 def reshape(x: Tensor, shape) -> Tensor:
@@ -74,3 +74,36 @@ def concat(tensors, axis=0) -> Tensor:
         return tuple(xp.split(g, bounds[:-1], axis=axis))
 
     return _make(out32, fmt, tuple(ts), backward, "concat")
+
+
+def embedding(ids, weight: Tensor) -> Tensor:
+    """Rows of ``weight`` (num_embeddings, dim) picked by the integer array ``ids`` (any shape):
+    the result has shape ``ids.shape + (dim,)`` and weight's format; the values are copied, so
+    nothing is rounded (PyTorch's ``F.embedding(ids, weight)``).
+
+    The backward adds the gradients of repeated ids in float32 and rounds each row of the
+    weight's gradient once.  (PyTorch CPU adds them in the weight's own dtype, rounding after
+    every addition, so its float16 / bfloat16 embedding gradients differ where an id repeats.)
+    Ids that are not integers, or lie outside ``[0, num_embeddings)``, raise.
+    """
+    if not isinstance(weight, Tensor) or weight.ndim != 2:
+        raise ValueError(f"embedding: weight must be a 2-d Tensor (num_embeddings, dim), got "
+                         f"{getattr(weight, 'shape', type(weight).__name__)}")
+    be = weight.backend
+    xp = be.xp
+    raw = ids.data if isinstance(ids, Tensor) else ids
+    idx = xp.asarray(raw)
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"embedding: ids must be integers, got dtype {idx.dtype} (shape {tuple(idx.shape)})")
+    n = weight.shape[0]
+    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= n):
+        raise ValueError(f"embedding: ids of shape {tuple(idx.shape)} must lie in [0, {n}) for weight shape "
+                         f"{weight.shape}, got {int(idx.min())}..{int(idx.max())}")
+    flat = idx.reshape(-1)
+
+    def backward(g, out):
+        z = xp.zeros(weight.shape, dtype=xp.float32)
+        be.index_add(z, flat, g.reshape(-1, weight.shape[1]))
+        return (z,)
+
+    return _view(weight.data[idx], weight.fmt, (weight,), backward, "embedding")

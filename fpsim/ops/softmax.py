@@ -1,18 +1,31 @@
 """The softmax family and the losses, computed in float32 (under autocast they are on the
 float32 list): log_softmax, softmax, mse_loss.
+
+``softmax`` and ``log_softmax`` subtract the row maximum before exponentiating, inside one op
+that computes in float32 and rounds once - no intermediate can overflow.  ``stable=False`` is
+the naive formula a user writes out of ops, ``exp(x) / sum(exp(x))``: a composite of ``exp``,
+``sum`` and ``div`` (``log`` and ``sub`` for log_softmax), each rounding into the tensor's
+format, so in float16 ``exp`` overflows to inf for x > 11.09 and the row becomes inf / inf =
+NaN.  Under autocast exp and sum are on the float32 list, so the naive form lives up to x = 88.7.
 """
 
 from __future__ import annotations
 
 from ..tensor import Tensor, promote
+from .arith import div, sub
 from .core import _autocast, _const, _make, _quiet
+from .elementwise import exp, log
+from .reduce import sum as _sum
 
 __all__ = ['log_softmax', 'softmax', 'mse_loss']
 
 
 @_quiet
-def log_softmax(x: Tensor, axis=-1) -> Tensor:
-    """log(softmax(x)) computed stably in float32 (x - max - log sum exp), rounded once."""
+def log_softmax(x: Tensor, axis=-1, stable: bool = True) -> Tensor:
+    """log(softmax(x)) computed stably in float32 (x - max - log sum exp), rounded once.
+    ``stable=False``: ``x - log(sum(exp(x)))`` as a composite of ops, each rounding (see above)."""
+    if not stable:
+        return sub(x, log(_sum(exp(x), axis=axis, keepdims=True)))
     (x,) = _autocast("log_softmax", x)
     xp = x.backend.xp
     x32 = x.f32()
@@ -26,7 +39,13 @@ def log_softmax(x: Tensor, axis=-1) -> Tensor:
 
 
 @_quiet
-def softmax(x: Tensor, axis=-1) -> Tensor:
+def softmax(x: Tensor, axis=-1, stable: bool = True) -> Tensor:
+    """exp(x - max) / sum(exp(x - max)) along ``axis`` in float32, rounded once; the backward
+    reads the rounded output.  ``stable=False``: ``exp(x) / sum(exp(x))`` as a composite of
+    ops, each rounding into x's format (see above)."""
+    if not stable:
+        e = exp(x)
+        return div(e, _sum(e, axis=axis, keepdims=True))
     (x,) = _autocast("softmax", x)
     xp = x.backend.xp
     x32 = x.f32()

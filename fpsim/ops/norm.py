@@ -1,0 +1,122 @@
+"""Layer normalisation as one op: statistics, normalisation, weight and bias in float32,
+rounded once - what PyTorch's CPU kernel does in the forward pass.
+
+The statistics (mean and biased variance over the normalised axes) accumulate in float32 by
+default, so activations in the hundreds are harmless in float16: the squares (300^2 = 90,000 >
+65,504) live only in float32.  ``acc=`` is the teaching option that keeps them in a low
+format instead - the naive kernel, E[x^2] - E[x]^2 with every square, every running-sum step
+and every quotient rounded into that format: in float16 a row of values near 300 gives
+inf - inf = NaN.  ``acc="input"`` means the format of x as the op sees it, so under autocast
+(layer_norm is on the float32 list) the same model accumulates in float32 again.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+from ..formats import F32, get_format
+from ..tensor import Tensor, promote
+from .core import _autocast, _make, _quiet
+
+__all__ = ["layer_norm"]
+
+
+def _normalized_axes(x: Tensor, normalized_shape) -> tuple:
+    shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
+    k = len(shape)
+    if k == 0 or k > x.ndim or x.shape[x.ndim - k:] != shape:
+        raise ValueError(f"layer_norm: normalized_shape {shape} does not match the last dimensions of input "
+                         f"shape {x.shape}")
+    return shape, tuple(range(x.ndim - k, x.ndim))
+
+
+def _check_affine(t, name: str, shape: tuple) -> None:
+    if t is not None and (not isinstance(t, Tensor) or t.shape != shape):
+        raise ValueError(f"layer_norm: {name} shape {getattr(t, 'shape', type(t).__name__)} does not match "
+                         f"normalized_shape {shape}")
+
+
+def _low_moments(x32, axes, fmt, eps: float, be):
+    """Mean and 1/sqrt(var + eps) the naive way, every step rounded into ``fmt``: running sums of
+    x and of x*x (one element at a time), E[x^2] - E[x]^2 (clamped at 0, as kernels do)."""
+    xp = be.xp
+    n = 1
+    for a in axes:
+        n *= x32.shape[a]
+    rnd = lambda v: be.to_f32(be.round(v, fmt))  # noqa: E731
+    rows = xp.moveaxis(x32, axes, tuple(range(x32.ndim - len(axes), x32.ndim))).reshape(
+        tuple(d for i, d in enumerate(x32.shape) if i not in axes) + (n,))
+    s = xp.zeros(rows.shape[:-1], dtype=xp.float32)
+    s2 = xp.zeros(rows.shape[:-1], dtype=xp.float32)
+    for j in range(n):
+        v = rows[..., j]
+        s = rnd(s + v)
+        s2 = rnd(s2 + rnd(v * v))
+    inv_n = xp.float32(n)
+    mean = rnd(s / inv_n)
+    var = rnd(rnd(s2 / inv_n) - rnd(mean * mean))
+    var = xp.maximum(var, xp.float32(0))  # NaN stays NaN
+    rstd = rnd(xp.float32(1) / xp.sqrt(rnd(var + xp.float32(eps))))
+    keep = tuple(d if i not in axes else 1 for i, d in enumerate(x32.shape))
+    return mean.reshape(keep), rstd.reshape(keep)
+
+
+def _moments(x32, axes, eps: float, xp):
+    """Mean and 1/sqrt(var + eps) over ``axes`` in float32 (two passes: mean, then the mean of
+    squared deviations)."""
+    mean = x32.mean(axis=axes, keepdims=True, dtype=xp.float32)
+    d = x32 - mean
+    var = (d * d).mean(axis=axes, keepdims=True, dtype=xp.float32)
+    return mean, xp.float32(1) / xp.sqrt(var + xp.float32(eps))
+
+
+@_quiet
+def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: Tensor | None = None,
+               eps: float = 1e-5, *, acc=None) -> Tensor:
+    """PyTorch's ``F.layer_norm``: normalise over the last ``len(normalized_shape)`` axes,
+    ``(x - mean) / sqrt(var + eps) * weight + bias`` (biased variance), computed in float32
+    from the inputs' exact values and rounded once into the inputs' (promoted) format.
+
+    ``acc``: where the mean and variance accumulate - None (float32, the default), a format, or
+    ``"input"`` for x's own format (see the module docstring); float32 either way means the
+    ordinary two-pass float32 statistics.  The normalisation itself is always float32.  Under autocast x, weight and bias are widened to float32 first.
+
+    The backward is the fused formula in float32 from the saved mean and 1/std:
+    dx = rstd (g w - mean(g w) - xhat mean(g w xhat)), dw = sum(g xhat), db = sum(g), the sums
+    over every non-normalised axis in float32; each gradient rounded once.
+    """
+    shape, axes = _normalized_axes(x, normalized_shape)
+    _check_affine(weight, "weight", shape)
+    _check_affine(bias, "bias", shape)
+    ins = _autocast("layer_norm", *(t for t in (x, weight, bias) if t is not None))
+    x = ins[0]
+    weight = ins[1] if weight is not None else None
+    bias = ins[-1] if bias is not None else None
+    fmt = promote(*(t.fmt for t in ins))
+    be = x.backend
+    xp = be.xp
+    x32 = x.f32()
+    acc_fmt = None if acc is None else x.fmt if acc == "input" else get_format(acc)
+    if acc_fmt is None or acc_fmt == F32:  # float32 statistics: the ordinary kernel
+        mean, rstd = _moments(x32, axes, eps, xp)
+    else:
+        mean, rstd = _low_moments(x32, axes, acc_fmt, eps, be)
+    xhat = (x32 - mean) * rstd
+    w32 = weight.f32() if weight is not None else None
+    out32 = xhat * w32 if w32 is not None else xhat
+    if bias is not None:
+        out32 = out32 + bias.f32()
+    lead = tuple(range(x.ndim - len(axes)))
+
+    def backward(g, out):
+        gw = g * w32 if w32 is not None else g
+        m1 = gw.mean(axis=axes, keepdims=True, dtype=xp.float32)
+        m2 = (gw * xhat).mean(axis=axes, keepdims=True, dtype=xp.float32)
+        grads = [rstd * (gw - m1 - xhat * m2)]
+        if weight is not None:
+            grads.append((g * xhat).sum(axis=lead, dtype=xp.float32))
+        if bias is not None:
+            grads.append(g.sum(axis=lead, dtype=xp.float32))
+        return tuple(grads)
+
+    return _make(out32, fmt, ins, backward, "layer_norm")
