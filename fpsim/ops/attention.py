@@ -87,14 +87,16 @@ def _masks(attn_mask, is_causal: bool, tq: int, tk: int) -> list:
 
 @_quiet
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask=None, *, is_causal: bool = False,
-                                 scale: float | None = None, mask_value: float | None = None) -> Tensor:
+                                 scale: float | None = None, mask_value: float | None = None,
+                                 stable: bool = True) -> Tensor:
     """``softmax(mask(q @ k^T * scale)) @ v`` as a composite of matmul, mul, masking, softmax
     and matmul, each rounding once into the format it runs in (module docstring).
 
     q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv) -> (..., Tq, dv).  ``scale`` defaults to
     1/sqrt(d); ``scale=1.0`` leaves the scores unscaled.  ``attn_mask`` / ``is_causal`` /
-    ``mask_value``: see the module docstring.  Shapes that do not fit raise ValueError naming
-    them, before anything is computed.
+    ``mask_value``: see the module docstring.  ``stable=False`` uses the naive softmax
+    (``softmax(stable=False)``: exp without subtracting the row maximum).  Shapes that do not fit
+    raise ValueError naming them, before anything is computed.
     """
     scores_shape = _check_shapes(q, k, v, attn_mask)
     masks = _masks(attn_mask, is_causal, scores_shape[-2], scores_shape[-1])
@@ -110,15 +112,15 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask=None
         for m in masks:
             b = tensor(np.where(m, 0.0, float(mask_value)), s.fmt, backend=be)  # mask_value rounded into s's format
             bias = b if bias is None else add(bias, b)
-        p = softmax(add(s, bias), axis=-1)
+        p = softmax(add(s, bias), axis=-1, stable=stable)
     elif masks:
         allowed = masks[0]
         for m in masks[1:]:
             allowed = allowed & m
-        p = softmax(masked_fill(s, be.asarray(~allowed), -math.inf), axis=-1)
+        p = softmax(masked_fill(s, be.asarray(~allowed), -math.inf), axis=-1, stable=stable)
         empty = ~allowed.any(axis=-1, keepdims=True)
         if empty.any():  # a row with no key to attend to: zeros, as PyTorch's SDPA
             p = masked_fill(p, be.asarray(empty), 0.0)
     else:
-        p = softmax(s, axis=-1)
+        p = softmax(s, axis=-1, stable=stable)
     return matmul(p, v)

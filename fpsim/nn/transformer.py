@@ -1,0 +1,196 @@
+"""A tiny GPT and its parts: ``Embedding``, ``LayerNorm``, ``CausalSelfAttention``,
+``TransformerBlock`` (pre-norm, GELU MLP) and ``TinyGPT`` (token + position embeddings, N blocks,
+a final norm, a tied or untied head).
+
+Every layer is made of fpsim ops, so each of its numbers is rounded where the op says: the
+attention scores ``q @ k^T`` in the model's format before the softmax sees them, LayerNorm's
+statistics in float32 unless ``ln_acc`` says otherwise.  The knobs that the overflow lab turns
+(``attn_stable``, ``ln_acc``, ``mask_value``, ``qk_scale``) default to what a careful
+implementation does; each one, turned, is a failure practitioners have met in float16.
+
+Parameters are drawn in float64 from one generator and rounded once into ``fmt``: Linear as
+PyTorch initialises it, embeddings N(0, ``emb_std``), LayerNorm weight 1 and bias 0.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from .. import ops
+from ..tensor import Tensor, tensor
+from .modules import GELU, Linear, Module, Sequential
+
+__all__ = ["Embedding", "LayerNorm", "CausalSelfAttention", "TransformerBlock", "TinyGPT"]
+
+
+def _positive_int(value, name: str, owner: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{owner}: {name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+class Embedding(Module):
+    """A table of ``num_embeddings`` vectors of size ``dim`` (PyTorch's ``nn.Embedding``);
+    ``forward(ids)`` picks rows (``ops.embedding``: copied, not rounded)."""
+
+    def __init__(self, num_embeddings: int, dim: int, *, fmt="float32", std: float = 1.0, seed=None, rng=None,
+                 backend=None):
+        super().__init__()
+        self.num_embeddings = _positive_int(num_embeddings, "num_embeddings", "Embedding")
+        self.dim = _positive_int(dim, "dim", "Embedding")
+        rng = rng if rng is not None else np.random.default_rng(seed)
+        self.weight = tensor(rng.standard_normal((num_embeddings, dim)) * std, fmt, requires_grad=True,
+                             backend=backend, name="weight")
+
+    def forward(self, ids) -> Tensor:
+        return ops.embedding(ids, self.weight)
+
+    def __repr__(self) -> str:
+        return f"Embedding({self.num_embeddings}, {self.dim}, fmt={self.weight.fmt.name})"
+
+
+class LayerNorm(Module):
+    """PyTorch's ``nn.LayerNorm`` over the last axis (``ops.layer_norm``: float32 statistics,
+    one rounding).  ``acc``: where the statistics accumulate (None: float32; ``"input"``: the
+    input's own format, the naive kernel - see ``fpsim.ops.norm``)."""
+
+    def __init__(self, dim: int, eps: float = 1e-5, *, fmt="float32", acc=None, backend=None):
+        super().__init__()
+        self.dim = _positive_int(dim, "dim", "LayerNorm")
+        self.eps, self.acc = float(eps), acc
+        self.weight = tensor(np.ones(dim), fmt, requires_grad=True, backend=backend, name="weight")
+        self.bias = tensor(np.zeros(dim), fmt, requires_grad=True, backend=backend, name="bias")
+
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.layer_norm(x, self.dim, self.weight, self.bias, self.eps, acc=self.acc)
+
+    def __repr__(self) -> str:
+        acc = "" if self.acc is None else f", acc={self.acc!r}"
+        return f"LayerNorm({self.dim}, fmt={self.weight.fmt.name}{acc})"
+
+
+class CausalSelfAttention(Module):
+    """Multi-head causal self-attention: Linear q, k, v; ``ops.scaled_dot_product_attention``
+    per head (is_causal); a Linear ``proj`` back to ``d_model``.
+
+    ``qk_scale``: the factor on the scores (default 1/sqrt(head dim); 1.0 leaves them unscaled);
+    ``stable``: False for a softmax without max-subtraction; ``mask_value``: the causal mask as
+    an additive constant (e.g. finfo(float16).min) instead of a boolean one.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, *, fmt="float32", rng=None, seed=None, qk_scale=None,
+                 stable: bool = True, mask_value=None, backend=None):
+        super().__init__()
+        d_model = _positive_int(d_model, "d_model", "CausalSelfAttention")
+        n_heads = _positive_int(n_heads, "n_heads", "CausalSelfAttention")
+        if d_model % n_heads:
+            raise ValueError(f"CausalSelfAttention: n_heads {n_heads} does not divide d_model {d_model}")
+        rng = rng if rng is not None else np.random.default_rng(seed)
+        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
+        self.qk_scale, self.stable, self.mask_value = qk_scale, stable, mask_value
+        for name in ("q", "k", "v", "proj"):
+            setattr(self, name, Linear(d_model, d_model, fmt=fmt, rng=rng, backend=backend))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"CausalSelfAttention: input shape {x.shape} does not fit (batch, time, "
+                             f"{self.d_model})")
+        b, t, _ = x.shape
+        heads = (b, t, self.n_heads, self.head_dim)
+        q, k, v = (getattr(self, n)(x).reshape(heads).transpose(0, 2, 1, 3) for n in ("q", "k", "v"))
+        y = ops.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.qk_scale,
+                                             mask_value=self.mask_value, stable=self.stable)
+        return self.proj(y.transpose(0, 2, 1, 3).reshape(b, t, self.d_model))
+
+    def __repr__(self) -> str:
+        return f"CausalSelfAttention(d_model={self.d_model}, n_heads={self.n_heads})"
+
+
+class TransformerBlock(Module):
+    """Pre-norm block: ``x + attn(ln1(x))``, then ``x + mlp(ln2(x))`` with a GELU MLP of width
+    ``mlp_ratio * d_model``."""
+
+    def __init__(self, d_model: int, n_heads: int, *, mlp_ratio: int = 4, fmt="float32", rng=None, seed=None,
+                 ln_acc=None, backend=None, **attn):
+        super().__init__()
+        rng = rng if rng is not None else np.random.default_rng(seed)
+        hidden = _positive_int(mlp_ratio, "mlp_ratio", "TransformerBlock") * d_model
+        self.ln1 = LayerNorm(d_model, fmt=fmt, acc=ln_acc, backend=backend)
+        self.attn = CausalSelfAttention(d_model, n_heads, fmt=fmt, rng=rng, backend=backend, **attn)
+        self.ln2 = LayerNorm(d_model, fmt=fmt, acc=ln_acc, backend=backend)
+        self.mlp = Sequential(Linear(d_model, hidden, fmt=fmt, rng=rng, backend=backend), GELU(),
+                              Linear(hidden, d_model, fmt=fmt, rng=rng, backend=backend))
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyGPT(Module):
+    """Token + position embeddings, ``n_layers`` pre-norm blocks, a final LayerNorm and a head
+    to ``vocab_size`` logits: ``forward(ids)`` maps integer ids (batch, time <= context) to
+    logits (batch, time, vocab_size).
+
+    ``tied``: the head multiplies by the token embedding's transpose (no head weight of its
+    own); else an untied ``Linear(d_model, vocab_size, bias=False)``.  ``emb_std``: the
+    embeddings' initial standard deviation (the overflow lab raises it to make activations
+    large).  ``ln_acc``, and ``qk_scale`` / ``attn_stable`` / ``mask_value`` for every
+    attention: see :class:`LayerNorm` and :class:`CausalSelfAttention`.
+    """
+
+    def __init__(self, vocab_size: int, context: int, d_model: int = 64, n_layers: int = 2, n_heads: int = 4, *,
+                 mlp_ratio: int = 4, tied: bool = False, fmt="float32", seed: int = 0, emb_std: float = 1.0,
+                 ln_acc=None, qk_scale=None, attn_stable: bool = True, mask_value=None, backend=None):
+        super().__init__()
+        for name, v in (("vocab_size", vocab_size), ("context", context), ("d_model", d_model),
+                        ("n_layers", n_layers), ("n_heads", n_heads), ("mlp_ratio", mlp_ratio)):
+            _positive_int(v, name, "TinyGPT")
+        if d_model % n_heads:  # checked before any parameter is drawn
+            raise ValueError(f"TinyGPT: n_heads {n_heads} does not divide d_model {d_model}")
+        rng = np.random.default_rng(seed)
+        self.vocab_size, self.context, self.d_model, self.tied = vocab_size, context, d_model, bool(tied)
+        self.tok_emb = Embedding(vocab_size, d_model, fmt=fmt, std=emb_std, rng=rng, backend=backend)
+        self.pos_emb = Embedding(context, d_model, fmt=fmt, std=emb_std, rng=rng, backend=backend)
+        self.blocks = Sequential(*(TransformerBlock(d_model, n_heads, mlp_ratio=mlp_ratio, fmt=fmt, rng=rng,
+                                                    ln_acc=ln_acc, qk_scale=qk_scale, stable=attn_stable,
+                                                    mask_value=mask_value, backend=backend)
+                                   for _ in range(n_layers)))
+        self.ln_f = LayerNorm(d_model, fmt=fmt, acc=ln_acc, backend=backend)
+        if not self.tied:
+            self.head = Linear(d_model, vocab_size, bias=False, fmt=fmt, rng=rng, backend=backend)
+
+    def check_ids(self, ids) -> np.ndarray:
+        """``ids`` as an integer array (batch, time), or a one-line error naming its shape."""
+        be = self.tok_emb.weight.backend
+        arr = be.asarray(ids.data if isinstance(ids, Tensor) else ids)
+        if arr.dtype.kind not in "iu":
+            raise TypeError(f"TinyGPT: token ids must be integers, got dtype {arr.dtype} (shape {tuple(arr.shape)})")
+        if arr.ndim != 2 or not 1 <= arr.shape[1] <= self.context:
+            raise ValueError(f"TinyGPT: token ids of shape {tuple(arr.shape)} do not fit (batch, time) with "
+                             f"1 <= time <= context {self.context}")
+        if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= self.vocab_size):
+            raise ValueError(f"TinyGPT: token ids of shape {tuple(arr.shape)} must lie in [0, {self.vocab_size}), "
+                             f"got {int(arr.min())}..{int(arr.max())}")
+        return arr
+
+    def forward(self, ids) -> Tensor:
+        arr = self.check_ids(ids)
+        t = arr.shape[1]
+        x = self.tok_emb(arr) + self.pos_emb(self.tok_emb.weight.backend.xp.arange(t))
+        x = self.ln_f(self.blocks(x))
+        if self.tied:
+            return ops.matmul(x, self.tok_emb.weight.T)
+        return self.head(x)
+
+    def __repr__(self) -> str:
+        n = len(self.blocks)
+        return (f"TinyGPT(vocab={self.vocab_size}, context={self.context}, d_model={self.d_model}, layers={n}, "
+                f"heads={self.blocks[0].attn.n_heads}, tied={self.tied})")
+
+
+def num_parameters(model: Module) -> int:
+    """How many numbers the model's parameters hold."""
+    return sum(math.prod(p.shape) for p in model.parameters())
