@@ -17,6 +17,7 @@ from .formats import (
 )
 from .monitor import monitor
 from .tensor import Tensor, no_grad, tensor  # fpsim.tensor(...) is the factory, as torch.tensor is
+from .trace import trace_nonfinite
 
 __version__ = "0.1.0"
 
@@ -41,6 +42,7 @@ __all__ = [
     "get_format",
     "manual_seed",
     "monitor",
+    "trace_nonfinite",
     "round_to",
     "ulp",
 ]

@@ -26,7 +26,11 @@ from .state import autocast_format
 from .statedict import Problems
 from .tensor import Tensor, round_result
 
-__all__ = ["autocast", "autocast_format", "GradScaler", "StaticScaler"]
+__all__ = ["autocast", "autocast_format", "GradScaler", "StaticScaler", "LOSS_SCALE_SCOPE"]
+
+# The module scope of the scaler's multiply (``GradScaler.scale``), so that monitors and the
+# non-finite tracer can tell the gradients of a scaled loss from unscaled ones.
+LOSS_SCALE_SCOPE = "loss_scale"
 
 _AUTOCAST_FORMATS = ("float16", "bfloat16")
 
@@ -114,8 +118,8 @@ class GradScaler:
 
     The numbers:
 
-    - ``scale(outputs)`` multiplies by the float32 scale as a constant, so the result keeps
-      the output's format: a float16 loss of 1.0 times the default 2**16 is already inf (the
+    - ``scale(outputs)`` multiplies by the float32 scale as a constant (in module scope
+      ``"loss_scale"``, so monitors show it apart), so the result keeps the output's format: a float16 loss of 1.0 times the default 2**16 is already inf (the
       first-step trap - float16's max is 65504).  PyTorch promotes a 0-d float16 loss times its
       0-d float32 scale to float32, but the gradient flowing back into the float16 loss is
       65536 -> inf all the same, so the first steps are skipped either way.
@@ -198,14 +202,16 @@ class GradScaler:
             self._scale = np.float32(self._init_scale)
             self._growth_tracker = self._init_growth_tracker
         if isinstance(outputs, Tensor):
-            return ops.mul(outputs, self._scale)
+            with state.scope(LOSS_SCALE_SCOPE):
+                return ops.mul(outputs, self._scale)
         if isinstance(outputs, str | bytes) or not hasattr(outputs, "__iter__"):
             raise ValueError(f"outputs must be a Tensor or an iterable of Tensors, got {type(outputs).__name__}")
         out = []
         for o in outputs:
             if not isinstance(o, Tensor):
                 raise ValueError(f"outputs must be a Tensor or an iterable of Tensors; found a {type(o).__name__}")
-            out.append(ops.mul(o, self._scale))
+            with state.scope(LOSS_SCALE_SCOPE):
+                out.append(ops.mul(o, self._scale))
         return type(outputs)(out) if isinstance(outputs, list | tuple) else out
 
     def unscale_(self, optimizer) -> None:

@@ -17,6 +17,9 @@ The comparisons run on the backend's own arrays (numpy or cupy).  On a device th
 also added up there, and copied to the host once, when they are read (``counts``, ``totals``,
 ``table``, ``to_dict``): a monitored training step synchronises nothing per op.  With no
 monitor active the engine pays one ``if HOOKS:`` per rounding.
+
+``monitor(trace_nonfinite=True)`` also runs a :class:`~fpsim.trace.NonFiniteTracer`: then
+``m.first_nonfinite()`` says which op first made an inf or NaN (``fpsim.trace``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from . import state
 from .backend import BACKENDS
 from .formats import get_format
 from .textable import percent, text_table
+from .trace import NonFiniteTracer
 
 __all__ = ["monitor", "Monitor", "COUNTERS", "DIRECTIONS"]
 
@@ -91,9 +95,12 @@ class Monitor:
     ``capture``: keep a float32 numpy copy of the exact values of matching roundings in
     :attr:`captured` (a list of ``(key, array)``): ``None`` (nothing), a direction, a tuple of
     directions, or a callable ``(event: RoundingEvent) -> bool``.
+
+    ``trace_nonfinite``: also find the op where the first inf / NaN was born
+    (:meth:`first_nonfinite`; the tracer itself is :attr:`tracer`).
     """
 
-    def __init__(self, capture=None):
+    def __init__(self, capture=None, trace_nonfinite: bool = False):
         self._counts: dict[tuple, list[int]] = {}
         # On a device the counts stay there until read: key -> [n, events array] (see counts).
         self._pending: dict[tuple, list] = {}
@@ -107,6 +114,7 @@ class Monitor:
             if bad:
                 raise ValueError(f"capture: unknown direction(s) {bad}; known: {', '.join(DIRECTIONS)}")
             self._capture = lambda ev: ev.direction in dirs
+        self.tracer = NonFiniteTracer() if trace_nonfinite else None
         self._hook = self._record  # one bound method, so it can be found again by identity
         self._active = 0
 
@@ -126,6 +134,8 @@ class Monitor:
         if self._capture is not None and self._capture(ev):
             arr = ev.backend.to_numpy(ev.backend.to_f32(exact32))
             self.captured.append((key, np.array(arr, dtype=np.float32, copy=True)))
+        if self.tracer is not None:
+            self.tracer(ev)
 
     def _add(self, key, c) -> None:
         acc = self._counts.get(key)
@@ -172,10 +182,20 @@ class Monitor:
         return self._active > 0
 
     def reset(self) -> None:
-        """Forget every count and captured array (the hook stays registered)."""
+        """Forget every count, captured array and traced origin (the hook stays registered)."""
         self._counts.clear()
         self._pending.clear()
         self.captured.clear()
+        if self.tracer is not None:
+            self.tracer.reset()
+
+    def first_nonfinite(self, kind=None, *, include_scaler: bool = True):
+        """The first op that made an inf or NaN (a :class:`~fpsim.trace.NonFinite`; ``print`` it),
+        or None; see :meth:`fpsim.trace.NonFiniteTracer.first_nonfinite`.  Needs
+        ``monitor(trace_nonfinite=True)``."""
+        if self.tracer is None:
+            raise RuntimeError("first_nonfinite() needs a tracing monitor: fpsim.monitor(trace_nonfinite=True)")
+        return self.tracer.first_nonfinite(kind, include_scaler=include_scaler)
 
     # -- reading the counts ----------------------------------------------------------------
 
@@ -248,6 +268,7 @@ def _pct(k: int, n: int) -> str:
     return percent(k, n, zero="0", small=True)
 
 
-def monitor(capture=None) -> Monitor:
-    """A :class:`Monitor` to use as ``with fpsim.monitor() as m:``; monitors nest."""
-    return Monitor(capture=capture)
+def monitor(capture=None, trace_nonfinite: bool = False) -> Monitor:
+    """A :class:`Monitor` to use as ``with fpsim.monitor() as m:``; monitors nest.
+    ``trace_nonfinite=True``: also trace where the first inf / NaN came from."""
+    return Monitor(capture=capture, trace_nonfinite=trace_nonfinite)

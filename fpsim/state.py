@@ -47,7 +47,11 @@ class RoundingEvent:
     - ``fmt``: the format rounded into;
     - ``exact32``: the float32 value before rounding (None for ops whose result is exact);
     - ``stored``: the value stored, in ``fmt``'s storage on the tensor's backend;
-    - ``backend``: that backend (its ``xp`` is the array module of ``exact32`` and ``stored``).
+    - ``backend``: that backend (its ``xp`` is the array module of ``exact32`` and ``stored``);
+    - ``inputs``: what the value was computed from, where the engine knows it - going forward the
+      op's input Tensors; going backward the incoming gradient (an array), the node's output and
+      its inputs (Tensors); ``()`` where it is not given (optimizer updates, fp8 casts).  The
+      non-finite tracer reads it to tell an op that MADE an inf or NaN from one that passed it on.
     """
 
     op: str
@@ -58,6 +62,7 @@ class RoundingEvent:
     exact32: object
     stored: object
     backend: object
+    inputs: tuple = ()
 
 
 # The hooks, called in order with one RoundingEvent.  This list object is never rebound, so

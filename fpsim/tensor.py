@@ -42,7 +42,7 @@ def promote(*fmts: Format) -> Format:
 
 
 def round_result(x32, fmt: Format, backend: Backend, op: str, direction: str, target: str = "", *,
-                 saturate: bool = False, rounding: str = "nearest", rng=None, stored=None):
+                 saturate: bool = False, rounding: str = "nearest", rng=None, stored=None, inputs=()):
     """Round a float32 result into ``fmt`` (one rounding) and tell any monitor about it.
 
     ``saturate=True`` clamps to +-fmt.max first, as fp8 hardware conversions do (monitors still
@@ -50,7 +50,8 @@ def round_result(x32, fmt: Format, backend: Backend, op: str, direction: str, ta
     rounds with numpy generator ``rng`` (see ``fpsim.formats.cast``) - both used by fp8 and the optimizers.
     ``stored``: the result already in fmt's storage, for ops whose result is exact (relu picks
     stored values): nothing is rounded, monitors still see it; ``x32`` may then be None when
-    ``HOOKS`` is empty.
+    ``HOOKS`` is empty.  ``inputs``: what ``x32`` was computed from, handed to the hooks only
+    (``RoundingEvent.inputs``).
     """
     if stored is not None:
         out = stored
@@ -59,7 +60,7 @@ def round_result(x32, fmt: Format, backend: Backend, op: str, direction: str, ta
     else:
         out = backend.round(x32, fmt)
     if HOOKS:
-        event = RoundingEvent(op, direction, event_scope(direction), target, fmt, x32, out, backend)
+        event = RoundingEvent(op, direction, event_scope(direction), target, fmt, x32, out, backend, inputs)
         for h in HOOKS:
             h(event)
     return out
@@ -222,16 +223,18 @@ def _propagate(node: Tensor, g, grads: dict, be: Backend) -> None:
     float32 sum of both, rounded again."""
     g32 = be.to_f32(g)
     parent_grads = node._backward(g32, node)
+    ins = (g, node, *node._parents) if HOOKS else ()  # for the hooks only (the non-finite tracer)
     for p, pg in zip(node._parents, parent_grads):
         if pg is None or not p.requires_grad:
             continue
         if pg is g32 and (p.grad_fmt is node.grad_fmt or p.grad_fmt == node.grad_fmt):
             r = g  # passed through unchanged (add, cast to the same format): no rounding
         else:
-            r = round_result(pg, p.grad_fmt, be, node._op, "backward", p.name)
+            r = round_result(pg, p.grad_fmt, be, node._op, "backward", p.name, inputs=ins)
         prev = grads.get(id(p))
         if prev is not None:  # a node used twice: add in float32, round again
-            r = round_result(be.to_f32(prev) + be.to_f32(r), p.grad_fmt, be, "accumulate", "backward", p.name)
+            r = round_result(be.to_f32(prev) + be.to_f32(r), p.grad_fmt, be, "accumulate", "backward", p.name,
+                             inputs=(prev, r) if HOOKS else ())
         grads[id(p)] = r
 
 
@@ -261,7 +264,7 @@ def _accumulate_leaf(leaf: Tensor, g) -> None:
     else:  # gradients accumulate across backward calls, added in float32 and rounded once
         be = leaf.backend
         s = round_result(be.to_f32(leaf.grad.data) + be.to_f32(g), leaf.grad_fmt, be, "accumulate_grad",
-                         "backward", leaf.name)
+                         "backward", leaf.name, inputs=(leaf.grad, g) if HOOKS else ())
         leaf.grad = Tensor(s, leaf.grad_fmt, backend=be)
 
 

@@ -59,11 +59,13 @@ def _quiet(fn):
     return op
 
 
-def _make(out32, fmt: Format, parents: tuple, backward, op: str, *, stored=None) -> Tensor:
+def _make(out32, fmt: Format, parents: tuple, backward, op: str, *, stored=None, inputs=None) -> Tensor:
     """Round ``out32`` once into ``fmt`` (or take ``stored``, a result that is exact in fmt
-    already) and make the output node."""
+    already) and make the output node.  ``inputs``: what the hooks are told the result was
+    computed from, where that is more than the parents (a constant the op writes in)."""
     be = parents[0].backend
-    return Tensor._from_op(round_result(out32, fmt, be, op, "forward", stored=stored), fmt, parents, backward, op, be)
+    out = round_result(out32, fmt, be, op, "forward", stored=stored, inputs=parents if inputs is None else inputs)
+    return Tensor._from_op(out, fmt, parents, backward, op, be)
 
 
 def _view(data, fmt: Format, parents: tuple, backward, op: str) -> Tensor:

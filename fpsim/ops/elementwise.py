@@ -127,4 +127,6 @@ def masked_fill(x: Tensor, mask, value) -> Tensor:
                          f"{x.shape}") from None
     keep = ~m
     out32 = xp.where(m, xp.float32(value), x.f32())
-    return _make(out32, x.fmt, (x,), lambda g, out: (_select(g, keep),), "masked_fill")  # 0, even where g is inf
+    # the fill value is an input too: a -inf written on purpose is not an overflow (fpsim.trace)
+    return _make(out32, x.fmt, (x,), lambda g, out: (_select(g, keep),), "masked_fill",  # 0, even where g is inf
+                 inputs=(x, xp.float32(value)))

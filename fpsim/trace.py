@@ -1,0 +1,270 @@
+"""Where did the first inf / NaN come from?  ``with fpsim.trace_nonfinite() as t:`` (or
+``fpsim.monitor(trace_nonfinite=True)``), then ``print(t.first_nonfinite())``.
+
+A :class:`NonFiniteTracer` is a rounding hook (see ``fpsim.state``).  Every rounding whose
+stored result holds an inf or a NaN is checked against what it was computed from
+(``RoundingEvent.inputs``): if none of those held inf or NaN, this op MADE the non-finite
+value - an origin - and the tracer records where (module path, op, forward / backward /
+update, format), how many elements, the largest finite |value| before rounding, and a frame of
+the last few roundings before it with their |x| min and max (the idea of HF transformers'
+``DebugUnderflowOverflow``, at op level and in both directions).  An op that only passed on an
+inf it was given is not an origin.  Roundings that do not say what they were computed from
+(optimizer updates, the scaler's unscale, fp8 casts) count as origins when the rounding itself
+overflowed, or when nothing non-finite had appeared since the pass began.
+
+Each origin is one of four kinds:
+
+- ``forward overflow``: an op's result in the forward pass.  Fatal: the loss and every
+  gradient after it are inf/NaN, and loss scaling cannot help (a GradScaler skips the step,
+  halves the scale, and meets the same overflow next step).
+- ``loss-scaler overflow``: a gradient in the backward of a loss multiplied by a GradScaler
+  (its multiply runs in module scope ``"loss_scale"``).  Normal: the scaler finds it, skips the
+  optimizer step and halves the scale.
+- ``backward overflow``: a gradient with no loss scaling in play: nothing will catch it.
+- ``update``: an optimizer writing a parameter or its state.
+
+The first origin of each kind is kept, with how many origins of that kind there were;
+:meth:`~NonFiniteTracer.first_nonfinite` returns the earliest (or the earliest of one kind).
+Tracing costs one finiteness test of each result while it is on; with no tracer the engine
+pays nothing more than its usual ``if HOOKS:``.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import state
+from .amp import LOSS_SCALE_SCOPE
+
+__all__ = ["NonFiniteTracer", "NonFinite", "FrameEntry", "trace_nonfinite", "KINDS"]
+
+FORWARD, SCALER, BACKWARD, UPDATE = "forward overflow", "loss-scaler overflow", "backward overflow", "update"
+KINDS = (FORWARD, SCALER, BACKWARD, UPDATE)
+_WHY = {
+    FORWARD: ("a forward overflow: the loss and every gradient after it will be inf/NaN, and loss scaling "
+              "cannot cure it - a GradScaler would skip this step, halve the scale and meet the same overflow "
+              "next step; run the op in float32 (autocast does this for softmax, layer_norm, exp, sums and the "
+              "losses) or keep its inputs smaller"),
+    SCALER: ("a loss-scaler overflow in the backward pass (loss scale {scale:g}): normal - the GradScaler finds "
+             "the inf, skips this optimizer step and halves the scale; it needs fixing only if it happens every "
+             "step"),
+    BACKWARD: ("a backward overflow with no loss scaler in play: nothing will skip this step, so the update "
+               "carries inf/NaN into the weights"),
+    UPDATE: "an optimizer update that produced inf/NaN from finite gradients (e.g. a division by a flushed 0)",
+}
+
+
+@dataclass(frozen=True)
+class FrameEntry:
+    """One rounding before the origin: where, and the |x| min / max of what it stored
+    (over finite values; NaN when it stored nothing finite)."""
+
+    direction: str
+    scope: str
+    op: str
+    target: str
+    fmt: str
+    abs_min: float
+    abs_max: float
+
+    def __str__(self) -> str:
+        where = ".".join(filter(None, (self.scope, self.target))) or "-"
+        return f"{self.direction} {self.op} in {where} ({self.fmt}) |x| {self.abs_min:.3g}..{self.abs_max:.3g}"
+
+
+@dataclass(frozen=True)
+class NonFinite:
+    """The first op of one kind whose rounded result held inf or NaN while its inputs did not."""
+
+    kind: str
+    direction: str
+    scope: str
+    op: str
+    target: str
+    fmt: str
+    fmt_max: float
+    n: int  # elements the op rounded
+    n_inf: int
+    n_nan: int
+    max_finite_before: float  # largest finite |value| before rounding (NaN if none)
+    nonfinite_before: int  # elements already inf/NaN before rounding (the float32 computation made them)
+    step: int  # the pass it happened in (counted by the tracer, or set with set_step)
+    loss_scale: float | None
+    frame: tuple
+    count: int = 1  # origins of this kind seen in all (filled in by first_nonfinite)
+
+    @property
+    def where(self) -> str:
+        return ".".join(filter(None, (self.scope, self.target))) or "(outside any module)"
+
+    def __str__(self) -> str:
+        bad = []
+        if self.n_inf:
+            bad.append(f"{self.n_inf} inf")
+        if self.n_nan:
+            bad.append(f"{self.n_nan} NaN")
+        if self.nonfinite_before:
+            cause = (f"its float32 computation already held {self.nonfinite_before} inf/NaN before the final "
+                     "rounding (inside the op: a low-precision accumulator past its max, exp past 88.7, inf - inf, "
+                     "0/0)")
+        elif math.isfinite(self.max_finite_before) and self.max_finite_before > self.fmt_max:
+            cause = (f"the largest |value| before rounding was {self.max_finite_before:.4g}, past {self.fmt}'s "
+                     f"max {self.fmt_max:.6g}, so rounding made it inf")
+        else:
+            cause = f"the largest |value| before rounding was {self.max_finite_before:.4g}"
+        frame = "; ".join(str(f) for f in self.frame) if self.frame else "none recorded"
+        more = f" ({self.count} origins of this kind in all)" if self.count > 1 else ""
+        return (f"First non-finite value at step {self.step}: {self.direction} op '{self.op}' in {self.where}, "
+                f"rounding into {self.fmt}, made {' and '.join(bad)} of {self.n} values although none of its "
+                f"inputs held inf or NaN; {cause}.  This is {_WHY[self.kind].format(scale=self.loss_scale or 0)}"
+                f"{more}.  The roundings just before it: {frame}.")
+
+
+def _host_f32(arr, be) -> np.ndarray:
+    return np.asarray(be.to_numpy(be.to_f32(arr)), dtype=np.float32)
+
+
+def _all_finite(x, be) -> bool:
+    if x is None:
+        return True
+    data = x.data if hasattr(x, "fmt") and hasattr(x, "data") else x  # a Tensor, or an array
+    try:
+        return bool(be.xp.isfinite(data).all())
+    except TypeError:  # a storage dtype the array module has no isfinite for
+        return bool(np.isfinite(_host_f32(data, be)).all())
+
+
+class NonFiniteTracer:
+    """A rounding hook that finds the ops where inf / NaN are born (module docstring).
+
+    ``frame``: how many roundings before an origin to describe.  ``set_step(i)`` labels what
+    follows with training step ``i``; otherwise steps count forward passes (a forward rounding
+    after a backward or update one starts a new pass).
+    """
+
+    def __init__(self, frame: int = 6):
+        self._recent = collections.deque(maxlen=max(int(frame), 0))
+        self.first: dict[str, NonFinite] = {}
+        self.counts: dict[str, int] = dict.fromkeys(KINDS, 0)
+        self._order: list[str] = []  # kinds in the order their first origin came
+        self.step = 0
+        self._explicit_step = False
+        self._last_dir = "forward"
+        self._scaled = None  # the loss scale seen in this pass, if any
+        self._dirty = False  # a non-finite value was stored in this pass
+        self._active = 0
+
+    # -- the hook ------------------------------------------------------------------------
+
+    def __call__(self, ev: state.RoundingEvent) -> None:
+        if ev.direction == "forward" and self._last_dir != "forward":
+            self._new_pass()
+        self._last_dir = ev.direction
+        if ev.direction == "forward" and _in_loss_scale(ev.scope) and len(ev.inputs) == 2:
+            s = ev.inputs[1]
+            if getattr(s, "size", 0) == 1:
+                self._scaled = float(_host_f32(s.data, ev.backend).reshape(()))
+        be = ev.backend
+        if not _all_finite(ev.stored, be):
+            if self._is_origin(ev):
+                self._record(ev)
+            self._dirty = True
+        self._recent.append(ev)
+
+    def _new_pass(self) -> None:
+        if not self._explicit_step:
+            self.step += 1
+        self._scaled = None
+        self._dirty = False
+
+    def set_step(self, step: int) -> None:
+        """Label the roundings that follow with training step ``step`` (a new pass begins)."""
+        self.step = int(step)
+        self._explicit_step = True
+        self._scaled = None
+        self._dirty = False
+        self._last_dir = "forward"
+
+    def _is_origin(self, ev) -> bool:
+        be = ev.backend
+        if ev.inputs:
+            return all(_all_finite(x, be) for x in ev.inputs)
+        return ev.exact32 is None or _all_finite(ev.exact32, be) or not self._dirty
+
+    def _kind(self, ev) -> str:
+        if ev.direction == "forward":
+            return FORWARD
+        if ev.direction == "update":
+            return UPDATE
+        return SCALER if self._scaled is not None else BACKWARD
+
+    def _record(self, ev) -> None:
+        kind = self._kind(ev)
+        self.counts[kind] += 1
+        if kind in self.first:
+            return
+        be = ev.backend
+        stored = _host_f32(ev.stored, be)
+        exact = stored if ev.exact32 is None else _host_f32(ev.exact32, be)
+        fin = np.isfinite(exact)
+        self.first[kind] = NonFinite(
+            kind, ev.direction, ev.scope, ev.op, ev.target, ev.fmt.name, float(ev.fmt.max), int(stored.size),
+            int(np.isinf(stored).sum()), int(np.isnan(stored).sum()),
+            float(np.abs(exact[fin]).max()) if fin.any() else math.nan, int((~fin).sum()), self.step,
+            self._scaled, tuple(_frame_entry(e) for e in self._recent))
+        self._order.append(kind)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def first_nonfinite(self, kind: str | None = None, *, include_scaler: bool = True) -> NonFinite | None:
+        """The earliest origin (or the earliest of ``kind``, one of :data:`KINDS`); with
+        ``include_scaler=False`` the loss-scaler overflows (normal, skipped) are passed over.
+        None if there was none."""
+        if kind is not None and kind not in KINDS:
+            raise ValueError(f"unknown kind {kind!r}; known: {', '.join(KINDS)}")
+        for k in self._order:
+            if (kind is None or k == kind) and (include_scaler or k != SCALER):
+                rec = self.first[k]
+                return NonFinite(**{**rec.__dict__, "count": self.counts[k]})
+        return None
+
+    def reset(self) -> None:
+        """Forget every origin, the frame and the step count (the hook stays registered)."""
+        active = self._active
+        self.__init__(self._recent.maxlen)
+        self._active = active
+
+    # -- context manager -----------------------------------------------------------------
+
+    def __enter__(self) -> NonFiniteTracer:
+        state.add_hook(self)
+        self._active += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        state.remove_hook(self)
+        self._active -= 1
+
+    def __repr__(self) -> str:
+        found = ", ".join(f"{k}: {self.counts[k]}" for k in self._order) or "nothing non-finite yet"
+        return f"<NonFiniteTracer: {found}>"
+
+
+def _in_loss_scale(scope: str) -> bool:
+    return scope == LOSS_SCALE_SCOPE or scope.endswith("." + LOSS_SCALE_SCOPE)
+
+
+def _frame_entry(ev) -> FrameEntry:
+    vals = np.abs(_host_f32(ev.stored, ev.backend))
+    vals = vals[np.isfinite(vals)]
+    lo, hi = (float(vals.min()), float(vals.max())) if vals.size else (math.nan, math.nan)
+    return FrameEntry(ev.direction, ev.scope, ev.op, ev.target, ev.fmt.name, lo, hi)
+
+
+def trace_nonfinite(frame: int = 6) -> NonFiniteTracer:
+    """A :class:`NonFiniteTracer` to use as ``with fpsim.trace_nonfinite() as t:``."""
+    return NonFiniteTracer(frame)
