@@ -32,6 +32,7 @@ pays nothing more than its usual ``if HOOKS:``.
 from __future__ import annotations
 
 import collections
+import functools
 import math
 from dataclasses import dataclass
 
@@ -39,6 +40,7 @@ import numpy as np
 
 from . import state
 from .amp import LOSS_SCALE_SCOPE
+from .formats import get_format
 
 __all__ = ["NonFiniteTracer", "NonFinite", "FrameEntry", "trace_nonfinite", "KINDS"]
 
@@ -95,6 +97,7 @@ class NonFinite:
     step: int  # the pass it happened in (counted by the tracer, or set with set_step)
     loss_scale: float | None
     frame: tuple
+    inputs_known: bool = True  # False: the rounding did not say what it was computed from
     count: int = 1  # origins of this kind seen in all (filled in by first_nonfinite)
 
     @property
@@ -118,9 +121,10 @@ class NonFinite:
             cause = f"the largest |value| before rounding was {self.max_finite_before:.4g}"
         frame = "; ".join(str(f) for f in self.frame) if self.frame else "none recorded"
         more = f" ({self.count} origins of this kind in all)" if self.count > 1 else ""
+        clean = ("although none of its inputs held inf or NaN" if self.inputs_known else
+                 "although nothing non-finite had appeared in this step before it (its inputs are not reported)")
         return (f"First non-finite value at step {self.step}: {self.direction} op '{self.op}' in {self.where}, "
-                f"rounding into {self.fmt}, made {' and '.join(bad)} of {self.n} values although none of its "
-                f"inputs held inf or NaN; {cause}.  This is {_WHY[self.kind].format(scale=self.loss_scale or 0)}"
+                f"rounding into {self.fmt}, made {' and '.join(bad)} of {self.n} values {clean}; {cause}.  This is {_WHY[self.kind].format(scale=self.loss_scale or 0)}"
                 f"{more}.  The roundings just before it: {frame}.")
 
 
@@ -128,14 +132,33 @@ def _host_f32(arr, be) -> np.ndarray:
     return np.asarray(be.to_numpy(be.to_f32(arr)), dtype=np.float32)
 
 
+_UINT = {1: "uint8", 2: "uint16"}
+
+
+@functools.lru_cache(maxsize=None)
+def _nonfinite_threshold(dtype_name: str) -> tuple[int, int]:
+    """(mask without the sign bit, smallest bit pattern of +inf or NaN) for a 1- or 2-byte
+    format: a value is inf/NaN exactly when its pattern without the sign reaches the threshold
+    (exponent all ones; e4m3fn, which has no inf, only at its NaN 0x7f)."""
+    fmt = get_format(dtype_name)
+    sign_off = (1 << (fmt.bits - 1)) - 1
+    thr = ((1 << fmt.exponent_bits) - 1) << fmt.mantissa_bits if fmt.has_inf else sign_off
+    return sign_off, thr
+
+
 def _all_finite(x, be) -> bool:
+    """No inf or NaN in ``x`` (a Tensor, an array in a storage dtype, or a number).  16- and
+    8-bit storage is tested on its bit patterns: numpy's float16 isfinite is ten times slower."""
     if x is None:
         return True
-    data = x.data if hasattr(x, "fmt") and hasattr(x, "data") else x  # a Tensor, or an array
-    try:
-        return bool(be.xp.isfinite(data).all())
-    except TypeError:  # a storage dtype the array module has no isfinite for
-        return bool(np.isfinite(_host_f32(data, be)).all())
+    data = x.data if hasattr(x, "fmt") and hasattr(x, "data") else x
+    xp = be.xp
+    size = getattr(getattr(data, "dtype", None), "itemsize", 4)
+    if size >= 4:
+        return bool(xp.isfinite(data).all())
+    mask, thr = _nonfinite_threshold(data.dtype.name)
+    bits = data.view(_UINT[size])
+    return bits.size == 0 or int((bits & mask).max()) < thr
 
 
 class NonFiniteTracer:
@@ -155,7 +178,7 @@ class NonFiniteTracer:
         self._explicit_step = False
         self._last_dir = "forward"
         self._scaled = None  # the loss scale seen in this pass, if any
-        self._dirty = False  # a non-finite value was stored in this pass
+        self._dirty = False  # an inf/NaN was made in this pass (not a -inf written on purpose)
         self._active = 0
 
     # -- the hook ------------------------------------------------------------------------
@@ -168,11 +191,12 @@ class NonFiniteTracer:
             s = ev.inputs[1]
             if getattr(s, "size", 0) == 1:
                 self._scaled = float(_host_f32(s.data, ev.backend).reshape(()))
-        be = ev.backend
-        if not _all_finite(ev.stored, be):
+        if not _all_finite(ev.stored, ev.backend):
             if self._is_origin(ev):
                 self._record(ev)
-            self._dirty = True
+                self._dirty = True
+            elif not ev.inputs:
+                self._dirty = True
         self._recent.append(ev)
 
     def _new_pass(self) -> None:
@@ -215,7 +239,7 @@ class NonFiniteTracer:
             kind, ev.direction, ev.scope, ev.op, ev.target, ev.fmt.name, float(ev.fmt.max), int(stored.size),
             int(np.isinf(stored).sum()), int(np.isnan(stored).sum()),
             float(np.abs(exact[fin]).max()) if fin.any() else math.nan, int((~fin).sum()), self.step,
-            self._scaled, tuple(_frame_entry(e) for e in self._recent))
+            self._scaled, tuple(_frame_entry(e) for e in self._recent), bool(ev.inputs))
         self._order.append(kind)
 
     # -- reading -------------------------------------------------------------------------

@@ -126,3 +126,27 @@ def test_off_means_no_hook():
     with pytest.raises(RuntimeError, match="trace_nonfinite=True"):
         fpsim.monitor().first_nonfinite()
     assert set(KINDS) == {FORWARD, SCALER, BACKWARD, UPDATE}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"])
+def test_finiteness_on_bit_patterns(dtype):
+    """The tracer tests 8- and 16-bit storage on bit patterns: every fp8 pattern, and every
+    16-bit pattern with the exponent all ones or all zeros plus random others, one at a time."""
+    import ml_dtypes
+
+    from fpsim.backend import get_backend
+    from fpsim.trace import _all_finite
+
+    dt = np.dtype(getattr(ml_dtypes, dtype, None) or dtype)
+    u = "uint8" if dt.itemsize == 1 else "uint16"
+    if dt.itemsize == 1:
+        pats = np.arange(256, dtype=u)
+    else:
+        rng = np.random.default_rng(0)
+        pats = np.concatenate([np.arange(0x7C00 if dtype == "float16" else 0x7F80, 0x10000, dtype=u),
+                               np.arange(0, 0x400, dtype=u), rng.integers(0, 2**16, 3000).astype(u)])
+    vals = pats.view(dt)
+    want = np.isfinite(vals.astype(np.float32))
+    be = get_backend(None)
+    assert [_all_finite(vals[i:i + 1], be) for i in range(vals.size)] == want.tolist()
+    assert _all_finite(vals[want], be) and not _all_finite(vals, be)

@@ -82,7 +82,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, meta: LinearScaling) 
             gb = g.reshape(-1, g.shape[-1]).sum(axis=0, dtype=xp.float32) if bias is not None else None
         return (gx, gw) if bias is None else (gx, gw, gb)
 
-    return Tensor._from_op(round_result(out32, fmt, be, "fp8.linear", "forward"), fmt, ins, backward,
+    return Tensor._from_op(round_result(out32, fmt, be, "fp8.linear", "forward", inputs=ins), fmt, ins, backward,
                            "fp8.linear", be)
 
 
