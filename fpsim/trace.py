@@ -3,12 +3,15 @@
 
 A :class:`NonFiniteTracer` is a rounding hook (see ``fpsim.state``).  Every rounding whose
 stored result holds an inf or a NaN is checked against what it was computed from
-(``RoundingEvent.inputs``): if none of those held inf or NaN, this op MADE the non-finite
-value - an origin - and the tracer records where (module path, op, forward / backward /
+(``RoundingEvent.inputs``): if its result holds a kind of non-finite value (NaN, +inf, -inf)
+that none of those inputs held, this op MADE it - an origin - and the tracer records where (module path, op, forward / backward /
 update, format), how many elements, the largest finite |value| before rounding, and a frame of
 the last few roundings before it with their |x| min and max (the idea of HF transformers'
 ``DebugUnderflowOverflow``, at op level and in both directions).  An op that only passed on an
-inf it was given is not an origin.  Roundings that do not say what they were computed from
+inf it was given is not an origin, and neither is a -inf written on purpose (an attention
+mask: ``masked_fill`` reports its fill value as an input) or what follows from it; but exp
+overflowing to +inf next to masked -inf scores is, and so is a softmax row that is all -inf
+turning into NaN.  Roundings that do not say what they were computed from
 (optimizer updates, the scaler's unscale, fp8 casts) count as origins when the rounding itself
 overflowed, or when nothing non-finite had appeared since the pass began.
 
@@ -98,6 +101,7 @@ class NonFinite:
     loss_scale: float | None
     frame: tuple
     inputs_known: bool = True  # False: the rounding did not say what it was computed from
+    new: tuple = ()  # the kinds of non-finite value it made that no input held ("NaN", "+inf", "-inf")
     count: int = 1  # origins of this kind seen in all (filled in by first_nonfinite)
 
     @property
@@ -121,7 +125,8 @@ class NonFinite:
             cause = f"the largest |value| before rounding was {self.max_finite_before:.4g}"
         frame = "; ".join(str(f) for f in self.frame) if self.frame else "none recorded"
         more = f" ({self.count} origins of this kind in all)" if self.count > 1 else ""
-        clean = ("although none of its inputs held inf or NaN" if self.inputs_known else
+        kinds = " or ".join(self.new) or "inf or NaN"
+        clean = (f"although none of its inputs held {kinds}" if self.inputs_known else
                  "although nothing non-finite had appeared in this step before it (its inputs are not reported)")
         return (f"First non-finite value at step {self.step}: {self.direction} op '{self.op}' in {self.where}, "
                 f"rounding into {self.fmt}, made {' and '.join(bad)} of {self.n} values {clean}; {cause}.  This is {_WHY[self.kind].format(scale=self.loss_scale or 0)}"
@@ -135,7 +140,7 @@ def _host_f32(arr, be) -> np.ndarray:
 _UINT = {1: "uint8", 2: "uint16"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _nonfinite_threshold(dtype_name: str) -> tuple[int, int]:
     """(mask without the sign bit, smallest bit pattern of +inf or NaN) for a 1- or 2-byte
     format: a value is inf/NaN exactly when its pattern without the sign reaches the threshold
@@ -192,8 +197,9 @@ class NonFiniteTracer:
             if getattr(s, "size", 0) == 1:
                 self._scaled = float(_host_f32(s.data, ev.backend).reshape(()))
         if not _all_finite(ev.stored, ev.backend):
-            if self._is_origin(ev):
-                self._record(ev)
+            new = self._new_kinds(ev)
+            if new:
+                self._record(ev, new)
                 self._dirty = True
             elif not ev.inputs:
                 self._dirty = True
@@ -213,11 +219,20 @@ class NonFiniteTracer:
         self._dirty = False
         self._last_dir = "forward"
 
-    def _is_origin(self, ev) -> bool:
+    def _new_kinds(self, ev) -> tuple:
+        """The kinds of non-finite value in the result that no input held; () if none (or, with
+        the inputs not reported, unless the rounding itself overflowed or the pass was clean)."""
         be = ev.backend
+        made = _kinds(ev.stored, be)
         if ev.inputs:
-            return all(_all_finite(x, be) for x in ev.inputs)
-        return ev.exact32 is None or _all_finite(ev.exact32, be) or not self._dirty
+            had = set()
+            for x in ev.inputs:
+                if not _all_finite(x, be):
+                    had |= set(_kinds(x.data if hasattr(x, "fmt") else x, be))
+            return tuple(k for k in made if k not in had)
+        if ev.exact32 is None or _all_finite(ev.exact32, be) or not self._dirty:
+            return made
+        return ()
 
     def _kind(self, ev) -> str:
         if ev.direction == "forward":
@@ -226,7 +241,7 @@ class NonFiniteTracer:
             return UPDATE
         return SCALER if self._scaled is not None else BACKWARD
 
-    def _record(self, ev) -> None:
+    def _record(self, ev, new: tuple) -> None:
         kind = self._kind(ev)
         self.counts[kind] += 1
         if kind in self.first:
@@ -239,7 +254,7 @@ class NonFiniteTracer:
             kind, ev.direction, ev.scope, ev.op, ev.target, ev.fmt.name, float(ev.fmt.max), int(stored.size),
             int(np.isinf(stored).sum()), int(np.isnan(stored).sum()),
             float(np.abs(exact[fin]).max()) if fin.any() else math.nan, int((~fin).sum()), self.step,
-            self._scaled, tuple(_frame_entry(e) for e in self._recent), bool(ev.inputs))
+            self._scaled, tuple(_frame_entry(e) for e in self._recent), bool(ev.inputs), new)
         self._order.append(kind)
 
     # -- reading -------------------------------------------------------------------------
@@ -276,6 +291,13 @@ class NonFiniteTracer:
     def __repr__(self) -> str:
         found = ", ".join(f"{k}: {self.counts[k]}" for k in self._order) or "nothing non-finite yet"
         return f"<NonFiniteTracer: {found}>"
+
+
+def _kinds(arr, be) -> tuple:
+    """Which of NaN, +inf, -inf occur in ``arr`` (any storage dtype, or a number)."""
+    v = _host_f32(arr, be)
+    return tuple(k for k, hit in (("NaN", np.isnan(v).any()), ("+inf", (v == np.inf).any()),
+                                  ("-inf", (v == -np.inf).any())) if hit)
 
 
 def _in_loss_scale(scope: str) -> bool:
