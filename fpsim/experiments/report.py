@@ -56,21 +56,34 @@ def _pct(d: dict, k, digits: int = 1) -> str:
     return percent(d[k], digits=digits) if k in d else "-"
 
 
+def _nonfinite_cell(r) -> str:
+    """Where the first inf / NaN was made (transformer task): step, op, module, direction."""
+    nf = getattr(r, "nonfinite", None)
+    if nf is None:
+        return "-"
+    return f"step {nf.step}: {nf.op} in {nf.where} ({nf.direction})"
+
+
 def _run_row(name: str, r: RunResult, base: RunResult | None) -> list[str]:
     """One recipe's row of :func:`format_table`."""
     first = min(r.act_grad_flushed) if r.act_grad_flushed else None
     last = max(r.act_grad_flushed) if r.act_grad_flushed else None
     ok = math.isfinite(r.final_loss)
     rel = f"{r.final_loss / base.final_loss:.3f}x" if base and ok and base.final_loss > 0 else "-"
-    return [
-        name, f"{r.final_loss:.4e}" if ok else "diverged", rel,
-        f"{r.r2:.4f}" if ok and math.isfinite(r.r2) else "-",
-        str(r.steps_skipped), "per tensor" if r.fp8 else f"{r.final_scale:g}",
+    acc = getattr(r, "accuracy", None)  # the transformer task reports answer accuracy, not R^2
+    quality = (percent(acc, digits=1) if acc is not None and math.isfinite(acc) else "-") if acc is not None else (
+        f"{r.r2:.4f}" if ok and math.isfinite(r.r2) else "-")
+    row = [
+        name, f"{r.final_loss:.4e}" if ok else "diverged", rel, quality,
+        f"{r.steps_skipped} ({percent(r.steps_skipped, len(r.skipped), digits=0)})" if r.skipped else "0",
+        "per tensor" if r.fp8 else f"{r.final_scale:g}",
         f"{_pct(r.act_grad_flushed, first)} -> {_pct(r.act_grad_flushed, last)}" if first is not None else "-",
         _pct(r.weight_grad_flushed, last, 2) if last is not None else "-",
         _pct(r.stalled, max(r.stalled)) if r.stalled else "-",
-        f"{r.seconds:.1f}s",
     ]
+    if hasattr(r, "nonfinite"):
+        row.append(_nonfinite_cell(r))
+    return row + [f"{r.seconds:.1f}s"]
 
 
 def _fp8_lines(results: dict[str, RunResult]) -> list[str]:
@@ -90,10 +103,12 @@ def _fp8_lines(results: dict[str, RunResult]) -> list[str]:
 def format_table(results: dict[str, RunResult], baseline: str = "fp32") -> str:
     """The comparison table ``fpsim compare`` prints, with a legend."""
     base = results.get(baseline)
-    cols = ["recipe", "final loss", f"vs {baseline}", "R^2", "skipped", "final scale",
-            "act-grad 0s first->last", "weight-grad 0s", "stalled", "time"]
+    gpt = any(hasattr(r, "nonfinite") for r in results.values())
+    cols = ["recipe", "final loss", f"vs {baseline}", "answer acc" if gpt else "R^2", "skipped", "final scale",
+            "act-grad 0s first->last", "weight-grad 0s", "stalled", *(["first non-finite"] if gpt else []), "time"]
     lines = text_table(cols, [_run_row(name, r, base) for name, r in results.items()])
     notes = [f"  {n}: {r.failure}" for n, r in results.items() if r.failure]
+    notes += [f"  {n}: {note}" for n, r in results.items() for note in getattr(r, "notes", ())]
     if notes:
         lines += ["", "where it went wrong:", *notes]
     lines += _fp8_lines(results)
@@ -101,9 +116,19 @@ def format_table(results: dict[str, RunResult], baseline: str = "fp32") -> str:
         "",
         "act-grad 0s: gradients flowing between layers that float32 had non-zero and the low format",
         "  flushed to 0, at the first and the last step; weight-grad 0s: the same for weight gradients.",
-        "stalled: parameter entries (masters where there are masters) that the last step left unchanged -",
-        "  their update was below half an ulp.  R^2: 1 - reconstruction error / variance of the data.",
+        "skipped: optimizer steps a loss scaler skipped because the scaled gradients held inf/NaN (share of steps).",
     ]
+    if gpt:
+        lines += [
+            "final loss: cross-entropy on the answer tokens of the evaluation batch; answer acc: sorted digits",
+            "  predicted exactly.  first non-finite: the step and op that first MADE an inf or NaN from finite",
+            "  inputs (fpsim.trace_nonfinite), loss-scaler overflows aside - those are normal and skipped.",
+        ]
+    else:
+        lines += [
+            "stalled: parameter entries (masters where there are masters) that the last step left unchanged -",
+            "  their update was below half an ulp.  R^2: 1 - reconstruction error / variance of the data.",
+        ]
     carried = [n for n in results if n in RECIPES and RECIPES[n].update_rounding != "nearest"]
     if carried:
         lines += [f"  For {', '.join(carried)} a stalled update is not lost: Kahan summation keeps it in the",

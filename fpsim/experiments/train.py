@@ -188,6 +188,7 @@ def _final_measures(run: _Run, out: RunResult, start: list) -> None:
 def run_recipe(recipe="fp32", task: ReferenceTask | None = None, *, steps: int | None = None, seed: int = 0,
                lr: float | None = None, measure_at=(0, -1), progress=None, backend=None) -> RunResult:
     """Train the reference task under ``recipe`` (Adam, full batch) and measure what happened.
+    A task with a ``run_recipe`` method (``experiments.tinygpt.TinyGPTTask``) trains itself.
 
     ``measure_at`` lists the steps (negative counts from the end) at which the fraction of
     backward gradients flushed to zero is measured; ``progress`` is called with no arguments
@@ -195,6 +196,9 @@ def run_recipe(recipe="fp32", task: ReferenceTask | None = None, *, steps: int |
     """
     r = get_recipe(recipe)
     task = task or ReferenceTask()
+    if hasattr(task, "run_recipe"):  # a task with its own training loop (experiments.tinygpt)
+        return task.run_recipe(r, steps=steps, seed=seed, lr=lr, measure_at=measure_at, progress=progress,
+                               backend=backend)
     steps = task.steps if steps is None else int(steps)
     lr = task.lr if lr is None else lr
     check_at_least(steps, 1, "steps")

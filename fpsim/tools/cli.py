@@ -116,28 +116,45 @@ def _backend_arg(name: str) -> str:
 
 
 def _run_json(r) -> dict:
-    return {"final_loss": r.final_loss, "r2": r.r2, "steps_skipped": r.steps_skipped, "final_scale": r.final_scale,
-            "act_grad_flushed": r.act_grad_flushed, "weight_grad_flushed": r.weight_grad_flushed,
-            "stalled": r.stalled, "failure": r.failure, "losses": r.losses, "seconds": r.seconds, "fp8": r.fp8}
+    out = {"final_loss": r.final_loss, "r2": r.r2, "steps_skipped": r.steps_skipped, "final_scale": r.final_scale,
+           "act_grad_flushed": r.act_grad_flushed, "weight_grad_flushed": r.weight_grad_flushed,
+           "stalled": r.stalled, "failure": r.failure, "losses": r.losses, "seconds": r.seconds, "fp8": r.fp8}
+    if hasattr(r, "nonfinite"):  # the transformer task
+        nf = r.nonfinite
+        out.update(accuracy=r.accuracy, skipped_share=r.steps_skipped / max(len(r.skipped), 1),
+                   first_nonfinite=None if nf is None else {"step": nf.step, "op": nf.op, "where": nf.where,
+                                                            "direction": nf.direction, "kind": nf.kind,
+                                                            "text": str(nf)})
+    return out
 
 
 def cmd_compare(args) -> int:
     import json
     from pathlib import Path
 
-    from ..experiments import DEFAULT_RECIPES, ReferenceTask, compare_seeds, format_seed_table, format_table
+    from ..experiments import DEFAULT_RECIPES, ReferenceTask, compare_seeds, format_seed_table, format_table, tinygpt
 
-    task = ReferenceTask()
+    gpt = args.task == "tinygpt"
+    if args.provoke_overflow and not gpt:
+        print("fpsim compare: error: --provoke-overflow needs --task tinygpt", file=sys.stderr)
+        return 2
+    task = (tinygpt.OVERFLOW if args.provoke_overflow else tinygpt.TinyGPTTask()) if gpt else ReferenceTask()
     steps = args.steps or task.steps
-    recipes = args.recipes or list(DEFAULT_RECIPES)
+    recipes = args.recipes or list(tinygpt.TINYGPT_RECIPES if gpt else DEFAULT_RECIPES)
     seeds = args.seeds if args.seeds is not None else [args.seed]
     if len(set(seeds)) != len(seeds):
         print(f"fpsim compare: error: --seeds repeats a seed: {' '.join(map(str, seeds))}", file=sys.stderr)
         return 2
-    print(f"reference task: autoencoder {task.dim}-{'-'.join(map(str, task.hidden))}-{task.dim} (tanh), "
-          f"{task.n} x {task.dim} = 2^{(task.n * task.dim).bit_length() - 1} outputs, mean squared error, "
-          f"Adam lr {args.lr or task.lr:g}, {steps} full-batch steps, "
-          f"seed{'s' if len(seeds) > 1 else ''} {' '.join(map(str, seeds))}", file=sys.stderr)
+    if gpt:
+        print(f"{task.describe()}; {steps} steps, seed{'s' if len(seeds) > 1 else ''} {' '.join(map(str, seeds))}",
+              file=sys.stderr)
+    else:
+        print(f"reference task: autoencoder {task.dim}-{'-'.join(map(str, task.hidden))}-{task.dim} (tanh), "
+              f"{task.n} x {task.dim} = 2^{(task.n * task.dim).bit_length() - 1} outputs, mean squared error, "
+              f"Adam lr {args.lr or task.lr:g}, {steps} full-batch steps, "
+              f"seed{'s' if len(seeds) > 1 else ''} {' '.join(map(str, seeds))}", file=sys.stderr)
+    if args.figure is None:
+        args.figure = "figures/compare_tinygpt_loss.png" if gpt else "figures/compare_loss.png"
     by_seed = compare_seeds(recipes, seeds, task, steps=steps, lr=args.lr, progress=not args.quiet,
                             backend=args.backend)
     results = by_seed[seeds[0]]
@@ -180,7 +197,13 @@ def _add_compare(sub) -> None:
                     help="recipes to run (default: fp32 fp16-pure fp16-master fp16-static fp16-dynamic bf16-pure "
                          "bf16-master; also fp16-amp, fp8-delayed, fp8-delayed-inner, fp8-current, bf16-kahan, "
                          "bf16-stochastic)")
-    sp.add_argument("--steps", type=_positive_int, help="training steps (default 150)")
+    sp.add_argument("--task", choices=("reference", "tinygpt"), default="reference",
+                    help="reference: the autoencoder (default); tinygpt: a 2-layer GPT sorting 16 digits, default "
+                         "recipes fp32 fp16-pure fp16-master fp16-dynamic fp16-amp bf16-pure bf16-master fp8-delayed")
+    sp.add_argument("--provoke-overflow", action="store_true",
+                    help="with --task tinygpt: activations near 300 and LayerNorm statistics in the model's format, "
+                         "so float16 overflows in the forward pass (experiments.tinygpt.OVERFLOW)")
+    sp.add_argument("--steps", type=_positive_int, help="training steps (default 150; tinygpt 250)")
     seed = sp.add_mutually_exclusive_group()
     seed.add_argument("--seed", type=_seed_arg, default=0, help="seed of the initial weights (default 0)")
     seed.add_argument("--seeds", type=_seed_arg, nargs="+", metavar="SEED",
@@ -188,11 +211,12 @@ def _add_compare(sub) -> None:
                            "recipe's final loss divided by fp32's (or the first recipe's, without fp32) "
                            "from the same seed, with the mean and range; --json then gives the runs by "
                            "seed; the figure shows the first seed")
-    sp.add_argument("--lr", type=_positive_float, help="Adam learning rate (default 1e-2)")
+    sp.add_argument("--lr", type=_positive_float, help="Adam learning rate (default 1e-2; tinygpt 5e-3, the peak of its schedule)")
     sp.add_argument("--backend", type=_backend_arg, default=None, metavar="{numpy,cupy}",
                     help="array backend (default numpy; cupy needs CuPy and a CUDA GPU)")
-    sp.add_argument("--figure", default="figures/compare_loss.png",
-                    help="where to write the loss-curve figure ('none' for no figure; default figures/compare_loss.png)")
+    sp.add_argument("--figure", default=None,
+                    help="where to write the loss-curve figure ('none' for no figure; default figures/compare_loss.png, "
+                         "tinygpt: figures/compare_tinygpt_loss.png)")
     sp.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
     sp.set_defaults(func=cmd_compare)

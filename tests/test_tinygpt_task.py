@@ -1,0 +1,128 @@
+"""The tiny-GPT task: its data, its schedule, every recipe through ``compare``, the forward
+overflow it provokes (fp16 dies in the forward pass, autocast and bfloat16 live), the table, and
+the default run reaching its accuracy."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from fpsim.experiments import (
+    OVERFLOW,
+    TINYGPT_RECIPES,
+    TinyGPTResult,
+    TinyGPTTask,
+    compare,
+    format_table,
+    run_recipe,
+    run_tinygpt,
+)
+from fpsim.experiments.tinygpt import SEP
+from fpsim.trace import FORWARD
+
+SMALL = TinyGPTTask(n_digits=5, batch=8, steps=3, d_model=16, n_layers=1, n_heads=2, eval_size=16, warmup=2)
+
+
+def test_data_is_generated_and_deterministic():
+    t = TinyGPTTask()
+    seq = t.batch_at(7)
+    assert seq.shape == (32, 33) and t.context == 32 and t.vocab_size == 11
+    assert (seq[:, 16] == SEP).all() and seq[:, :16].max() <= 9
+    assert (seq[:, 17:] == np.sort(seq[:, :16], axis=1)).all()
+    assert np.array_equal(seq, TinyGPTTask().batch_at(7)) and not np.array_equal(seq, t.batch_at(8))
+    assert np.array_equal(t.eval_batch(), TinyGPTTask().eval_batch())
+    assert not np.array_equal(replace(t, data_seed=1).batch_at(7), seq)
+
+
+def test_schedule_warms_up_then_decays():
+    t = TinyGPTTask(lr=1e-2, warmup=10)
+    lrs = [t.lr_at(s, 100, t.lr) for s in range(100)]
+    assert lrs[0] == pytest.approx(1e-3) and max(lrs) == pytest.approx(lrs[9]) and lrs[-1] < 1e-5
+    assert all(a >= b for a, b in zip(lrs[9:], lrs[10:]))
+
+
+def test_every_recipe_runs_through_compare():
+    out = compare(TINYGPT_RECIPES, SMALL, progress=False)
+    assert list(out) == list(TINYGPT_RECIPES)
+    for name, r in out.items():
+        assert isinstance(r, TinyGPTResult)
+        assert 0.0 <= r.accuracy <= 1.0 or r.failure, name
+        assert r.failure or len(r.losses) == 3
+    assert out["fp8-delayed"].fp8  # its Linears ran in fp8 (the attention products did not)
+    assert out["fp32"].nonfinite is None and np.isfinite(out["fp32"].final_loss)
+    assert run_recipe("fp32", SMALL, steps=2).accuracy >= 0
+
+
+def _loud(task):
+    """Scores x 10 (not / 4): the naive softmax overflows float16 at the first step (scores past
+    11.09), not float32 (below 88.7)."""
+    return replace(task, attn_stable=False, qk_scale=10.0)
+
+
+def test_forward_overflow_kills_float16_and_not_autocast_or_bfloat16():
+    task = _loud(SMALL)
+    res = {n: run_tinygpt(n, task) for n in ("fp16-master", "fp16-dynamic", "fp16-amp", "bf16-master")}
+    dead = res["fp16-master"]
+    assert dead.failure and dead.nonfinite.kind == FORWARD and dead.nonfinite.step == 0
+    assert (dead.nonfinite.op, dead.nonfinite.scope, dead.nonfinite.fmt) == ("exp", "blocks.0.attn", "float16")
+    dyn = res["fp16-dynamic"]  # the scaler skips every step: the overflow is not in the gradients
+    assert not dyn.failure and dyn.steps_skipped == 3 and dyn.nonfinite.kind == FORWARD
+    assert any("forward overflow" in n for n in dyn.notes)
+    for name in ("fp16-amp", "bf16-master"):
+        r = res[name]
+        assert not r.failure and r.nonfinite is None and r.steps_skipped == 0 and np.isfinite(r.final_loss), name
+
+
+def test_table_has_accuracy_nonfinite_and_skipped_share():
+    task = _loud(SMALL)
+    results = {n: run_tinygpt(n, task) for n in ("fp32", "fp16-master", "fp16-dynamic")}
+    text = format_table(results)
+    assert "answer acc" in text and "first non-finite" in text and "R^2" not in text
+    assert "step 0: exp in blocks.0.attn (forward)" in text
+    assert "3 (100%)" in text  # fp16-dynamic skipped all 3 steps
+    assert "where it went wrong" in text and "forward overflow at step 0" in text
+
+
+def test_the_overflow_setting_is_the_naive_softmax():
+    assert OVERFLOW.attn_stable is False and replace(OVERFLOW, attn_stable=True) == TinyGPTTask()
+    assert "attn_stable=False" in OVERFLOW.describe()
+
+
+@pytest.mark.slow
+def test_float32_learns_to_sort():
+    """The default run: float32 predicts at least 95% of the sorted digits exactly."""
+    r = run_tinygpt("fp32")
+    assert r.accuracy >= 0.95 and not r.failure
+
+
+def _compare_parser():
+    """``fpsim compare``'s own parser (built alone: the other tools' imports are beside the point)."""
+    import argparse
+
+    from fpsim.tools import cli
+
+    parser = argparse.ArgumentParser(prog="fpsim")
+    cli._add_compare(parser.add_subparsers(dest="cmd", required=True))
+    return parser
+
+
+def test_cli_compare_task_tinygpt(capsys, monkeypatch):
+    import json
+
+    from fpsim.experiments import tinygpt
+
+    monkeypatch.setattr(tinygpt, "TinyGPTTask", lambda: SMALL)
+    monkeypatch.setattr(tinygpt, "OVERFLOW", _loud(SMALL))
+    args = _compare_parser().parse_args(["compare", "--task", "tinygpt", "--provoke-overflow", "--recipes", "fp32",
+                                         "fp16-master", "fp16-amp", "--quiet", "--figure", "none"])
+    assert args.func(args) == 0
+    out, err = capsys.readouterr()
+    assert "tiny GPT: sort 5 digits" in err and "attn_stable=False" in err
+    assert "first non-finite" in out and "step 0: exp in blocks.0.attn (forward)" in out
+    args = _compare_parser().parse_args(["compare", "--task", "tinygpt", "--recipes", "fp32", "--quiet", "--json",
+                                         "--figure", "none"])
+    assert args.func(args) == 0
+    got = json.loads(capsys.readouterr().out)["fp32"]
+    assert 0 <= got["accuracy"] <= 1 and got["first_nonfinite"] is None and got["skipped_share"] == 0
+    args = _compare_parser().parse_args(["compare", "--provoke-overflow", "--figure", "none"])
+    assert args.func(args) == 2 and "needs --task tinygpt" in capsys.readouterr().err
