@@ -26,10 +26,12 @@ Each origin is one of four kinds:
 - ``backward overflow``: a gradient with no loss scaling in play: nothing will catch it.
 - ``update``: an optimizer writing a parameter or its state.
 
-The first origin of each kind is kept, with how many origins of that kind there were;
+Within one pass (a forward, its backward and its update) only the first origin counts: what
+follows it is mostly its consequence.  The first origin of each kind is kept, with the number
+of passes whose first origin was of that kind (``counts``);
 :meth:`~NonFiniteTracer.first_nonfinite` returns the earliest (or the earliest of one kind).
-Tracing costs one finiteness test of each result while it is on; with no tracer the engine
-pays nothing more than its usual ``if HOOKS:``.
+Tracing costs one finiteness test of each result (on bit patterns) until the pass has its
+origin; with no tracer the engine pays nothing more than its usual ``if HOOKS:``.
 """
 
 from __future__ import annotations
@@ -115,9 +117,9 @@ class NonFinite:
         if self.n_nan:
             bad.append(f"{self.n_nan} NaN")
         if self.nonfinite_before:
-            cause = (f"its float32 computation already held {self.nonfinite_before} inf/NaN before the final "
-                     "rounding (inside the op: a low-precision accumulator past its max, exp past 88.7, inf - inf, "
-                     "0/0)")
+            cause = f"its float32 computation already held {self.nonfinite_before} inf/NaN before the final rounding"
+            if self.direction == "forward":
+                cause += " (inside the op: a low-precision accumulator past its max, exp past 88.7, inf - inf, 0/0)"
         elif math.isfinite(self.max_finite_before) and self.max_finite_before > self.fmt_max:
             cause = (f"the largest |value| before rounding was {self.max_finite_before:.4g}, past {self.fmt}'s "
                      f"max {self.fmt_max:.6g}, so rounding made it inf")
@@ -196,12 +198,11 @@ class NonFiniteTracer:
             s = ev.inputs[1]
             if getattr(s, "size", 0) == 1:
                 self._scaled = float(_host_f32(s.data, ev.backend).reshape(()))
-        if not _all_finite(ev.stored, ev.backend):
+        if not self._dirty and not _all_finite(ev.stored, ev.backend):  # one origin per pass at most
             new = self._new_kinds(ev)
             if new:
                 self._record(ev, new)
-                self._dirty = True
-            elif not ev.inputs:
+            if new or not ev.inputs:
                 self._dirty = True
         self._recent.append(ev)
 
@@ -220,8 +221,8 @@ class NonFiniteTracer:
         self._last_dir = "forward"
 
     def _new_kinds(self, ev) -> tuple:
-        """The kinds of non-finite value in the result that no input held; () if none (or, with
-        the inputs not reported, unless the rounding itself overflowed or the pass was clean)."""
+        """The kinds of non-finite value in the result that no input held (with the inputs not
+        reported: every kind in the result, the pass having been clean so far)."""
         be = ev.backend
         made = _kinds(ev.stored, be)
         if ev.inputs:
@@ -230,9 +231,7 @@ class NonFiniteTracer:
                 if not _all_finite(x, be):
                     had |= set(_kinds(x.data if hasattr(x, "fmt") else x, be))
             return tuple(k for k in made if k not in had)
-        if ev.exact32 is None or _all_finite(ev.exact32, be) or not self._dirty:
-            return made
-        return ()
+        return made  # inputs not reported: the pass was clean until now (only clean passes are checked)
 
     def _kind(self, ev) -> str:
         if ev.direction == "forward":
@@ -294,10 +293,20 @@ class NonFiniteTracer:
 
 
 def _kinds(arr, be) -> tuple:
-    """Which of NaN, +inf, -inf occur in ``arr`` (any storage dtype, or a number)."""
-    v = _host_f32(arr, be)
-    return tuple(k for k, hit in (("NaN", np.isnan(v).any()), ("+inf", (v == np.inf).any()),
-                                  ("-inf", (v == -np.inf).any())) if hit)
+    """Which of NaN, +inf, -inf occur in ``arr`` (any storage dtype, or a number); 8- and
+    16-bit storage on its bit patterns (exponent all ones: mantissa 0 is inf, else NaN)."""
+    xp = be.xp
+    size = getattr(getattr(arr, "dtype", None), "itemsize", 4)
+    if size >= 4:
+        hits = (xp.isnan(arr).any(), (arr == xp.inf).any(), (arr == -xp.inf).any())
+    else:
+        mask, thr = _nonfinite_threshold(arr.dtype.name)
+        bits = arr.view(_UINT[size])
+        mag = bits & mask
+        inf = bool(get_format(arr.dtype.name).has_inf)
+        hits = ((mag > thr).any() if inf else (mag == thr).any(),
+                inf and (bits == thr).any(), inf and (bits == (thr | (mask + 1))).any())
+    return tuple(k for k, hit in zip(("NaN", "+inf", "-inf"), hits) if bool(hit))
 
 
 def _in_loss_scale(scope: str) -> bool:

@@ -135,7 +135,7 @@ def test_finiteness_on_bit_patterns(dtype):
     import ml_dtypes
 
     from fpsim.backend import get_backend
-    from fpsim.trace import _all_finite
+    from fpsim.trace import _all_finite, _kinds
 
     dt = np.dtype(getattr(ml_dtypes, dtype, None) or dtype)
     u = "uint8" if dt.itemsize == 1 else "uint16"
@@ -150,3 +150,8 @@ def test_finiteness_on_bit_patterns(dtype):
     be = get_backend(None)
     assert [_all_finite(vals[i:i + 1], be) for i in range(vals.size)] == want.tolist()
     assert _all_finite(vals[want], be) and not _all_finite(vals, be)
+    f32 = vals.astype(np.float32)
+    for i in np.flatnonzero(~want):
+        k = "NaN" if np.isnan(f32[i]) else "+inf" if f32[i] > 0 else "-inf"
+        assert _kinds(vals[i:i + 1], be) == (k,), (dtype, hex(int(pats[i])))
+    assert _kinds(vals[want], be) == () and set(_kinds(vals, be)) == set(_kinds(f32, be))
