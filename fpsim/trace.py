@@ -4,16 +4,16 @@
 A :class:`NonFiniteTracer` is a rounding hook (see ``fpsim.state``).  Every rounding whose
 stored result holds an inf or a NaN is checked against what it was computed from
 (``RoundingEvent.inputs``): if its result holds a kind of non-finite value (NaN, +inf, -inf)
-that none of those inputs held, this op MADE it - an origin - and the tracer records where (module path, op, forward / backward /
-update, format), how many elements, the largest finite |value| before rounding, and a frame of
-the last few roundings before it with their |x| min and max (the idea of HF transformers'
-``DebugUnderflowOverflow``, at op level and in both directions).  An op that only passed on an
-inf it was given is not an origin, and neither is a -inf written on purpose (an attention
-mask: ``masked_fill`` reports its fill value as an input) or what follows from it; but exp
-overflowing to +inf next to masked -inf scores is, and so is a softmax row that is all -inf
-turning into NaN.  Roundings that do not say what they were computed from
-(optimizer updates, the scaler's unscale, fp8 casts) count as origins when the rounding itself
-overflowed, or when nothing non-finite had appeared since the pass began.
+that none of those inputs held, this op MADE it - an origin - and the tracer records where
+(module path, op, forward / backward / update, format), how many elements, the largest finite
+|value| before rounding, and a frame of the last few roundings before it with their |x| min and
+max (the idea of HF transformers' ``DebugUnderflowOverflow``, at op level and in both
+directions).  An op that only passed on an inf it was given is not an origin, and neither is a
+-inf written on purpose (an attention mask: ``masked_fill`` reports its fill value as an input)
+or what follows from it; but exp overflowing to +inf next to masked -inf scores is, and so is a
+softmax row that is all -inf turning into NaN.  Roundings that do not say what they were
+computed from (optimizer updates, the scaler's unscale, fp8 casts) are origins when they store
+an inf or NaN in a pass that had none before.
 
 Each origin is one of four kinds:
 
