@@ -119,8 +119,9 @@ class GradScaler:
     The numbers:
 
     - ``scale(outputs)`` multiplies by the float32 scale as a constant (in module scope
-      ``"loss_scale"``, so monitors show it apart), so the result keeps the output's format: a float16 loss of 1.0 times the default 2**16 is already inf (the
-      first-step trap - float16's max is 65504).  PyTorch promotes a 0-d float16 loss times its
+      ``"loss_scale"``, so monitors show it apart), so the result keeps the output's format:
+      a float16 loss of 1.0 times the default 2**16 is already inf (the first-step trap -
+      float16's max is 65504).  PyTorch promotes a 0-d float16 loss times its
       0-d float32 scale to float32, but the gradient flowing back into the float16 loss is
       65536 -> inf all the same, so the first steps are skipped either way.
     - ``unscale_(opt)`` multiplies every gradient by ``float32(1 / float64(scale))`` - a

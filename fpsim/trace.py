@@ -131,7 +131,8 @@ class NonFinite:
         clean = (f"although none of its inputs held {kinds}" if self.inputs_known else
                  "although nothing non-finite had appeared in this step before it (its inputs are not reported)")
         return (f"First non-finite value at step {self.step}: {self.direction} op '{self.op}' in {self.where}, "
-                f"rounding into {self.fmt}, made {' and '.join(bad)} of {self.n} values {clean}; {cause}.  This is {_WHY[self.kind].format(scale=self.loss_scale or 0)}"
+                f"rounding into {self.fmt}, made {' and '.join(bad)} of {self.n} values {clean}; {cause}.  "
+                f"This is {_WHY[self.kind].format(scale=self.loss_scale or 0)}"
                 f"{more}.  The roundings just before it: {frame}.")
 
 

@@ -52,9 +52,9 @@ def _low_moments(x32, axes, fmt, eps: float, be):
         v = rows[..., j]
         s = rnd(s + v)
         s2 = rnd(s2 + rnd(v * v))
-    inv_n = xp.float32(n)
-    mean = rnd(s / inv_n)
-    var = rnd(rnd(s2 / inv_n) - rnd(mean * mean))
+    nf = xp.float32(n)
+    mean = rnd(s / nf)
+    var = rnd(rnd(s2 / nf) - rnd(mean * mean))
     var = xp.maximum(var, xp.float32(0))  # NaN stays NaN
     rstd = rnd(xp.float32(1) / xp.sqrt(rnd(var + xp.float32(eps))))
     keep = tuple(d if i not in axes else 1 for i, d in enumerate(x32.shape))
@@ -79,7 +79,8 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
 
     ``acc``: where the mean and variance accumulate - None (float32, the default), a format, or
     ``"input"`` for x's own format (see the module docstring); float32 either way means the
-    ordinary two-pass float32 statistics.  The normalisation itself is always float32.  Under autocast x, weight and bias are widened to float32 first.
+    ordinary two-pass float32 statistics.  The normalisation itself is always float32.  Under
+    autocast x, weight and bias are widened to float32 first.
 
     The backward is the fused formula in float32 from the saved mean and 1/std:
     dx = rstd (g w - mean(g w) - xhat mean(g w xhat)), dw = sum(g xhat), db = sum(g), the sums

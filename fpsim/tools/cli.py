@@ -211,12 +211,13 @@ def _add_compare(sub) -> None:
                            "recipe's final loss divided by fp32's (or the first recipe's, without fp32) "
                            "from the same seed, with the mean and range; --json then gives the runs by "
                            "seed; the figure shows the first seed")
-    sp.add_argument("--lr", type=_positive_float, help="Adam learning rate (default 1e-2; tinygpt 5e-3, the peak of its schedule)")
+    sp.add_argument("--lr", type=_positive_float,
+                    help="Adam learning rate (default 1e-2; tinygpt 5e-3, the peak of its schedule)")
     sp.add_argument("--backend", type=_backend_arg, default=None, metavar="{numpy,cupy}",
                     help="array backend (default numpy; cupy needs CuPy and a CUDA GPU)")
     sp.add_argument("--figure", default=None,
-                    help="where to write the loss-curve figure ('none' for no figure; default figures/compare_loss.png, "
-                         "tinygpt: figures/compare_tinygpt_loss.png)")
+                    help="where to write the loss-curve figure ('none' for no figure; default "
+                         "figures/compare_loss.png, tinygpt: figures/compare_tinygpt_loss.png)")
     sp.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
     sp.set_defaults(func=cmd_compare)
