@@ -18,11 +18,25 @@ from .round import (
     round_to,
     ulp,
 )
-from .table import F32, FORMATS, FP8_FORMATS, LOW_FORMATS, Format, format_names, get_format
+from .table import (
+    ALL_FORMATS,
+    ELEMENT_FORMATS,
+    F32,
+    FORMATS,
+    FP8_FORMATS,
+    LOW_FORMATS,
+    TENSOR_FORMATS,
+    Format,
+    format_names,
+    get_format,
+)
 
 __all__ = [
     "Format",
     "FORMATS",
+    "ALL_FORMATS",
+    "TENSOR_FORMATS",
+    "ELEMENT_FORMATS",
     "FP8_FORMATS",
     "LOW_FORMATS",
     "F32",

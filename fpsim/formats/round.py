@@ -19,7 +19,7 @@ import numpy as np
 from .. import state
 from ..state import default_rng, manual_seed
 from .kernels import f16_to_f32, f32_to_f16
-from .table import FORMATS, Format, get_format
+from .table import ALL_FORMATS, Format, get_format
 
 __all__ = ["ROUNDING_MODES", "CATEGORIES", "cast", "round_to", "ulp", "classify", "Classification",
            "manual_seed", "default_rng"]
@@ -30,7 +30,7 @@ CATEGORIES = ("zero", "subnormal", "normal", "inf", "nan")
 # --------------------------------------------------------------------------------------------
 # input handling
 
-_EXACT_IN_F32 = {np.dtype(np.float16)} | {f.dtype for f in FORMATS.values() if f.bits <= 16}
+_EXACT_IN_F32 = {np.dtype(np.float16)} | {f.dtype for f in ALL_FORMATS.values() if f.bits <= 16}
 
 
 def _as_float_array(x) -> np.ndarray:
@@ -151,20 +151,40 @@ def cast(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=None
     float8_e4m3fn, which has no inf; toward zero it gives +-max.  ``saturate=True`` clamps
     every overflow to +-max, infinite inputs included (as the hardware's saturating fp8
     conversions do).  -0 stays -0 and NaN stays NaN.
+
+    The block-format element and scale types (OCP MX v1.0, section 5):
+    - float6_e2m3fn, float6_e3m2fn, float4_e2m1fn have no inf and no NaN: every overflow and
+      +-inf becomes +-max whatever ``saturate`` says (as ml_dtypes does), and a NaN input is a
+      ValueError (nothing is cast; ml_dtypes would silently give a zero).
+    - float8_e8m0fnu holds only powers of two 2**-127 .. 2**127 and NaN: positive values
+      round on that grid (to nearest, a tie such as 3 = 1.5 * 2**1 goes up, to 4: with no
+      mantissa bit both neighbours have an odd significand, and ml_dtypes and PyTorch round
+      up); values below 2**-127 become 2**-127 in every mode (there is no zero to go to);
+      0, negative values and NaN become NaN; overflow is NaN, or 2**127 toward zero or
+      with ``saturate``.
     """
     f = get_format(fmt)
     _check_mode(rounding)
     arr = _as_float_array(x)
+    if not f.has_nan:
+        _refuse_nan(arr, f)
     # Overflow to inf and NaN passing through are results here, not accidents.
     with np.errstate(over="ignore", invalid="ignore"):
         return _cast(arr, f, rounding, saturate, seed, rng)
+
+
+def _refuse_nan(arr: np.ndarray, f: Format) -> None:
+    n = int(np.count_nonzero(np.isnan(arr)))
+    if n:
+        raise ValueError(f"{f.name} has no NaN: {n} NaN value{'s' * (n > 1)} in the input cannot be cast to it")
 
 
 def _cast(arr: np.ndarray, f: Format, rounding: str, saturate: bool, seed, rng) -> np.ndarray:
     if arr.dtype == f.dtype or (f.name == "float32" and arr.dtype == np.float32):
         out = arr.astype(f.dtype, copy=True)
         return _saturate(out, arr, f) if saturate else out
-    if rounding == "nearest":
+    # ml_dtypes rounds float32 -> float8_e8m0fnu wrongly for float32 subnormal inputs: exact path.
+    if rounding == "nearest" and f.has_zero:
         if arr.dtype == np.float64 and f.name == "bfloat16":
             out = _f64_to_bf16(arr)
             return _saturate(out, arr, f) if saturate else out
@@ -180,15 +200,20 @@ def _cast(arr: np.ndarray, f: Format, rounding: str, saturate: bool, seed, rng) 
     mag = _round_exact(x64, f, rounding, rng)
     finite = np.isfinite(x64)
     over = finite & (mag > f.max)
-    if saturate or rounding == "toward_zero":
+    if saturate or rounding == "toward_zero" or f.saturates:
         mag = np.where(over, f.max, mag)
     else:
         mag = np.where(over, np.inf if f.has_inf else np.nan, mag)
-    if saturate:
+    if saturate or f.saturates:
         mag = np.where(np.isinf(x64), f.max, mag)
     elif not f.has_inf:
         mag = np.where(np.isinf(x64), np.nan, mag)
+    if not f.has_zero:
+        mag = np.where(mag == 0, f.tiny, mag)  # no zero: the smallest value is the floor
     out = np.copysign(mag, x64)
+    if not f.signed:
+        with np.errstate(invalid="ignore"):
+            out = np.where(x64 > 0, out, np.nan)  # 0 and negatives have no encoding: NaN
     with np.errstate(over="ignore", invalid="ignore"):
         return out.astype(f.dtype)
 
@@ -265,7 +290,11 @@ class Classification:
 
 
 def classify(x, fmt, rounding: str = "nearest", *, saturate: bool = False) -> Classification:
-    """Round ``x`` into ``fmt`` (as :func:`cast` does) and say what became of each element."""
+    """Round ``x`` into ``fmt`` (as :func:`cast` does) and say what became of each element.
+
+    In a format without inf and NaN (fp6, fp4) every overflow is clamped to max, so
+    ``overflow`` marks those clamped values whether or not ``saturate`` was asked for.
+    """
     f = get_format(fmt)
     arr = _as_float_array(x)
     stored = cast(arr, f, rounding, saturate=saturate)
@@ -280,7 +309,8 @@ def classify(x, fmt, rounding: str = "nearest", *, saturate: bool = False) -> Cl
     with np.errstate(invalid="ignore"):
         v_finite = np.isfinite(v)
         underflow = zero & (v != 0) & v_finite
-        overflow = v_finite & (inf | nan | _clamped(v, a, f, saturate))
+        beyond = np.abs(v) > f.max  # not e8m0's 0 or negatives: NaN there is no overflow
+        overflow = v_finite & beyond & (inf | nan | _clamped(v, a, f, saturate or f.saturates))
         inexact = (r.astype(np.float64) != v.astype(np.float64)) & ~(np.isnan(v) & nan)
     return Classification(f, v, stored, category, underflow, sub, overflow, nan, inexact)
 
