@@ -4,14 +4,17 @@ from . import amp, nn, ops, optim
 from . import backend as backends  # fpsim.backends.available()
 from .amp import GradScaler, StaticScaler, autocast
 from .formats import (
+    BLOCK_FORMATS,
     CATEGORIES,
     FORMATS,
     ROUNDING_MODES,
     Format,
     cast,
     classify,
+    get_block_format,
     get_format,
     manual_seed,
+    quantize,
     round_to,
     ulp,
 )
@@ -35,11 +38,14 @@ __all__ = [
     "StaticScaler",
     "CATEGORIES",
     "FORMATS",
+    "BLOCK_FORMATS",
     "ROUNDING_MODES",
     "Format",
     "cast",
     "classify",
     "get_format",
+    "get_block_format",
+    "quantize",
     "manual_seed",
     "monitor",
     "trace_nonfinite",

@@ -3,9 +3,12 @@
 - ``table.py``   the format table (:class:`Format`, :func:`get_format`), limits derived from the bits;
 - ``round.py``   the exact reference rounding (:func:`cast`, :func:`round_to`, :func:`ulp`, :func:`classify`);
 - ``kernels.py`` fast exact conversions the engine runs on (float16 / fp8 bit tricks and tables,
-  the device rounding algorithm and its CUDA source), checked bit for bit against ``round.py``.
+  the device rounding algorithm and its CUDA source), checked bit for bit against ``round.py``;
+- ``block.py``   block-scaled formats (MXFP8 / MXFP6 / MXFP4, NVFP4, DeepSeek-V3 fp8 blocks): one
+  :func:`quantize`; ``block_scales.py`` how each picks its scales.
 """
 
+from .block import BLOCK_FORMATS, SCALE_ROUNDINGS, BlockFormat, BlockQuantized, BlockStats, get_block_format, quantize
 from .kernels import f16_to_f32, f32_to_f16, f32_to_fp8, fp8_to_f32, rne_round
 from .round import (
     CATEGORIES,
@@ -32,6 +35,13 @@ from .table import (
 )
 
 __all__ = [
+    "BlockFormat",
+    "BLOCK_FORMATS",
+    "BlockQuantized",
+    "BlockStats",
+    "SCALE_ROUNDINGS",
+    "get_block_format",
+    "quantize",
     "Format",
     "FORMATS",
     "ALL_FORMATS",

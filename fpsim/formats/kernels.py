@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .table import FP8_FORMATS, Format, get_format
+from .table import ELEMENT_FORMATS, Format, get_format
 
-__all__ = ["F16_BITS_MIN_SIZE", "f16_to_f32", "f32_to_f16", "f32_to_fp8", "fp8_to_f32", "rne_round",
+__all__ = ["F16_BITS_MIN_SIZE", "f16_to_f32", "f32_to_f16", "f32_to_fp8", "narrow_cast", "fp8_to_f32", "rne_round",
            "RNE_KERNEL_SRC", "widening_table"]
 
 _F16_TINY = 2.0**-14
@@ -169,26 +169,35 @@ _FP8_TABLES: dict = {}  # (format name, saturate) -> uint8 array indexed by a bf
 
 
 def f32_to_fp8(x: np.ndarray, fmt, saturate: bool = False) -> np.ndarray:
-    """float32 -> float8_e4m3fn / float8_e5m2, rounded once to nearest even, by table look-up
-    (numpy arrays; the engine's saturating fp8 casts on the numpy backend use it).
+    """float32 -> float8_e4m3fn / float8_e5m2 (or the fp6 / fp4 block elements float6_e2m3fn,
+    float6_e3m2fn, float4_e2m1fn), rounded once to nearest even, by table look-up (numpy arrays;
+    the engine's saturating fp8 casts on the numpy backend and the block formats use it).
 
     ml_dtypes' own cast costs about 20 ns a value.  Here each float32 is first rounded *to odd*
     onto bfloat16's 8 significant bits (keep the top 16 bits; set the last kept bit if any
     dropped bit was 1).  bfloat16 has float32's exponent range and at least two more significant
-    bits than either fp8 format has anywhere, so the second rounding is correct (Boldo &
+    bits than any of these formats has anywhere, so the second rounding is correct (Boldo &
     Melquiond, 2008); it is a 65536-entry table built once with ml_dtypes from exact bfloat16
     values.  ``saturate=True`` uses a table that clamps overflow and +-inf to +-max, as
-    ``fpsim.cast(..., saturate=True)`` does.  NaN stays NaN.
+    ``fpsim.cast(..., saturate=True)`` does (fp6 and fp4 always saturate).  NaN stays NaN; a NaN
+    into fp6 / fp4, which have none, is a ValueError, as in ``fpsim.cast``.
     """
     f = get_format(fmt)
     x = np.asarray(x)
     if x.dtype != np.float32:
         raise TypeError(f"f32_to_fp8 takes a float32 array, got dtype {x.dtype}")
+    if f.name not in ELEMENT_FORMATS:
+        raise ValueError(f"f32_to_fp8: {f.name} is not an fp8 / fp6 / fp4 format ({', '.join(ELEMENT_FORMATS)})")
+    if not f.has_nan and np.isnan(x).any():
+        raise ValueError(f"{f.name} has no NaN: the input holds NaN")
+    return narrow_cast(x, f, saturate)
+
+
+def narrow_cast(x: np.ndarray, f: Format, saturate: bool) -> np.ndarray:
+    """:func:`f32_to_fp8` without its checks: float32 ``x`` (NaN-free for fp6 / fp4), a Format."""
     key = (f.name, bool(saturate))
     table = _FP8_TABLES.get(key)
     if table is None:
-        if f.name not in FP8_FORMATS:
-            raise ValueError(f"f32_to_fp8: {f.name} is not an fp8 format ({', '.join(FP8_FORMATS)})")
         table = _FP8_TABLES[key] = _fp8_table(f, saturate)
     bits = x.view(np.uint32)
     hi = bits >> 16
@@ -210,8 +219,8 @@ def _fp8_table(f: Format, saturate: bool) -> np.ndarray:
 
 
 def fp8_to_f32(codes: np.ndarray) -> np.ndarray:
-    """fp8 (numpy array in its storage dtype) -> float32, exact, by a 256-entry table look-up
-    (ml_dtypes' own cast costs ~20 ns a value)."""
+    """fp8 / fp6 / fp4 / e8m0 (numpy array in its storage dtype) -> float32, exact, by a 256-entry
+    table look-up (ml_dtypes' own cast costs ~20 ns a value)."""
     return widening_table(get_format(codes.dtype).name).take(codes.view(np.uint8))
 
 
@@ -219,13 +228,16 @@ _WIDENING: dict[str, np.ndarray] = {}
 
 
 def widening_table(fmt) -> np.ndarray:
-    """float32 value of every bit pattern of an 8- or 16-bit format, indexed by the pattern: the
-    one widening table behind float16 / bfloat16 / fp8 look-ups (built once, exact)."""
+    """float32 value of every bit pattern of a one- or two-byte format, indexed by the pattern
+    (fp6 / fp4: every byte, the unused high bits as ml_dtypes reads them): the one widening table
+    behind float16 / bfloat16 / fp8 / fp6 / fp4 / e8m0 look-ups (built once, exact)."""
     f = get_format(fmt)
     t = _WIDENING.get(f.name)
     if t is None:
-        uint = np.uint8 if f.bits == 8 else np.uint16
-        t = _WIDENING[f.name] = np.arange(2**f.bits, dtype=np.uint32).astype(uint).view(f.dtype).astype(np.float32)
+        size = f.dtype.itemsize
+        uint = np.uint8 if size == 1 else np.uint16
+        codes = np.arange(2 ** (8 * size), dtype=np.uint32).astype(uint).view(f.dtype)
+        t = _WIDENING[f.name] = codes.astype(np.float32)
     return t
 
 

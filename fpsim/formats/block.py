@@ -1,0 +1,428 @@
+"""Block-scaled formats: MXFP8 / MXFP6 / MXFP4 (OCP MX v1.0), NVFP4 and DeepSeek-V3's fp8 blocks.
+
+One call, :func:`quantize`, for all of them::
+
+    q = fpsim.quantize(x, "mxfp8_e4m3", axis=-1, scale_rounding="floor")
+    q.elements      # the elements in their real dtype (ml_dtypes float8/6/4), the shape of x
+    q.scales        # one scale per block in its real dtype (e8m0, e4m3 or float32)
+    q.dequantize()  # float32
+    q.nbytes        # the memory the format takes, elements and scales bit-packed
+    q.stats         # per block: elements flushed to zero, elements saturated, the scale used
+
+Blocks run along ``axis`` (``block`` consecutive elements, the last one partial when the axis
+length is not a multiple), or are 2-D tiles over the last two axes when ``block`` is a pair
+(NVFP4's 16x16 and DeepSeek-V3's 128x128 weight blocks).  How each family picks its scales is in
+:mod:`fpsim.formats.block_scales`.  The input is taken as float32 (float16 / bfloat16 / fp8 widen
+exactly; float64 is rounded to float32 once, to nearest, as the hardware's inputs are), and every
+step is exact or rounds in float32 exactly where the family's definition says it does.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import block_scales as bs
+from .kernels import fp8_to_f32, narrow_cast
+from .round import ROUNDING_MODES, _as_float_array, cast
+from .table import Format, get_format
+
+__all__ = ["BlockFormat", "BLOCK_FORMATS", "BlockQuantized", "BlockStats", "get_block_format", "quantize",
+           "SCALE_ROUNDINGS"]
+
+SCALE_ROUNDINGS = bs.SCALE_ROUNDINGS
+
+
+@dataclass(frozen=True)
+class BlockFormat:
+    """A block-scaled format: element format, scale format, default block length and 2-D tile side.
+
+    ``family`` is ``"mx"``, ``"nvfp4"`` or ``"fp8_block"``; ``tensor_scale`` says whether one more
+    float32 scale per tensor sits above the block scales (NVFP4).
+    """
+
+    name: str
+    family: str
+    element: Format
+    scale: Format
+    block: int
+    tile: int | None = None
+    tensor_scale: bool = False
+    aliases: tuple[str, ...] = field(default=())
+
+
+def _mx(elem: str, *aliases: str) -> BlockFormat:
+    e = get_format(elem)
+    short = elem.split("_")[1].removesuffix("fn")
+    return BlockFormat(f"mxfp{e.bits}_{short}", "mx", e, get_format("float8_e8m0fnu"), 32, aliases=aliases)
+
+
+BLOCK_FORMATS: dict[str, BlockFormat] = {
+    f.name: f
+    for f in (
+        _mx("float8_e4m3fn", "mxfp8"),
+        _mx("float8_e5m2"),
+        _mx("float6_e2m3fn", "mxfp6"),
+        _mx("float6_e3m2fn"),
+        _mx("float4_e2m1fn", "mxfp4"),
+        BlockFormat("nvfp4", "nvfp4", get_format("float4_e2m1fn"), get_format("float8_e4m3fn"), 16, 16,
+                    tensor_scale=True),
+        BlockFormat("fp8_block", "fp8_block", get_format("float8_e4m3fn"), get_format("float32"), 128, 128,
+                    aliases=("fp8_blockwise", "deepseek_fp8")),
+    )
+}
+_BLOCK_ALIASES = {a: f.name for f in BLOCK_FORMATS.values() for a in f.aliases}
+
+
+def get_block_format(fmt) -> BlockFormat:
+    """A block format by name or alias (``mxfp8`` = ``mxfp8_e4m3``); ValueError listing them if unknown."""
+    if isinstance(fmt, BlockFormat):
+        return fmt
+    key = fmt.strip().lower() if isinstance(fmt, str) else None
+    key = _BLOCK_ALIASES.get(key, key)
+    if key not in BLOCK_FORMATS:
+        aliases = ", ".join(f"{a} = {n}" for a, n in _BLOCK_ALIASES.items())
+        raise ValueError(f"unknown block format {fmt!r}; known: {', '.join(BLOCK_FORMATS)} ({aliases})")
+    return BLOCK_FORMATS[key]
+
+
+# --------------------------------------------------------------------------------------------
+# the result
+
+
+@dataclass(frozen=True)
+class BlockStats:
+    """Per block (arrays shaped like the scales): ``underflow`` counts the non-zero finite inputs
+    that became 0, ``saturated`` the finite inputs whose scaled magnitude lay beyond the element's
+    max and were clamped to it, ``scale`` is the float32 decode factor the block's elements are
+    multiplied by (NaN for a block holding inf or NaN)."""
+
+    underflow: np.ndarray
+    saturated: np.ndarray
+    scale: np.ndarray
+
+    def totals(self) -> dict[str, int]:
+        """Block and element counts: underflowed, saturated, NaN blocks."""
+        return {"blocks": int(self.scale.size), "underflow": int(self.underflow.sum()),
+                "saturated": int(self.saturated.sum()), "nan_blocks": int(np.isnan(self.scale).sum())}
+
+
+@dataclass(frozen=True, eq=False)
+class BlockQuantized:
+    """A tensor in a block-scaled format (what :func:`quantize` returns).
+
+    ``elements`` has the input's shape, in the element dtype; ``scales`` has one entry per block
+    (the block axis shortened to the number of blocks; 2-D tiles shorten the last two axes), in
+    the scale dtype; ``tensor_scale`` is NVFP4's float32 per-tensor decode factor 1 / S_enc (None
+    otherwise).  Dequantized value = element * block decode factor (``stats.scale``).
+    """
+
+    format: BlockFormat
+    elements: np.ndarray
+    scales: np.ndarray
+    tensor_scale: np.float32 | None
+    axis: int
+    block: int | tuple[int, int]
+    scale_rounding: str | None
+    rounding: str
+    pow2_scales: bool
+    stats: BlockStats
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.elements.shape
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the format, bit-packed as the hardware stores it: elements (4 / 6 / 8 bits
+        each), scales (8 or 32 bits each) and NVFP4's one float32.  numpy holds fp6 / fp4 in a
+        byte each: ``elements.nbytes`` is the emulation's memory, not the format's."""
+        bits = self.elements.size * self.format.element.bits + self.scales.size * self.format.scale.bits
+        bits += 32 if self.tensor_scale is not None else 0
+        return -(-bits // 8)
+
+    @property
+    def bits_per_element(self) -> float:
+        """nbytes * 8 / elements: MXFP8 8.25, MXFP4 4.25, NVFP4 4.5 (+ 32 bits a tensor)."""
+        return self.nbytes * 8 / max(self.elements.size, 1)
+
+    def dequantize(self) -> np.ndarray:
+        """float32: each element times its block's decode factor (exact for MX, whose factors are
+        powers of two; one float32 product for NVFP4 and DeepSeek's float32 scales)."""
+        v = fp8_to_f32(self.elements)
+        lay = _Layout(self.shape, self.axis, self.block)
+        vb = lay.to_blocks(v)
+        with np.errstate(invalid="ignore", over="ignore"):
+            out = vb * lay.expand(lay.scale_to_blocks(self.stats.scale))
+        return lay.from_blocks(out)
+
+
+# --------------------------------------------------------------------------------------------
+# layout: blocks along an axis, or 2-D tiles over the last two axes
+
+
+class _Layout:
+    """Reshapes an array of ``shape`` into rows of blocks (zero-padded) and back.
+
+    1-D blocks of k along ``axis``: the axis moved last, padded and split -> (R, k), one block a
+    row; scales (R,).  2-D tiles (r, c) over the last two axes: (..., M, N) -> (R, r, Nb, c)
+    with R = (leading size) * Mb; scales (R, Nb).  Row slices of both are what the encoder
+    works on, a chunk at a time.
+    """
+
+    def __init__(self, shape, axis: int, block):
+        self.shape, self.axis, self.block = tuple(shape), axis, block
+        self.tiled = isinstance(block, tuple)
+        if self.tiled:
+            (m, n), (r, c) = self.shape[-2:], block
+            self.pads = (-m % r, -n % c)
+            self.scale_shape = (*self.shape[:-2], -(-m // r), -(-n // c))
+            self.row_size = r * ((n + self.pads[1]) // c) * c
+        else:
+            n, k = self.shape[axis], block
+            self.pads = (-n % k,)
+            self.moved_scale_shape = (*self.shape[:axis], *self.shape[axis + 1 :], -(-n // k))
+            self.scale_shape = (*self.shape[:axis], -(-n // k), *self.shape[axis + 1 :])
+            self.row_size = k
+
+    def to_blocks(self, x: np.ndarray) -> np.ndarray:
+        if self.tiled:
+            (r, c), (pr, pc) = self.block, self.pads
+            if pr or pc:
+                x = np.pad(x, [(0, 0)] * (x.ndim - 2) + [(0, pr), (0, pc)])
+            m, n = x.shape[-2:]
+            return np.ascontiguousarray(x).reshape(-1 if x.size else 0, r, n // c, c)
+        x = np.moveaxis(x, self.axis, -1)
+        if self.pads[0]:
+            x = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, self.pads[0])])
+        return np.ascontiguousarray(x).reshape(x.size // self.block, self.block)
+
+    def from_blocks(self, xb: np.ndarray) -> np.ndarray:
+        if self.tiled:
+            lead, (m, n), (pr, pc) = self.shape[:-2], self.shape[-2:], self.pads
+            x = xb.reshape(*lead, m + pr, n + pc)
+            return x[..., :m, :n]
+        moved = (*self.shape[: self.axis], *self.shape[self.axis + 1 :], self.shape[self.axis] + self.pads[0])
+        x = xb.reshape(moved)[..., : self.shape[self.axis]]
+        return np.moveaxis(x, -1, self.axis)
+
+    def amax(self, xb: np.ndarray) -> np.ndarray:
+        """float32 max |x| per block (NaN wins over inf, inf over finite), blocked scale layout."""
+        bits = np.bitwise_and(xb.view(np.uint32), np.uint32(0x7FFFFFFF))  # |x| ordered as integers
+        if self.tiled:
+            return bits.max(axis=(1, 3), initial=0).view(np.float32)
+        flat = bits.reshape(-1)
+        if not flat.size:
+            return flat.view(np.float32)
+        return np.maximum.reduceat(flat, np.arange(0, flat.size, self.block)).view(np.float32)
+
+    def count(self, mask: np.ndarray) -> np.ndarray:
+        """Number of True per block (int64), blocked scale layout."""
+        if self.tiled:
+            return np.count_nonzero(mask, axis=(1, 3))
+        k = self.block
+        if k % 8 or k > 248 or not mask.size:
+            return np.count_nonzero(mask, axis=1)
+        # Eight booleans are the bytes of a uint64: add the words of a block, then sum its bytes with
+        # one multiply (no byte carries: each holds at most k / 8 <= 31, the total at most k <= 248).
+        words = mask.view(np.uint64)
+        acc = words[:, 0].copy()
+        for j in range(1, k // 8):
+            acc += words[:, j]
+        return ((acc * np.uint64(0x0101010101010101)) >> np.uint64(56)).astype(np.int64)
+
+    def expand(self, s: np.ndarray) -> np.ndarray:
+        """A per-block array broadcast against the blocked elements."""
+        return s[:, None, :, None] if self.tiled else s[:, None]
+
+    def scale_from_blocks(self, s: np.ndarray) -> np.ndarray:
+        """Blocked scale layout -> the user's (the block axis back in place), contiguous."""
+        if self.tiled:
+            return s.reshape(self.scale_shape)
+        return np.ascontiguousarray(np.moveaxis(s.reshape(self.moved_scale_shape), -1, self.axis))
+
+    def scale_to_blocks(self, s: np.ndarray) -> np.ndarray:
+        if self.tiled:
+            return s.reshape(-1, s.shape[-1]) if s.size else s.reshape(0, self.scale_shape[-1])
+        return np.moveaxis(s, self.axis, -1).reshape(-1)
+
+
+# --------------------------------------------------------------------------------------------
+# quantize
+
+
+def quantize(x, fmt, axis: int = -1, *, block=None, scale_rounding: str | None = None,
+             rounding: str = "nearest", pow2_scales: bool = False, seed=None, rng=None) -> BlockQuantized:
+    """Quantize ``x`` into a block-scaled format; returns a :class:`BlockQuantized`.
+
+    ``fmt``: ``mxfp8_e4m3`` (alias ``mxfp8``), ``mxfp8_e5m2``, ``mxfp6_e2m3`` (``mxfp6``),
+    ``mxfp6_e3m2``, ``mxfp4_e2m1`` (``mxfp4``), ``nvfp4``, ``fp8_block`` (DeepSeek-V3; aliases
+    ``fp8_blockwise``, ``deepseek_fp8``).  ``block``: elements per block along ``axis`` (default
+    32 for MX, 16 for NVFP4, 128 for fp8_block), or a pair (rows, cols) for 2-D tiles over the last
+    two axes (NVFP4 weights: (16, 16); DeepSeek weights: (128, 128)).  ``scale_rounding`` (MX
+    only): ``floor`` (the default, the spec), ``ceil``, ``even``, ``rceil``.  ``rounding`` of the
+    elements: ``nearest`` (ties to even), ``stochastic`` (seeded by ``seed`` or ``rng``) or
+    ``toward_zero``; elements beyond the element's max saturate to it.  ``pow2_scales``
+    (fp8_block only): round each decode scale up to a power of two.
+
+    Every argument is checked before anything is computed; a bad one is a ValueError or
+    TypeError naming it.
+    """
+    bf = get_block_format(fmt)
+    arr = _as_f32(x)
+    axis, block, scale_rounding = _check(arr, bf, axis, block, scale_rounding, rounding, pow2_scales)
+    if rounding == "stochastic" and rng is None:
+        rng = np.random.default_rng(seed) if seed is not None else None
+    lay = _Layout(arr.shape, axis, block)
+    xb = lay.to_blocks(arr)
+    amax = _chunks(lay, xb, lambda sl: lay.amax(xb[sl]))
+    codes, divide, factor, dec, tscale = _scales(bf, amax, scale_rounding, pow2_scales)
+    with np.errstate(invalid="ignore", over="ignore"):
+        top = amax / factor if divide else amax * factor  # the largest scaled magnitude of each block
+    enc = _Encoder(lay, bf.element, rounding, rng, divide)
+    elements = np.empty(xb.shape, dtype=bf.element.dtype)
+    under, sat = np.zeros(amax.shape, np.int64), np.zeros(amax.shape, np.int64)
+    for sl in _row_slices(lay, xb):
+        elements[sl], under[sl], sat[sl] = enc(xb[sl], amax[sl], factor[sl], top[sl])
+    stats = BlockStats(*(lay.scale_from_blocks(a) for a in (under, sat, dec)))
+    return BlockQuantized(bf, np.ascontiguousarray(lay.from_blocks(elements)), lay.scale_from_blocks(codes),
+                          tscale, axis, block, scale_rounding, rounding, bool(pow2_scales), stats)
+
+
+# Rows of blocks are encoded a chunk of about this many elements at a time: full-size float32
+# temporaries make the C allocator hand memory back to the kernel and fault it in again on every
+# call, which costs more than the arithmetic (see kernels.f32_to_f16).
+_CHUNK = 2**17
+
+
+def _row_slices(lay: _Layout, xb: np.ndarray):
+    rows = max(1, _CHUNK // max(lay.row_size, 1))
+    return [slice(i, i + rows) for i in range(0, xb.shape[0], rows)]
+
+
+def _chunks(lay: _Layout, xb: np.ndarray, fn) -> np.ndarray:
+    parts = [fn(sl) for sl in _row_slices(lay, xb)]
+    return np.concatenate(parts) if parts else lay.amax(xb)
+
+
+class _Encoder:
+    """Scales, rounds and counts one chunk of rows of blocks."""
+
+    def __init__(self, lay: _Layout, elem: Format, rounding: str, rng, divide: bool):
+        self.lay, self.elem, self.rounding, self.rng, self.divide = lay, elem, rounding, rng, divide
+        self.mag_mask = np.uint8((1 << (elem.bits - 1)) - 1)
+        self.emax = np.float32(elem.max)
+
+    def __call__(self, xb, amax, factor, top):
+        lay, elem = self.lay, self.elem
+        with np.errstate(invalid="ignore", over="ignore"):
+            scaled = xb / lay.expand(factor) if self.divide else xb * lay.expand(factor)
+        bad = ~np.isfinite(amax)
+        bad_any = bool(bad.any())
+        if bad_any and not elem.has_nan:
+            scaled[np.broadcast_to(lay.expand(bad), scaled.shape)] = 0  # fp6 / fp4 hold no NaN: zeros
+        if self.rounding == "nearest":
+            out = narrow_cast(scaled, elem, saturate=True)
+        else:
+            out = cast(scaled, elem, self.rounding, saturate=True, rng=self.rng)
+        if bad_any and elem.has_nan:
+            out[np.broadcast_to(lay.expand(bad), out.shape)] = np.nan
+        # Only blocks holding a zero element can hold an underflow, and only blocks whose largest
+        # scaled value lies beyond max can saturate: look at the elements of those blocks alone.
+        zero = np.bitwise_and(out.view(np.uint8), self.mag_mask) == 0
+        under = lay.count(zero)
+        rows = np.flatnonzero(under if under.ndim == 1 else under.any(axis=1))
+        if rows.size:
+            under[rows] = lay.count(zero[rows] & (xb[rows] != 0))
+        sat = np.zeros(amax.shape, np.int64)
+        rows = np.flatnonzero(top > self.emax if top.ndim == 1 else (top > self.emax).any(axis=1))
+        if rows.size:
+            with np.errstate(invalid="ignore"):
+                sat[rows] = lay.count(np.abs(scaled[rows]) > self.emax)
+        if bad_any:
+            under[bad] = 0
+            sat[bad] = 0
+        return out, under, sat
+
+
+def _as_f32(x) -> np.ndarray:
+    arr = _as_float_array(x)
+    if arr.dtype != np.float32:
+        with np.errstate(over="ignore"):
+            arr = arr.astype(np.float32)  # float64 rounds once, to nearest; low formats widen exactly
+    return arr
+
+
+def _scales(bf: BlockFormat, amax, scale_rounding, pow2):
+    """(stored scales, divide?, the factor the elements are multiplied / divided by, decode factor,
+    tensor scale) in blocked layout."""
+    if bf.family == "mx":
+        codes, inv, dec = bs.mx_scales(amax, bf.element, scale_rounding)
+        return codes, False, inv, dec, None
+    if bf.family == "nvfp4":
+        finite = amax[np.isfinite(amax)]
+        s_enc = bs.nvfp4_tensor_scale(finite.max() if finite.size else 0.0)
+        codes, enc, dec = bs.nvfp4_scales(amax, s_enc)
+        return codes, False, enc, dec, np.float32(1) / s_enc
+    s, dec = bs.fp8_block_scales(amax, pow2)
+    return s, True, s, dec, None
+
+
+def _check(arr, bf: BlockFormat, axis, block, scale_rounding, rounding, pow2):
+    """Validate every argument (nothing is computed before); return the normalized axis, block
+    and scale rounding."""
+    if rounding not in ROUNDING_MODES:
+        raise ValueError(f"unknown rounding {rounding!r}; known: {', '.join(ROUNDING_MODES)}")
+    if bf.family == "mx":
+        scale_rounding = "floor" if scale_rounding is None else scale_rounding
+        if scale_rounding not in SCALE_ROUNDINGS:
+            raise ValueError(f"unknown scale_rounding {scale_rounding!r}; known: {', '.join(SCALE_ROUNDINGS)}")
+    elif scale_rounding is not None:
+        raise ValueError(f"scale_rounding applies to the MX formats only; {bf.name} has its own scale rule")
+    if not isinstance(pow2, bool | np.bool_):
+        raise TypeError(f"pow2_scales must be True or False, got {pow2!r}")
+    if pow2 and bf.family != "fp8_block":
+        raise ValueError(f"pow2_scales applies to fp8_block only, not {bf.name}")
+    if not _is_int(axis):
+        raise TypeError(f"axis must be an integer, got {axis!r}")
+    if not -arr.ndim <= axis < arr.ndim:
+        raise ValueError(f"axis {axis} does not exist: the input has {arr.ndim} dimension(s)")
+    block = bf.block if block is None else block
+    if isinstance(block, tuple | list):
+        if len(block) != 2 or not all(_is_int(b) and b > 0 for b in block):
+            raise ValueError(f"block must be a positive integer or a pair of positive integers, got {block!r}")
+        if arr.ndim < 2:
+            raise ValueError(f"2-D blocks {tuple(block)} need an input of at least 2 dimensions, got {arr.ndim}")
+        if axis % arr.ndim != arr.ndim - 1:
+            raise ValueError(f"2-D blocks cover the last two axes; axis must be -1, got {axis}")
+        return arr.ndim - 1, (int(block[0]), int(block[1])), scale_rounding
+    if not (_is_int(block) and block > 0):
+        raise ValueError(f"block must be a positive integer or a pair of positive integers, got {block!r}")
+    return axis % arr.ndim, int(block), scale_rounding
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool | np.bool_)
+
+
+def bench_block(n: int = 10**6, fmt: str = "mxfp8_e4m3", repeat: int = 15, seed: int = 0) -> dict:
+    """Time :func:`quantize` of ``n`` standard-normal float32 values into ``fmt`` against fpsim's plain
+    float32 -> e4m3 cast (``kernels.f32_to_fp8``) on the same values, the two interleaved, best of
+    ``repeat`` each.  Returns ``{"cast_s", "quantize_s", "ratio"}`` (for ``fpsim bench``)."""
+    import time
+
+    from .kernels import f32_to_fp8
+
+    x = np.random.default_rng(seed).standard_normal(n).astype(np.float32)
+    best = {"cast_s": np.inf, "quantize_s": np.inf}
+    runs = {"cast_s": lambda: f32_to_fp8(x, "float8_e4m3fn"), "quantize_s": lambda: quantize(x, fmt)}
+    for fn in runs.values():
+        fn()  # tables built, memory touched
+    for _ in range(repeat):
+        for key, fn in runs.items():
+            t0 = time.perf_counter()
+            fn()
+            best[key] = min(best[key], time.perf_counter() - t0)
+    return {**best, "ratio": best["quantize_s"] / best["cast_s"]}

@@ -1,0 +1,136 @@
+"""How each block-scaled format picks its scales and rounds its elements, on blocked float32 arrays.
+
+The arrays come in blocked: ``xb`` has the elements of one block along the block axes (the last
+axis for 1-D blocks, axes -3 and -1 for 2-D tiles), and ``amax`` has one value per block.  Each
+family returns the stored scales (in their own dtype), the float32 factor the elements are
+multiplied by before rounding, and the float32 decode factor per block.
+
+- MX (OCP Microscaling Formats (MX) Specification v1.0, section 6.3): X = 2**E, one e8m0 per
+  block, with E from the block's amax by one of four rules (torchao's ScaleCalculationMode names):
+  ``floor`` (the spec: floor(log2 amax) - emax_elem), ``ceil`` (ceil(log2 amax) - emax_elem),
+  ``even`` (amax first rounded to the element's precision, ties to even, then floor) and ``rceil``
+  (the smallest power of two X with amax / X <= the element's max: cuBLAS's / NVIDIA's rounding
+  of amax / max_elem up to a power of two).  E is clamped to e8m0's range [-127, 127].
+- NVFP4 (NVIDIA Transformer Engine, "Using FP8 and FP4 with Transformer Engine", NVFP4 recipe;
+  arXiv 2509.25149): per tensor S_enc = 448 * 6 / amax; per block the e4m3 decode scale
+  s = e4m3(amax_b * (S_enc * (1/6))); elements e2m1(x * (1 / (s * (1 / S_enc)))), saturating;
+  every step in float32 in TE's reference order.
+- DeepSeek-V3 fp8 blocks (arXiv 2412.19437, section 3.3): e4m3 elements, a float32 decode scale
+  s = amax_b / 448 per 1x128 tile or 128x128 block and elements e4m3(x / s); with ``pow2_scales``
+  s is the smallest power of two with amax_b / s <= 448 (TE's force_pow_2_scales).
+
+A block whose amax is inf or NaN gets a NaN scale and dequantizes to NaN (the MX spec leaves Inf
+and NaN inputs to the implementation; torchao and microxcaling do this for MX, and fpsim does it
+for all three families).  A block of zeros gets the family's smallest scale (e8m0 2**-127) or 1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .table import Format, get_format
+
+__all__ = ["SCALE_ROUNDINGS", "mx_exponents", "mx_scales", "nvfp4_tensor_scale", "nvfp4_scales",
+           "fp8_block_scales", "NVFP4_AMAX_DIVISOR"]
+
+SCALE_ROUNDINGS = ("floor", "ceil", "even", "rceil")
+_F32 = np.float32
+_FLT_MAX = _F32(np.finfo(np.float32).max)
+_E4M3 = get_format("float8_e4m3fn")
+NVFP4_AMAX_DIVISOR = 448.0 * 6.0  # e4m3's max times e2m1's max
+
+
+def _bits(a32: np.ndarray) -> np.ndarray:
+    return a32.view(np.uint32).astype(np.int64)
+
+
+def mx_exponents(amax: np.ndarray, elem: Format, mode: str) -> np.ndarray:
+    """The unclamped shared exponent E (int64) of each block from its float32 amax (finite, >= 0).
+
+    Read from amax's bit pattern, so exact: for a normal float32 amax the exponent field less 127
+    is floor(log2 amax).  A subnormal or zero amax gives -127 - emax_elem, which the caller's
+    clamp to -127 makes exactly what every rule gives there.
+    """
+    b = _bits(amax)
+    field = b >> 23
+    if mode == "even":  # round amax to the element's mantissa bits first: a carry bumps the exponent
+        field = (b + (1 << (22 - elem.mantissa_bits))) >> 23
+    e = field - 127
+    if mode == "ceil":
+        e = e + ((b & 0x7FFFFF) != 0)
+    if mode in ("floor", "ceil", "even"):
+        return e - elem.emax
+    # rceil: ceil(log2(amax / max_elem)), either e - emax or one more (max_elem is in [2**emax, 2**(emax+1)))
+    k = e - elem.emax
+    a64 = amax.astype(np.float64)
+    return np.where(np.ldexp(elem.max, k) >= a64, k, k + 1)
+
+
+def mx_scales(amax: np.ndarray, elem: Format, mode: str):
+    """e8m0 codes (float8_e8m0fnu array), the float32 factor 2**-E and the decode factor 2**E per block."""
+    finite = np.isfinite(amax)
+    e = np.clip(mx_exponents(np.where(finite, amax, _F32(0)), elem, mode), -127, 127)
+    codes = np.where(finite, e + 127, 255).astype(np.uint8)
+    return codes.view(get_format("float8_e8m0fnu").dtype), _pow2(-e, finite), _pow2(e, finite)
+
+
+def _pow2(e: np.ndarray, finite: np.ndarray) -> np.ndarray:
+    """float32 2**e for integer e in [-127, 127] (2**-127 is a float32 subnormal), NaN where not
+    ``finite``: written as bit patterns, exact."""
+    bits = np.where(e > -127, (e + 127) << 23, 0x00400000)
+    bits = np.where(finite, bits, 0x7FC00000)
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def nvfp4_tensor_scale(tensor_amax: float) -> np.float32:
+    """S_enc = (448 * 6) / amax in float32, as TE computes it: capped at float32's max, and 1 where
+    amax is 0 or not finite (a tensor holding nothing to scale)."""
+    amax = _F32(tensor_amax)
+    if not np.isfinite(amax) or amax == 0:
+        return _F32(1)
+    with np.errstate(over="ignore"):
+        s = _F32(NVFP4_AMAX_DIVISOR) / amax
+    return _F32(min(s, _FLT_MAX))
+
+
+def nvfp4_scales(amax: np.ndarray, s_enc: np.float32):
+    """e4m3 block scales, the float32 encode factor and the float32 decode factor per block.
+
+    In float32, in the order of TE's NVFP4 reference quantizer: the decode scale amax_b * (S_enc *
+    (1/6)), capped at 448 and rounded to e4m3 (nearest even); the encode factor 1 / (s * S_dec)
+    with S_dec = 1 / S_enc (capped at float32's max, which is what an all-zero block's s = 0
+    gives); the decode factor s * S_dec.
+    """
+    finite = np.isfinite(amax)
+    a = np.where(finite, amax, _F32(0))
+    s_dec = _F32(1) / s_enc
+    mult = s_enc * (_F32(1) / _F32(6))
+    with np.errstate(over="ignore", divide="ignore"):
+        d = np.minimum(a * mult, _F32(_E4M3.max))
+        codes = d.astype(_E4M3.dtype)  # ml_dtypes' float32 -> e4m3: nearest even, correct
+        s = codes.astype(np.float32)
+        dec = s * s_dec
+        enc = np.minimum(_F32(1) / dec, _FLT_MAX)
+    codes[~finite] = np.nan
+    enc[~finite] = np.nan
+    dec[~finite] = np.nan
+    return codes, enc.astype(np.float32), dec.astype(np.float32)
+
+
+def fp8_block_scales(amax: np.ndarray, pow2: bool):
+    """float32 decode scales s (the stored scales), and s again as the decode factor, per block.
+
+    s = amax / 448 in float32 (DeepSeek-V3's kernels divide the elements by it); with ``pow2`` the
+    smallest power of two 2**k >= amax / 448, k clamped to [-126, 127] (float32's normal range).
+    An all-zero block gets s = 1.
+    """
+    finite = np.isfinite(amax)
+    a = np.where(finite, amax, _F32(0))
+    if pow2:
+        e = mx_exponents(a, _E4M3, "rceil")  # the rceil rule is exactly "smallest 2**k with amax / 2**k <= 448"
+        s = np.ldexp(_F32(1), np.clip(e, -126, 127)).astype(np.float32)
+    else:
+        s = (a / _F32(_E4M3.max)).astype(np.float32)
+    s[a == 0] = 1
+    s[~finite] = np.nan
+    return s, s
