@@ -150,7 +150,9 @@ class BlockQuantized:
 
     def dequantize(self) -> np.ndarray:
         """float32: each element times its block's decode factor (exact for MX, whose factors are
-        powers of two; one float32 product for NVFP4 and DeepSeek's float32 scales)."""
+        powers of two, except that a product beyond float32's range - only with ceil / even / rceil
+        scales near 2**128, which the MX spec leaves to the implementation - is +-inf; one float32
+        product for NVFP4 and DeepSeek's float32 scales)."""
         v = fp8_to_f32(self.elements)
         lay = _Layout(self.shape, self.axis, self.block)
         vb = lay.to_blocks(v)
@@ -366,8 +368,8 @@ def _scales(bf: BlockFormat, amax, scale_rounding, pow2):
         s_enc = bs.nvfp4_tensor_scale(finite.max() if finite.size else 0.0)
         codes, enc, dec = bs.nvfp4_scales(amax, s_enc)
         return codes, False, enc, dec, np.float32(1) / s_enc
-    s, dec = bs.fp8_block_scales(amax, pow2)
-    return s, True, s, dec, None
+    enc, dec = bs.fp8_block_scales(amax, pow2)
+    return dec, False, enc, dec, None
 
 
 def _check(arr, bf: BlockFormat, axis, block, scale_rounding, rounding, pow2):

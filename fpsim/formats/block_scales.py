@@ -9,15 +9,17 @@ multiplied by before rounding, and the float32 decode factor per block.
   block, with E from the block's amax by one of four rules (torchao's ScaleCalculationMode names):
   ``floor`` (the spec: floor(log2 amax) - emax_elem), ``ceil`` (ceil(log2 amax) - emax_elem),
   ``even`` (amax first rounded to the element's precision, ties to even, then floor) and ``rceil``
-  (the smallest power of two X with amax / X <= the element's max: cuBLAS's / NVIDIA's rounding
-  of amax / max_elem up to a power of two).  E is clamped to e8m0's range [-127, 127].
+  (NVIDIA's rule, as cuBLAS's block quantization and torchao compute it: d = amax * (1 / max_elem)
+  in float32, rounded up to a power of two).  E is clamped to e8m0's range [-127, 127].
 - NVFP4 (NVIDIA Transformer Engine, "Using FP8 and FP4 with Transformer Engine", NVFP4 recipe;
   arXiv 2509.25149): per tensor S_enc = 448 * 6 / amax; per block the e4m3 decode scale
   s = e4m3(amax_b * (S_enc * (1/6))); elements e2m1(x * (1 / (s * (1 / S_enc)))), saturating;
   every step in float32 in TE's reference order.
-- DeepSeek-V3 fp8 blocks (arXiv 2412.19437, section 3.3): e4m3 elements, a float32 decode scale
-  s = amax_b / 448 per 1x128 tile or 128x128 block and elements e4m3(x / s); with ``pow2_scales``
-  s is the smallest power of two with amax_b / s <= 448 (TE's force_pow_2_scales).
+- DeepSeek-V3 fp8 blocks (arXiv 2412.19437, section 3.3), as Transformer Engine's
+  Float8BlockScaling recipe computes them: e4m3 elements, per 1x128 tile or 128x128 block the
+  float32 encode scale S = 448 / amax_b (float32's max if that overflows), with ``pow2_scales``
+  rounded down to a power of two (its exponent bits kept); elements e4m3(x * S), saturating; the
+  stored float32 decode scale is 1 / S.
 
 A block whose amax is inf or NaN gets a NaN scale and dequantizes to NaN (the MX spec leaves Inf
 and NaN inputs to the implementation; torchao and microxcaling do this for MX, and fpsim does it
@@ -60,10 +62,12 @@ def mx_exponents(amax: np.ndarray, elem: Format, mode: str) -> np.ndarray:
         e = e + ((b & 0x7FFFFF) != 0)
     if mode in ("floor", "ceil", "even"):
         return e - elem.emax
-    # rceil: ceil(log2(amax / max_elem)), either e - emax or one more (max_elem is in [2**emax, 2**(emax+1)))
-    k = e - elem.emax
-    a64 = amax.astype(np.float64)
-    return np.where(np.ldexp(elem.max, k) >= a64, k, k + 1)
+    # rceil: d = amax * (1 / max) in float32, then up to a power of two: ceil(log2 d).  A subnormal d
+    # lies in (0, 2**-126): -126 if above 2**-127, else -127 or less (clamped to -127 by the caller).
+    with np.errstate(under="ignore"):
+        d = _bits(amax * (_F32(1) / _F32(elem.max)))
+    field, man = d >> 23, d & 0x7FFFFF
+    return np.where(field > 0, field - 127 + (man != 0), np.where(man > 0x400000, -126, -127))
 
 
 def mx_scales(amax: np.ndarray, elem: Format, mode: str):
@@ -118,19 +122,17 @@ def nvfp4_scales(amax: np.ndarray, s_enc: np.float32):
 
 
 def fp8_block_scales(amax: np.ndarray, pow2: bool):
-    """float32 decode scales s (the stored scales), and s again as the decode factor, per block.
-
-    s = amax / 448 in float32 (DeepSeek-V3's kernels divide the elements by it); with ``pow2`` the
-    smallest power of two 2**k >= amax / 448, k clamped to [-126, 127] (float32's normal range).
-    An all-zero block gets s = 1.
-    """
+    """float32 encode scales S = 448 / amax (pow2: its exponent bits alone) and decode scales 1 / S
+    per block, as TE's compute_scale_from_amax: S = 1 for an all-zero block, float32's max where
+    448 / amax overflows."""
     finite = np.isfinite(amax)
-    a = np.where(finite, amax, _F32(0))
+    a = np.where(finite, amax, _F32(1))
+    with np.errstate(over="ignore", divide="ignore"):
+        enc = np.where(a == 0, _F32(1), _F32(_E4M3.max) / a)
+    enc = np.minimum(enc, _FLT_MAX).astype(np.float32)
     if pow2:
-        e = mx_exponents(a, _E4M3, "rceil")  # the rceil rule is exactly "smallest 2**k with amax / 2**k <= 448"
-        s = np.ldexp(_F32(1), np.clip(e, -126, 127)).astype(np.float32)
-    else:
-        s = (a / _F32(_E4M3.max)).astype(np.float32)
-    s[a == 0] = 1
-    s[~finite] = np.nan
-    return s, s
+        enc = (enc.view(np.uint32) & np.uint32(0xFF800000)).view(np.float32)
+    dec = (_F32(1) / enc).astype(np.float32)
+    enc[~finite] = np.nan
+    dec[~finite] = np.nan
+    return enc, dec
