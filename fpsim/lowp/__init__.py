@@ -5,7 +5,9 @@ the conversion of a model.  ``fpsim.fp8`` is this package under its historical n
 - ``recipes.py``  the recipes and the scale computation;
 - ``quant.py``    fp8 numbers with their scale, the cast, fake quantization (qdq);
 - ``scaling.py``  the per-tensor scaling state, its checkpoint form, and the group of a model;
-- ``linear.py``   the fp8 Linear (three GEMMs, each operand with its own scale) and ``convert``.
+- ``linear.py``   the fp8 Linear (three GEMMs, each operand with its own scale) and ``convert``;
+- ``block.py``    block-scaled training (MX, NVFP4, DeepSeek-V3 fp8 blocks): ``BlockScaling``,
+  ``BlockLinear`` (each GEMM's operands in blocks along its own K) and ``convert_blocks``.
 
 fp8 has too little range for raw activations and gradients (e4m3fn: 2^-9 .. 448; e5m2: 2^-16 ..
 57344), so every fp8 tensor carries a float32 scale.  Following Micikevicius et al. (2022) and
@@ -15,6 +17,7 @@ gradients e5m2 (more range).
 
 from ..formats import FP8_FORMATS
 from ..formats.kernels import f32_to_fp8
+from .block import BlockLinear, BlockScaling, block_linear, convert_blocks, hadamard_matrix, hadamard_transform
 from .linear import Linear, LinearScaling, convert, linear
 from .quant import Fp8Tensor, qdq, quantize
 from .recipes import AMAX_ALGOS, CurrentScaling, DelayedScaling, compute_scale
@@ -22,4 +25,5 @@ from .scaling import ScalingGroup, ScalingState, format_scaling_table
 
 __all__ = ["DelayedScaling", "CurrentScaling", "ScalingState", "ScalingGroup", "Fp8Tensor", "LinearScaling",
            "Linear", "compute_scale", "quantize", "qdq", "linear", "convert", "f32_to_fp8",
-           "format_scaling_table", "FP8_FORMATS", "AMAX_ALGOS"]
+           "format_scaling_table", "FP8_FORMATS", "AMAX_ALGOS", "BlockScaling", "BlockLinear", "block_linear",
+           "convert_blocks", "hadamard_matrix", "hadamard_transform"]

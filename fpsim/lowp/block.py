@@ -1,0 +1,286 @@
+"""Block-scaled training: a Linear whose three GEMMs run on block-scaled operands (MXFP8 / MXFP6 /
+MXFP4, NVFP4, DeepSeek-V3's fp8 blocks), and :func:`convert_blocks`, which swaps it into a model.
+
+With Y = X W^T (X: tokens x in, W: out x in), each GEMM quantizes both of its operands along its
+own reduction axis K, because block-scaled hardware applies one scale per block to a partial
+sum along K (pytorch/ao#1501; the MX paper, Rouhani et al. 2023, figure of the forward and
+backward passes):
+
+- forward ``Y  = X W^T``:  X and W in blocks along in-features;
+- dgrad   ``dX = dY W``:   dY and W in blocks along out-features (W column-wise);
+- wgrad   ``dW = dY^T X``: dY and X in blocks along the token axis.
+
+``reuse_forward_blocks=True`` reproduces the mistake that issue reported: dY quantized once,
+along out-features, and the forward's row-wise X and W reused in the backward GEMMs.  2-D weight
+tiles (NVFP4's 16x16, DeepSeek-V3's 128x128) are the same along either axis, so one quantized W
+serves the forward and dgrad GEMMs.
+
+Each operand is quantized, then dequantized to float32 (exact for MX's power-of-two scales);
+the products are exact in float32 and are accumulated in float32 (BLAS), or, with
+``accumulate``, in a narrower format promoted into a float32 sum every ``promote_every``
+elements along K (DeepSeek-V3, section 3.3.2: the H800's fp8 GEMMs keep about 14 bits, and
+promotion every N_c = 128 restores the accuracy).  The 4-bit recipes' gradient options:
+stochastic rounding of dY (NVIDIA's NVFP4 recipe, arXiv 2509.25149; Tseng et al. 2025, arXiv
+2502.20586, for MXFP4), and a random Hadamard transform of size 16 applied to both wgrad operands
+along the token axis before they are quantized (H is orthogonal with entries +-1/4, so it
+cancels exactly in dY^T H^T H X).  The bias gradient is summed in float32 from the unquantized dY.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import nn
+from ..formats import get_block_format, get_format, quantize, round_to
+from ..tensor import Tensor, promote, round_result
+
+__all__ = ["BlockScaling", "BlockLinear", "block_linear", "convert_blocks", "hadamard_matrix", "hadamard_transform"]
+
+
+@dataclass(frozen=True)
+class BlockScaling:
+    """How a :class:`BlockLinear` quantizes its GEMM operands (a recipe; every field is checked).
+
+    ``format`` for X and W, ``grad_format`` for dY (default: ``format``); ``block`` the 1-D block
+    length (default: the format's); ``weight_block`` None for 1-D blocks of W along each GEMM's K,
+    or a pair for 2-D tiles; ``scale_rounding`` (MX), ``pow2_scales`` (fp8_block) as in
+    :func:`fpsim.quantize`; ``grad_rounding`` ``"nearest"`` or ``"stochastic"`` for dY;
+    ``hadamard`` the size-16 random Hadamard transform on the wgrad operands (signs drawn from
+    ``hadamard_seed``); ``reuse_forward_blocks`` the pytorch/ao#1501 mistake; ``accumulate``
+    None (float32), a format name, or an int number of mantissa bits (float32's exponent range)
+    for the GEMM accumulator, promoted to float32 every ``promote_every`` elements along K
+    (None: never).
+    """
+
+    format: str = "mxfp8_e4m3"
+    grad_format: str | None = None
+    block: int | None = None
+    weight_block: int | tuple[int, int] | None = None
+    scale_rounding: str | None = None
+    pow2_scales: bool = False
+    grad_rounding: str = "nearest"
+    hadamard: bool = False
+    hadamard_seed: int = 0
+    reuse_forward_blocks: bool = False
+    accumulate: str | int | None = None
+    promote_every: int | None = None
+
+    def __post_init__(self):
+        _check_recipe(self)
+
+    def q(self, a32: np.ndarray, axis: int, *, grad: bool = False, block=None) -> np.ndarray:
+        """Quantize ``a32`` (float32, 2-D) along ``axis`` in this recipe's format (dY's with
+        ``grad``) and return the float32 values it stands for."""
+        fmt = get_block_format(self.grad_format if grad and self.grad_format else self.format)
+        block = block if block is not None else self.block if self.block is not None else fmt.block
+        q = quantize(a32, fmt, axis, block=block,
+                     scale_rounding=self.scale_rounding if fmt.family == "mx" else None,
+                     pow2_scales=self.pow2_scales and fmt.family == "fp8_block",
+                     rounding=self.grad_rounding if grad else "nearest")
+        return q.dequantize()
+
+
+def _check_recipe(r: BlockScaling) -> None:
+    fmts = [get_block_format(r.format)] + ([get_block_format(r.grad_format)] if r.grad_format else [])
+    if r.grad_rounding not in ("nearest", "stochastic"):
+        raise ValueError(f"grad_rounding must be 'nearest' or 'stochastic', got {r.grad_rounding!r}")
+    if r.hadamard and r.reuse_forward_blocks:
+        raise ValueError("hadamard transforms the wgrad operands, which reuse_forward_blocks does not quantize anew")
+    if r.promote_every is not None and (not isinstance(r.promote_every, int) or r.promote_every < 1):
+        raise ValueError(f"promote_every must be a positive integer or None, got {r.promote_every!r}")
+    if r.promote_every is not None and r.accumulate is None:
+        raise ValueError("promote_every needs a narrow accumulate format (float32 needs no promotion)")
+    if isinstance(r.accumulate, int) and not isinstance(r.accumulate, bool):
+        if not 1 <= r.accumulate <= 23:
+            raise ValueError(f"accumulate as mantissa bits must be in 1..23, got {r.accumulate}")
+    elif r.accumulate is not None:
+        get_format(r.accumulate)
+    probe = np.zeros((2, 2), np.float32)  # every quantize argument checked now, not in the first backward
+    for f in fmts:
+        quantize(probe, f, block=r.block if r.block is not None else f.block,
+                 scale_rounding=r.scale_rounding if f.family == "mx" else None,
+                 pow2_scales=r.pow2_scales and f.family == "fp8_block")
+    if r.weight_block is not None:
+        quantize(probe, fmts[0], block=r.weight_block)
+
+
+# --------------------------------------------------------------------------------------------
+# the random Hadamard transform
+
+RHT_SIZE = 16
+
+
+def hadamard_matrix(seed: int = 0, size: int = RHT_SIZE) -> np.ndarray:
+    """D H / sqrt(size) as float32: H the Sylvester Hadamard matrix (entries +-1), D a diagonal of
+    random signs drawn from ``seed``.  Entries are +-1/4 for size 16, exact in float32, and the
+    matrix is orthogonal: its transpose times itself is the identity, exactly."""
+    h = np.ones((1, 1))
+    while h.shape[0] < size:
+        h = np.block([[h, h], [h, -h]])
+    signs = np.random.default_rng(seed).choice([-1.0, 1.0], size)
+    return (signs[:, None] * h / np.sqrt(size)).astype(np.float32)
+
+
+def hadamard_transform(a32: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """Apply ``h`` (size x size) to every group of ``size`` consecutive rows of ``a32`` (the token
+    axis), zero-padding the last group: float32 in and out, each output the float32 rounding of
+    a float64 sum of +-a/4 (exact for all but the rarest inputs)."""
+    n = h.shape[0]
+    t, c = a32.shape
+    pad = -t % n
+    a = np.pad(a32, [(0, pad), (0, 0)]).astype(np.float64).reshape(-1, n, c)
+    return np.einsum("ij,gjc->gic", h.astype(np.float64), a).reshape(t + pad, c).astype(np.float32)
+
+
+# --------------------------------------------------------------------------------------------
+# the GEMM and its accumulator
+
+
+def gemm(a: np.ndarray, b: np.ndarray, accumulate=None, promote_every: int | None = None) -> np.ndarray:
+    """float32 ``a @ b``: exact float32 products, accumulated in float32 (BLAS), or in
+    ``accumulate`` (a format name, or mantissa bits with float32's range) one product at a time
+    along K, the partial sum added into a float32 total every ``promote_every`` products."""
+    if accumulate is None:
+        return np.matmul(a, b)
+    k = a.shape[1]
+    total = np.zeros((a.shape[0], b.shape[1]), np.float32)
+    part = np.zeros_like(total)
+    every = promote_every or k
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(k):
+            part = _round_acc(part + a[:, i : i + 1] * b[i : i + 1, :], accumulate)
+            if (i + 1) % every == 0 or i == k - 1:
+                total += part
+                part[:] = 0
+    return total
+
+
+def _round_acc(x32: np.ndarray, acc) -> np.ndarray:
+    if not isinstance(acc, int):
+        return round_to(x32, acc)
+    drop = 23 - acc  # keep acc mantissa bits, ties to even, on the bit pattern (a carry bumps the exponent)
+    if drop == 0:
+        return x32
+    b = x32.view(np.uint32)
+    lsb = (b >> np.uint32(drop)) & np.uint32(1)
+    b = (b + np.uint32((1 << (drop - 1)) - 1) + lsb) & np.uint32(~((1 << drop) - 1) & 0xFFFFFFFF)
+    return b.view(np.float32)
+
+
+# --------------------------------------------------------------------------------------------
+# the op
+
+
+def block_linear(x: Tensor, weight: Tensor, bias: Tensor | None, recipe: BlockScaling) -> Tensor:
+    """``x @ weight.T + bias`` with each GEMM on block-scaled operands (see the module docstring).
+
+    In: Tensors of any format (their float32 values are quantized).  Out: rounded once into
+    ``promote(x.fmt, weight.fmt[, bias.fmt])``.  Gradients come back as float32.
+    """
+    if not isinstance(x, Tensor):
+        raise TypeError(f"block_linear: x must be a Tensor, got {type(x).__name__}")
+    if weight.ndim != 2 or x.ndim < 1 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"block_linear: input shape {x.shape} does not fit weight shape {weight.shape}")
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise ValueError(f"block_linear: bias shape {bias.shape} does not fit weight shape {weight.shape}")
+    be, r = x.backend, recipe
+    ins = (x, weight) if bias is None else (x, weight, bias)
+    fmt = promote(*(t.fmt for t in ins))
+    x32 = be.to_numpy(x.f32()).reshape(-1, x.shape[-1]).astype(np.float32, copy=False)
+    w32 = be.to_numpy(weight.f32()).astype(np.float32, copy=False)
+    tiled = isinstance(r.weight_block, tuple)
+    xq = r.q(x32, -1)
+    wq = r.q(w32, -1, block=r.weight_block)
+    out32 = gemm(xq, wq.T, r.accumulate, r.promote_every)
+    if bias is not None:
+        out32 += be.to_numpy(bias.f32())
+    out32 = be.asarray(out32.reshape(*x.shape[:-1], weight.shape[0]))
+
+    def backward(g, out):
+        g2 = be.to_numpy(g).reshape(-1, g.shape[-1]).astype(np.float32, copy=False)
+        gq = r.q(g2, -1, grad=True)  # along out-features: dgrad's K
+        wq_d = wq if tiled or r.reuse_forward_blocks else r.q(w32, 0, block=r.weight_block)  # column-wise
+        gx = None
+        if x.requires_grad:
+            gx = be.asarray(gemm(gq, wq_d, r.accumulate, r.promote_every).reshape(x.shape))
+        if r.reuse_forward_blocks:
+            g_w, x_w = gq, xq
+        else:
+            g_in, x_in = g2, x32
+            if r.hadamard:
+                h = hadamard_matrix(r.hadamard_seed)
+                g_in, x_in = hadamard_transform(g2, h), hadamard_transform(x32, h)
+            g_w, x_w = r.q(g_in, 0, grad=True), r.q(x_in, 0)  # along tokens: wgrad's K
+        gw = be.asarray(gemm(np.ascontiguousarray(g_w.T), x_w, r.accumulate, r.promote_every))
+        gb = be.asarray(g2.sum(axis=0, dtype=np.float32)) if bias is not None else None
+        return (gx, gw) if bias is None else (gx, gw, gb)
+
+    return Tensor._from_op(round_result(out32, fmt, be, "block.linear", "forward"), fmt, ins, backward,
+                           "block.linear", be)
+
+
+class BlockLinear(nn.Module):
+    """An ``nn.Linear`` whose GEMMs run block-scaled.  It shares the weight and bias tensors of the
+    layer it was made from (the float32 master weights), so an optimizer holding them keeps working."""
+
+    def __init__(self, layer: nn.Linear, recipe: BlockScaling | None = None):
+        super().__init__()
+        if not isinstance(layer, nn.Linear):
+            raise TypeError(f"BlockLinear wraps an nn.Linear, got {type(layer).__name__}")
+        recipe = recipe if recipe is not None else BlockScaling()
+        if not isinstance(recipe, BlockScaling):
+            raise TypeError(f"recipe must be a BlockScaling, got {type(recipe).__name__}")
+        self.in_features, self.out_features = layer.in_features, layer.out_features
+        self.weight = layer.weight
+        if layer.bias is not None:
+            self.bias = layer.bias
+        else:
+            object.__setattr__(self, "bias", None)
+        object.__setattr__(self, "recipe", recipe)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return block_linear(x, self.weight, self.bias, self.recipe)
+
+    def __repr__(self) -> str:
+        r = self.recipe
+        grad = f"/{r.grad_format}" if r.grad_format else ""
+        return f"BlockLinear({self.in_features}, {self.out_features}, {r.format}{grad})"
+
+
+def convert_blocks(model: nn.Module, recipe: BlockScaling | None = None, skip=()) -> list[str]:
+    """Swap every ``nn.Linear`` inside ``model`` for a :class:`BlockLinear` (in place, sharing the
+    parameters) and return the names of the layers swapped.
+
+    ``skip`` as in :func:`fpsim.lowp.convert`: module names, or ``"first"`` / ``"last"`` for the first
+    and last Linear in module order - the layers NVIDIA's NVFP4 recipe and DeepSeek-V3 keep in
+    higher precision.  A name that is not a Linear of ``model`` raises ValueError and the model
+    is left as it was.
+    """
+    recipe = recipe if recipe is not None else BlockScaling()
+    if not isinstance(recipe, BlockScaling):
+        raise TypeError(f"recipe must be a BlockScaling, got {type(recipe).__name__}")
+    if isinstance(model, nn.Linear):
+        raise ValueError("convert_blocks() swaps the Linear layers inside a model; wrap a lone Linear in nn.Sequential")
+    skip = (skip,) if isinstance(skip, str) else tuple(skip)
+    linears = [(parent, cname, f"{mname}.{cname}" if mname else cname)
+               for mname, parent in list(model.named_modules())
+               for cname, child in list(parent._modules.items()) if type(child) is nn.Linear]
+    if not linears:
+        raise ValueError(f"convert_blocks(): {type(model).__name__} has no nn.Linear layers")
+    names = [n for _, _, n in linears]
+    alias = {k: v for k, v in (("first", names[0]), ("last", names[-1])) if k not in names}
+    unknown = [str(k) for k in skip if alias.get(k, k) not in names]
+    if unknown:
+        raise ValueError(f"convert_blocks(skip=...): {', '.join(map(repr, unknown))} not a Linear of "
+                         f"{type(model).__name__}; its Linear layers: {', '.join(names)} (or 'first', 'last')")
+    keep = {alias.get(k, k) for k in skip}
+    if keep >= set(names):
+        raise ValueError(f"convert_blocks(skip=...) leaves no Linear to convert (Linear layers: {', '.join(names)})")
+    done = []
+    for parent, cname, name in linears:
+        if name not in keep:
+            setattr(parent, cname, BlockLinear(getattr(parent, cname), recipe))
+            done.append(name)
+    return done
