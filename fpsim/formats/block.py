@@ -158,7 +158,7 @@ class BlockQuantized:
         vb = lay.to_blocks(v)
         with np.errstate(invalid="ignore", over="ignore"):
             out = vb * lay.expand(lay.scale_to_blocks(self.stats.scale))
-        return lay.from_blocks(out)
+        return np.ascontiguousarray(lay.from_blocks(out))
 
 
 # --------------------------------------------------------------------------------------------
