@@ -32,6 +32,7 @@ __all__ = [
     "backward_scope",
     "event_scope",
     "manual_seed",
+    "seeded",
     "default_rng",
 ]
 
@@ -188,6 +189,18 @@ def manual_seed(seed: int) -> None:
     the optimizers' stochastic updates)."""
     global _rng
     _rng = np.random.default_rng(seed)
+
+
+@contextlib.contextmanager
+def seeded(seed: int):
+    """Inside, stochastic rounding without its own ``seed``/``rng`` draws from a generator seeded
+    with ``seed``; the previous generator (and its position) comes back on exit."""
+    global _rng
+    prev, _rng = _rng, np.random.default_rng(seed)
+    try:
+        yield
+    finally:
+        _rng = prev
 
 
 def default_rng() -> np.random.Generator:

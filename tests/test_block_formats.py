@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 import fpsim
 from fpsim.formats import SCALE_ROUNDINGS, cast, quantize
-from fpsim.formats.block import bench_block
 from fpsim.formats.kernels import f32_to_fp8
 
 MX = list(MX_ELEM)
@@ -307,11 +306,6 @@ def test_f32_to_fp8_table_covers_fp6_and_fp4():
         assert np.array_equal(f32_to_fp8(x, name).view(np.uint8), cast(x, name).view(np.uint8))
         with pytest.raises(ValueError, match="has no NaN"):
             f32_to_fp8(np.array([np.nan], np.float32), name)
-
-
-def test_bench_helper_reports_a_ratio():
-    r = bench_block(n=4096, repeat=2)
-    assert set(r) == {"cast_s", "quantize_s", "ratio"} and r["ratio"] > 0
 
 
 # ---------------------------------------------------------------------------- properties

@@ -31,6 +31,21 @@ Beyond float16 (``EXTENDED_RECIPES``; ``fpsim compare --recipes ...`` runs them)
                       compensation buffer; Zamirai et al. 2020).
 - ``bf16-stochastic`` ``bf16-pure`` with the updated weights rounded stochastically into
                       bfloat16 (seeded by the run's seed).
+
+Block-scaled (``BLOCK_RECIPES``): float32 parameters (the master weights); every Linear runs its
+three GEMMs on block-quantized operands (``fpsim.lowp.BlockLinear``: each operand in blocks along
+that GEMM's reduction axis), float32 accumulation; activations between layers stay float32.
+
+- ``mxfp8``           OCP MXFP8: e4m3 elements, blocks of 32 sharing an e8m0 scale (floor).
+- ``mxfp6``           MXFP6: e2m3 for weights and inputs, e3m2 for gradients.
+- ``mxfp4``           MXFP4: e2m1 elements, blocks of 32, e8m0 scales.
+- ``mxfp4-sr-rht``    ``mxfp4`` with stochastically rounded gradients and a random Hadamard
+                      transform of size 16 on the weight-gradient GEMM's operands.
+- ``nvfp4``           NVFP4: e2m1 in blocks of 16 with e4m3 block scales and a float32 tensor
+                      scale; 16x16 weight tiles; SR on gradients, Hadamard on wgrad; the first and
+                      last Linear kept out (in float32 here; NVIDIA's recipe keeps them in bf16).
+- ``fp8-blockwise``   DeepSeek-V3 style: e4m3 with float32 power-of-two scales per 1x128 tile
+                      (activations, gradients) and per 128x128 tile (weights).
 """
 
 from __future__ import annotations
@@ -38,8 +53,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import fp8
+from ..lowp import BlockScaling
 
-__all__ = ["Recipe", "RECIPES", "DEFAULT_RECIPES", "EXTENDED_RECIPES", "get_recipe"]
+__all__ = ["Recipe", "RECIPES", "DEFAULT_RECIPES", "EXTENDED_RECIPES", "BLOCK_RECIPES", "get_recipe"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +72,8 @@ class Recipe:
     update_rounding: str = "nearest"  # how the optimizer writes updated weights (optim.UPDATE_ROUNDINGS)
     fp8: fp8.DelayedScaling | None = None  # run the Linears in fp8 with this scaling recipe
     fp8_skip: tuple = ()  # Linears left out of fp8 (fp8.convert's skip: names, "first", "last")
+    block: BlockScaling | None = None  # run the Linears' GEMMs on block-scaled operands
+    block_skip: tuple = ()  # Linears left out of block scaling (lowp.convert_blocks' skip)
     description: str = ""
 
     @property
@@ -93,9 +111,25 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            description="bfloat16 weights and Adam state, Kahan-compensated updates (bfloat16 buffer)"),
     Recipe("bf16-stochastic", "bfloat16", update_rounding="stochastic",
            description="bfloat16 weights and Adam state, stochastically rounded updates"),
+    Recipe("mxfp8", "float32", block=BlockScaling("mxfp8_e4m3"),
+           description="MXFP8 GEMMs: e4m3 in blocks of 32 with e8m0 scales, float32 masters"),
+    Recipe("mxfp6", "float32", block=BlockScaling("mxfp6_e2m3", grad_format="mxfp6_e3m2"),
+           description="MXFP6 GEMMs: e2m3 weights/inputs, e3m2 gradients, blocks of 32"),
+    Recipe("mxfp4", "float32", block=BlockScaling("mxfp4_e2m1"),
+           description="MXFP4 GEMMs: e2m1 in blocks of 32 with e8m0 scales"),
+    Recipe("mxfp4-sr-rht", "float32",
+           block=BlockScaling("mxfp4_e2m1", grad_rounding="stochastic", hadamard=True),
+           description="MXFP4 + stochastic rounding of gradients + Hadamard transform on wgrad"),
+    Recipe("nvfp4", "float32",
+           block=BlockScaling("nvfp4", weight_block=(16, 16), grad_rounding="stochastic", hadamard=True),
+           block_skip=("first", "last"),
+           description="NVFP4 (e2m1, e4m3 block scales of 16, 16x16 weight tiles), SR + RHT; first/last float32"),
+    Recipe("fp8-blockwise", "float32", block=BlockScaling("fp8_block", weight_block=(128, 128), pow2_scales=True),
+           description="DeepSeek-V3 fp8: e4m3, 1x128 activation/gradient tiles, 128x128 weight tiles"),
 )}
 DEFAULT_RECIPES = ("fp32", "fp16-pure", "fp16-master", "fp16-static", "fp16-dynamic", "bf16-pure", "bf16-master")
 EXTENDED_RECIPES = ("fp8-delayed", "fp8-delayed-inner", "bf16-kahan", "bf16-stochastic")
+BLOCK_RECIPES = ("mxfp8", "mxfp6", "mxfp4", "mxfp4-sr-rht", "nvfp4", "fp8-blockwise")
 
 
 def get_recipe(name) -> Recipe:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import fp8, ops, state
+from .. import fp8, lowp, ops, state
 from ..checks import check_at_least, check_positive, is_integer
 from ..optim import Adam
 from ..tensor import tensor
@@ -112,6 +112,8 @@ class _Run:
             model.to(backend=backend)
         model.to(r.params)
         scaling = fp8.convert(model, r.fp8, skip=r.fp8_skip) if r.fp8 is not None else None  # -> fp8.Linear
+        if r.block is not None:
+            lowp.convert_blocks(model, r.block, skip=r.block_skip)  # -> lowp.BlockLinear
         x = tensor(x_np, r.params, backend=backend)
         target = tensor(x_np, "float32", backend=backend)
         opt = Adam(model.parameters(), lr=lr, master_weights=r.master, update_rounding=r.update_rounding, seed=seed)
@@ -208,6 +210,16 @@ def run_recipe(recipe="fp32", task: ReferenceTask | None = None, *, steps: int |
     start = [a.copy() for a in run.masters()]
     out = RunResult(r.name)
     t0 = time.perf_counter()
+    with state.seeded(seed):  # stochastic rounding inside the run (block recipes) is the seed's own
+        _train_loop(run, out, steps, measure, progress)
+    out.seconds = time.perf_counter() - t0
+    if run.scaling is not None:
+        out.fp8 = run.scaling.summary()
+    _final_measures(run, out, start)
+    return out
+
+
+def _train_loop(run: _Run, out: RunResult, steps: int, measure: set, progress) -> None:
     for step in range(steps):
         lval = _train_step(run, out, step, step in measure)
         if progress is not None:
@@ -218,11 +230,6 @@ def run_recipe(recipe="fp32", task: ReferenceTask | None = None, *, steps: int |
                 for _ in range(steps - step - 1):
                     progress()
             break
-    out.seconds = time.perf_counter() - t0
-    if run.scaling is not None:
-        out.fp8 = run.scaling.summary()
-    _final_measures(run, out, start)
-    return out
 
 
 def _diagnose(model, opt, step: int, loss: float) -> str:

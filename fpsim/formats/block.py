@@ -407,24 +407,3 @@ def _check(arr, bf: BlockFormat, axis, block, scale_rounding, rounding, pow2):
 
 def _is_int(v) -> bool:
     return isinstance(v, numbers.Integral) and not isinstance(v, bool | np.bool_)
-
-
-def bench_block(n: int = 10**6, fmt: str = "mxfp8_e4m3", repeat: int = 15, seed: int = 0) -> dict:
-    """Time :func:`quantize` of ``n`` standard-normal float32 values into ``fmt`` against fpsim's plain
-    float32 -> e4m3 cast (``kernels.f32_to_fp8``) on the same values, the two interleaved, best of
-    ``repeat`` each.  Returns ``{"cast_s", "quantize_s", "ratio"}`` (for ``fpsim bench``)."""
-    import time
-
-    from .kernels import f32_to_fp8
-
-    x = np.random.default_rng(seed).standard_normal(n).astype(np.float32)
-    best = {"cast_s": np.inf, "quantize_s": np.inf}
-    runs = {"cast_s": lambda: f32_to_fp8(x, "float8_e4m3fn"), "quantize_s": lambda: quantize(x, fmt)}
-    for fn in runs.values():
-        fn()  # tables built, memory touched
-    for _ in range(repeat):
-        for key, fn in runs.items():
-            t0 = time.perf_counter()
-            fn()
-            best[key] = min(best[key], time.perf_counter() - t0)
-    return {**best, "ratio": best["quantize_s"] / best["cast_s"]}

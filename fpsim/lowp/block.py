@@ -35,6 +35,7 @@ import numpy as np
 from .. import nn
 from ..formats import get_block_format, get_format, quantize, round_to
 from ..tensor import Tensor, promote, round_result
+from .swap import linears_to_swap
 
 __all__ = ["BlockScaling", "BlockLinear", "block_linear", "convert_blocks", "hadamard_matrix", "hadamard_transform"]
 
@@ -261,26 +262,8 @@ def convert_blocks(model: nn.Module, recipe: BlockScaling | None = None, skip=()
     recipe = recipe if recipe is not None else BlockScaling()
     if not isinstance(recipe, BlockScaling):
         raise TypeError(f"recipe must be a BlockScaling, got {type(recipe).__name__}")
-    if isinstance(model, nn.Linear):
-        raise ValueError("convert_blocks() swaps the Linear layers inside a model; wrap a lone Linear in nn.Sequential")
-    skip = (skip,) if isinstance(skip, str) else tuple(skip)
-    linears = [(parent, cname, f"{mname}.{cname}" if mname else cname)
-               for mname, parent in list(model.named_modules())
-               for cname, child in list(parent._modules.items()) if type(child) is nn.Linear]
-    if not linears:
-        raise ValueError(f"convert_blocks(): {type(model).__name__} has no nn.Linear layers")
-    names = [n for _, _, n in linears]
-    alias = {k: v for k, v in (("first", names[0]), ("last", names[-1])) if k not in names}
-    unknown = [str(k) for k in skip if alias.get(k, k) not in names]
-    if unknown:
-        raise ValueError(f"convert_blocks(skip=...): {', '.join(map(repr, unknown))} not a Linear of "
-                         f"{type(model).__name__}; its Linear layers: {', '.join(names)} (or 'first', 'last')")
-    keep = {alias.get(k, k) for k in skip}
-    if keep >= set(names):
-        raise ValueError(f"convert_blocks(skip=...) leaves no Linear to convert (Linear layers: {', '.join(names)})")
     done = []
-    for parent, cname, name in linears:
-        if name not in keep:
-            setattr(parent, cname, BlockLinear(getattr(parent, cname), recipe))
-            done.append(name)
+    for parent, cname, name in linears_to_swap(model, skip, "convert_blocks"):
+        setattr(parent, cname, BlockLinear(getattr(parent, cname), recipe))
+        done.append(name)
     return done

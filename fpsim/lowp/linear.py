@@ -23,6 +23,7 @@ from ..tensor import Tensor, promote, round_result
 from .quant import quantize
 from .recipes import DelayedScaling
 from .scaling import ScalingGroup, ScalingState
+from .swap import linears_to_swap
 
 __all__ = ["LinearScaling", "linear", "Linear", "convert"]
 
@@ -124,30 +125,8 @@ def convert(model: nn.Module, recipe: DelayedScaling | None = None, skip=()) -> 
     recipe = recipe if recipe is not None else DelayedScaling()
     if not isinstance(recipe, DelayedScaling):
         raise TypeError(f"recipe must be an fp8.DelayedScaling, got {type(recipe).__name__}")
-    if isinstance(model, nn.Linear):
-        raise ValueError("convert() swaps the Linear layers inside a model; wrap a lone Linear in nn.Sequential")
-    if isinstance(skip, str):
-        skip = (skip,)
-    linears = []  # (parent, child name, full name) of every nn.Linear, in module order
-    for mname, parent in list(model.named_modules()):
-        for cname, child in list(parent._modules.items()):
-            if type(child) is nn.Linear:
-                linears.append((parent, cname, f"{mname}.{cname}" if mname else cname))
-    if not linears:
-        raise ValueError(f"convert(): {type(model).__name__} has no nn.Linear layers to run in fp8")
-    names = [n for _, _, n in linears]
-    alias = {k: v for k, v in (("first", names[0]), ("last", names[-1])) if k not in names}  # a real name wins
-    unknown = [str(k) for k in skip if alias.get(k, k) not in names]
-    if unknown:
-        raise ValueError(f"convert(skip=...): {', '.join(map(repr, unknown))} not a Linear of "
-                         f"{type(model).__name__}; its Linear layers: {', '.join(names)} (or 'first', 'last')")
-    keep = {alias.get(k, k) for k in skip}
-    if keep >= set(names):
-        raise ValueError(f"convert(skip=...) leaves no Linear to run in fp8 (Linear layers: {', '.join(names)})")
     states: dict[str, ScalingState] = {}
-    for parent, cname, name in linears:
-        if name in keep:
-            continue
+    for parent, cname, name in linears_to_swap(model, skip, "convert"):
         layer = Linear(getattr(parent, cname), recipe, name)
         setattr(parent, cname, layer)
         for s in layer.meta.states():

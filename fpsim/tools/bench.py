@@ -40,7 +40,8 @@ import numpy as np
 
 from .. import backend as _backend
 from .. import ops, state
-from ..formats import LOW_FORMATS, cast, get_format
+from ..formats import LOW_FORMATS, cast, get_format, quantize
+from ..formats.kernels import f32_to_fp8
 from ..monitor import monitor
 from ..tensor import no_grad, tensor
 from ..textable import text_table
@@ -164,7 +165,18 @@ def _rounding_rows(s: BenchSettings, tick) -> list[Row]:
                         samples = time_interleaved([g], s.gfloat_repeats, 0, 0.0)[0]
                         row.others["gfloat round_ndarray"] = statistics.median(samples)
                 rows.append(row)
+    rows.append(_block_row(s, n_text, tick))
     return rows
+
+
+def _block_row(s: BenchSettings, n_text: str, tick) -> Row:
+    """Block scaling's own cost: MXFP8 quantization (amax per block of 32, an e8m0 scale, the
+    elements cast) against fpsim's plain float32 -> e4m3 cast of the same values."""
+    x = np.random.default_rng(0).standard_normal(s.n_round).astype(np.float32)
+    label = f"{n_text} float32 normal -> mxfp8_e4m3 (quantize)"
+    tick(f"rounding {label}")
+    return _compare("rounding", label, lambda: quantize(x, "mxfp8_e4m3"), "fpsim float32 -> e4m3 cast",
+                    lambda: f32_to_fp8(x, "float8_e4m3fn"), s, target="<= 3x", limit=3.0)
 
 
 # ------------------------------------------------------------------------------------- matmul

@@ -6,7 +6,7 @@ import argparse
 import math
 import sys
 
-from ..formats import FORMATS, format_names, get_format
+from ..formats import ALL_FORMATS, format_names, get_format
 from ..textable import text_table
 
 
@@ -59,12 +59,13 @@ def cmd_formats(args) -> int:
     cols = ["format", "bits", "exp", "man", "bias", "max", "tiny (min normal)",
             "smallest subnormal", "eps = ulp(1)", "flush to 0 at |x| <=", "inf?"]
     rows = []
-    for f in FORMATS.values():
+    for f in ALL_FORMATS.values():
         rows.append([f.name, str(f.bits), str(f.exponent_bits), str(f.mantissa_bits), str(f.bias),
                      f"{f.max:.6g}", f"2^{f.emin} = {f.tiny:.6g}",
-                     f"2^{f.emin - f.mantissa_bits} = {f.smallest_subnormal:.6g}",
-                     f"2^-{f.mantissa_bits} = {f.eps:.6g}", f"{f.flush_threshold:.6g}",
-                     "yes" if f.has_inf else "no (NaN only)"])
+                     f"2^{f.emin - f.mantissa_bits} = {f.smallest_subnormal:.6g}" if f.subnormals else "- (none)",
+                     f"2^-{f.mantissa_bits} = {f.eps:.6g}",
+                     f"{f.flush_threshold:.6g}" if f.has_zero else "- (no zero)",
+                     "yes" if f.has_inf else "no (NaN only)" if f.has_nan else "no, no NaN (saturates)"])
     print("\n".join(text_table(cols, rows)))
     print(f"\naliases: {format_names().split('(aliases: ')[1].rstrip(')')}")
     return 0

@@ -1,0 +1,37 @@
+"""Finding the Linear layers a low-precision recipe swaps out, with the ``skip`` rule both
+``convert`` (per-tensor fp8) and ``convert_blocks`` (block scaling) follow."""
+
+from __future__ import annotations
+
+from .. import nn
+
+__all__ = ["linears_to_swap"]
+
+
+def linears_to_swap(model: nn.Module, skip, who: str) -> list[tuple]:
+    """``(parent, child name, full name)`` of every ``nn.Linear`` inside ``model`` that is not
+    skipped, in module order.
+
+    ``skip`` names Linear layers to leave alone: module names as ``model.named_modules()`` gives
+    them (``"0"``, ``"encoder.1"``), or ``"first"`` / ``"last"`` for the first and last Linear
+    (unless a Linear has that name).  A name that is not a Linear of ``model``, a lone Linear, a
+    model with none, or a skip that leaves none raise ValueError naming ``who``; nothing changes.
+    """
+    if isinstance(model, nn.Linear):
+        raise ValueError(f"{who}() swaps the Linear layers inside a model; wrap a lone Linear in nn.Sequential")
+    skip = (skip,) if isinstance(skip, str) else tuple(skip)
+    linears = [(parent, cname, f"{mname}.{cname}" if mname else cname)
+               for mname, parent in list(model.named_modules())
+               for cname, child in list(parent._modules.items()) if type(child) is nn.Linear]
+    if not linears:
+        raise ValueError(f"{who}(): {type(model).__name__} has no nn.Linear layers to convert")
+    names = [n for _, _, n in linears]
+    alias = {k: v for k, v in (("first", names[0]), ("last", names[-1])) if k not in names}  # a real name wins
+    unknown = [str(k) for k in skip if alias.get(k, k) not in names]
+    if unknown:
+        raise ValueError(f"{who}(skip=...): {', '.join(map(repr, unknown))} not a Linear of "
+                         f"{type(model).__name__}; its Linear layers: {', '.join(names)} (or 'first', 'last')")
+    keep = {alias.get(k, k) for k in skip}
+    if keep >= set(names):
+        raise ValueError(f"{who}(skip=...) leaves no Linear to convert (Linear layers: {', '.join(names)})")
+    return [lin for lin in linears if lin[2] not in keep]
