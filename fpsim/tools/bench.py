@@ -338,7 +338,7 @@ def run_bench(settings: BenchSettings | None = None, *, sections=SECTIONS, progr
         raise ValueError(f"unknown bench section(s) {unknown}; known: {', '.join(SECTIONS)}")
     info = machine_info()
     threads = info["blas_threads"]
-    counts = {"rounding": 2 * 2 * len(ROUND_FORMATS), "matmul": len(s.matmul_sizes), "step": 1, "monitor": 2,
+    counts = {"rounding": 2 * 2 * len(ROUND_FORMATS) + 1, "matmul": len(s.matmul_sizes), "step": 1, "monitor": 2,
               "gpu": 2}
     bar = None
     if progress:
