@@ -167,3 +167,49 @@ def test_compare_takes_your_own_recipe_objects():
     assert list(out) == ["fp32", "bf16-master-static"] and out["bf16-master-static"].scales == [8.0] * 3
     with pytest.raises(ValueError, match="each name once"):
         compare(["fp32", "fp32"], task, steps=1, progress=False)
+
+
+def test_every_step_is_measured_and_a_dead_run_says_which_step():
+    task = ReferenceTask(n=512)
+    out = compare(["fp32", "fp16-pure", "fp16-master", "fp16-dynamic", "bf16-pure"], task, steps=4, progress=False)
+    for name, r in out.items():
+        steps = list(range(len(r.losses)))
+        assert list(r.act_grad_flushed) == list(r.weight_grad_flushed) == list(r.stalled) == steps, name
+    dead = out["fp16-pure"]
+    assert dead.died_at == 0 and len(dead.losses) == 1 and dead.failure.startswith("step 0:")
+    assert dead.act_grad_flushed[0] > 0  # float16 flushed some gradients before the update killed it
+    assert [out[n].died_at for n in ("fp32", "fp16-master", "fp16-dynamic", "bf16-pure")] == [None] * 4
+    assert (out["fp16-dynamic"].scaler, out["fp32"].scaler, get_recipe("fp16-static").scaler) == ("dynamic", None,
+                                                                                                 "static")
+    # measuring every step changes nothing: the same numbers as measuring two steps
+    two = run_recipe("fp16-master", task, steps=4, measure_at=(0, -1))
+    r = out["fp16-master"]
+    assert two.losses == r.losses and set(two.stalled) == {0, 3}
+    assert all(two.act_grad_flushed[k] == r.act_grad_flushed[k] and two.stalled[k] == r.stalled[k] for k in (0, 3))
+    with pytest.raises(ValueError, match="measure_at"):
+        run_recipe("fp32", task, steps=1, measure_at="every")
+    assert "diverged at step 0" in ex.format_table(out)
+
+
+@pytest.mark.parametrize("fmt", ["float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"])
+def test_flush_counter_counts_what_the_cast_lost(fmt):
+    """The counter's bit-pattern count against a plain one, with +-0, tiny and normal values."""
+    from fpsim import get_format, state
+    from fpsim.backend import get_backend
+
+    f = get_format(fmt)
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal(5000) * f.smallest_subnormal * rng.choice([0.1, 1, 1e6], 5000)).astype(np.float32)
+    x[:50] = 0.0
+    x[50:100] = -0.0
+    stored = x.astype(f.dtype)
+    wide = stored.astype(np.float32)
+    expected = int(np.count_nonzero((x != 0) & (wide == 0)))
+    assert 0 < expected < np.count_nonzero(x)
+    c = ex.train.FlushCounter()
+    be = get_backend("numpy")
+    for target in ("", "weight"):
+        c(state.RoundingEvent("linear", "backward", "", target, f, x, stored, be))
+    c(state.RoundingEvent("linear", "forward", "", "", f, x, stored, be))  # forward roundings are not counted
+    assert [int(v) for v in c.act] == [int(v) for v in c.weight] == [expected, int(np.count_nonzero(x))]
+    assert ex.train.FlushCounter.fraction(c.act) == expected / np.count_nonzero(x)

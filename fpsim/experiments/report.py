@@ -64,6 +64,11 @@ def _nonfinite_cell(r) -> str:
     return f"step {nf.step}: {nf.op} in {nf.where} ({nf.direction})"
 
 
+def _died_at(r: RunResult) -> str:
+    step = getattr(r, "died_at", None)
+    return f" at step {step}" if step is not None else ""
+
+
 def _run_row(name: str, r: RunResult, base: RunResult | None) -> list[str]:
     """One recipe's row of :func:`format_table`."""
     first = min(r.act_grad_flushed) if r.act_grad_flushed else None
@@ -74,7 +79,7 @@ def _run_row(name: str, r: RunResult, base: RunResult | None) -> list[str]:
     quality = (percent(acc, digits=1) if acc is not None and math.isfinite(acc) else "-") if acc is not None else (
         f"{r.r2:.4f}" if ok and math.isfinite(r.r2) else "-")
     row = [
-        name, f"{r.final_loss:.4e}" if ok else "diverged", rel, quality,
+        name, f"{r.final_loss:.4e}" if ok else "diverged" + _died_at(r), rel, quality,
         f"{r.steps_skipped} ({percent(r.steps_skipped, len(r.skipped), digits=0)})" if r.skipped else "0",
         "per tensor" if r.fp8 else f"{r.final_scale:g}",
         f"{_pct(r.act_grad_flushed, first)} -> {_pct(r.act_grad_flushed, last)}" if first is not None else "-",

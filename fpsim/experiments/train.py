@@ -4,6 +4,10 @@
 the loss scale, skipped steps, the share of backward gradients flushed to zero (a rounding
 hook, :class:`FlushCounter`) and of parameter entries the update left unchanged;
 :func:`compare` and :func:`compare_seeds` run several recipes from the same initial weights.
+
+Steps are numbered from 0 everywhere: ``losses[k]`` is the loss the forward pass of step k
+computed (before step k's update), and a run that died at step k (:attr:`RunResult.died_at`)
+has ``k + 1`` losses - its last is the one step k computed.
 """
 
 from __future__ import annotations
@@ -30,12 +34,14 @@ class RunResult:
     """What one recipe did on the reference task, step by step and at the end."""
 
     recipe: str
-    losses: list = field(default_factory=list)  # float32 loss (unscaled) before each step
+    losses: list = field(default_factory=list)  # float32 loss (unscaled) of each step, before its update
     scales: list = field(default_factory=list)  # loss scale used at each step (1.0 without a scaler)
     skipped: list = field(default_factory=list)  # whether the optimizer step was skipped
     act_grad_flushed: dict = field(default_factory=dict)  # step -> fraction of activation gradients lost
     weight_grad_flushed: dict = field(default_factory=dict)  # step -> fraction of weight-gradient entries lost
     stalled: dict = field(default_factory=dict)  # step -> fraction of parameter entries the update left unchanged
+    scaler: str | None = None  # the loss scaler: None, "static" or "dynamic"
+    died_at: int | None = None  # the step (from 0) after which the run was non-finite; None if it lived
     frozen_fraction: float = float("nan")  # parameters (entries) that never changed
     r2: float = float("nan")  # 1 - mse / variance of the data, on the final model
     failure: str = ""  # where a NaN / inf came from, if the run died (training stops there)
@@ -58,27 +64,40 @@ class RunResult:
 class FlushCounter:
     """A rounding hook (one :class:`~fpsim.state.RoundingEvent` per call): of the backward
     gradients float32 had non-zero, how many became 0 - ``act`` for the gradients flowing
-    between layers, ``weight`` for weight and bias gradients, each ``[lost, non-zero]``."""
+    between layers, ``weight`` for weight and bias gradients, each ``[lost, non-zero]``.
+
+    Cheap enough to run at every step: a rounding never turns 0 into anything else, so the
+    lost values are the zeros stored minus the zeros float32 had, two ``count_nonzero`` per
+    event (float16 / bfloat16 / fp8 zeros counted on the bit patterns, not in slow float16
+    arithmetic).  The counts stay on the tensors' device (0-d arrays on cupy) until read.
+    """
 
     def __init__(self):
         self.act = [0, 0]
         self.weight = [0, 0]
 
     def __call__(self, ev: state.RoundingEvent) -> None:
-        if ev.direction != "backward" or ev.fmt.name == "float32" or ev.op == "accumulate":
+        if ev.direction != "backward" or ev.fmt.name == "float32" or ev.op == "accumulate" or ev.exact32 is None:
             return
-        nz = ev.exact32 != 0
-        n_nz = int(nz.sum())
-        if not n_nz:
-            return
-        lost = int((nz & (ev.stored == 0)).sum())
+        xp = ev.backend.xp
+        n_nz = xp.count_nonzero(ev.exact32)
+        lost = n_nz - _count_nonzero(xp, ev.stored)
         bucket = self.weight if ev.target in ("weight", "bias") else self.act
-        bucket[0] += lost
-        bucket[1] += n_nz
+        bucket[0] = bucket[0] + lost
+        bucket[1] = bucket[1] + n_nz
 
     @staticmethod
     def fraction(bucket) -> float:
-        return bucket[0] / bucket[1] if bucket[1] else 0.0
+        lost, n = int(bucket[0]), int(bucket[1])
+        return lost / n if n else 0.0
+
+
+def _count_nonzero(xp, a):
+    """The non-zero entries of ``a`` (+0 and -0 are zero); 16- and 8-bit formats on their bits."""
+    size = a.dtype.itemsize
+    if size < 4:
+        return xp.count_nonzero(a.view(xp.uint16 if size == 2 else xp.uint8) & (0x7FFF if size == 2 else 0x7F))
+    return xp.count_nonzero(a)
 
 
 def _make_scaler(recipe: Recipe):
@@ -103,6 +122,7 @@ class _Run:
     opt: Adam
     scaler: object = None
     scaling: object = None  # fp8 recipes: the ScalingGroup of the converted Linears
+    measured: dict = field(default_factory=dict)  # step -> the counts _train_step took, not yet read
 
     @classmethod
     def build(cls, r: Recipe, task: ReferenceTask, seed: int, lr: float, backend) -> _Run:
@@ -154,7 +174,8 @@ class _Run:
 
 def _train_step(run: _Run, out: RunResult, step: int, measured: bool) -> float:
     """One step of ``run``, recorded in ``out``; at ``measured`` steps the flushed gradients
-    and the stalled updates are counted.  Returns the loss."""
+    and the stalled updates are counted (on the device; :func:`_read_measures` reads them
+    once, after the run).  Returns the loss."""
     counter = FlushCounter() if measured else None
     if counter is not None:
         with state.hooked(counter):
@@ -164,15 +185,21 @@ def _train_step(run: _Run, out: RunResult, step: int, measured: bool) -> float:
     lval = loss.item()
     out.losses.append(lval)
     out.scales.append(float(scale))
-    if counter is not None:
-        out.act_grad_flushed[step] = FlushCounter.fraction(counter.act)
-        out.weight_grad_flushed[step] = FlushCounter.fraction(counter.weight)
     before = [a.copy() for a in run.masters()] if measured else None
     out.skipped.append(run.update())
-    if before is not None:
-        same = sum(int((a == b).sum()) for a, b in zip(before, run.masters()))
-        out.stalled[step] = same / sum(a.size for a in before)
+    if counter is not None:
+        xp = run.x.backend.xp
+        same = sum(xp.count_nonzero(a == b) for a, b in zip(before, run.masters()))
+        run.measured[step] = (counter.act, counter.weight, same, sum(a.size for a in before))
     return lval
+
+
+def _read_measures(run: _Run, out: RunResult) -> None:
+    """The per-step counts of :func:`_train_step`, as fractions in ``out``."""
+    for step, (act, weight, same, total) in sorted(run.measured.items()):
+        out.act_grad_flushed[step] = FlushCounter.fraction(act)
+        out.weight_grad_flushed[step] = FlushCounter.fraction(weight)
+        out.stalled[step] = int(same) / total
 
 
 def _final_measures(run: _Run, out: RunResult, start: list) -> None:
@@ -188,13 +215,13 @@ def _final_measures(run: _Run, out: RunResult, start: list) -> None:
 
 
 def run_recipe(recipe="fp32", task: ReferenceTask | None = None, *, steps: int | None = None, seed: int = 0,
-               lr: float | None = None, measure_at=(0, -1), progress=None, backend=None) -> RunResult:
+               lr: float | None = None, measure_at="all", progress=None, backend=None) -> RunResult:
     """Train the reference task under ``recipe`` (Adam, full batch) and measure what happened.
     A task with a ``run_recipe`` method (``experiments.tinygpt.TinyGPTTask``) trains itself.
 
-    ``measure_at`` lists the steps (negative counts from the end) at which the fraction of
-    backward gradients flushed to zero is measured; ``progress`` is called with no arguments
-    after every step (tqdm's ``update``).
+    ``measure_at``: ``"all"`` (every step), or the steps (negative counts from the end) at which
+    the fractions of backward gradients flushed to zero and of stalled updates are measured;
+    ``progress`` is called with no arguments after every step (tqdm's ``update``).
     """
     r = get_recipe(recipe)
     task = task or ReferenceTask()
@@ -205,16 +232,17 @@ def run_recipe(recipe="fp32", task: ReferenceTask | None = None, *, steps: int |
     lr = task.lr if lr is None else lr
     check_at_least(steps, 1, "steps")
     check_positive(lr, "learning rate")
-    measure = {s % steps for s in measure_at}
+    measure = set(range(steps)) if _all_steps(measure_at) else {s % steps for s in measure_at}
     run = _Run.build(r, task, seed, lr, backend)
     start = [a.copy() for a in run.masters()]
-    out = RunResult(r.name)
+    out = RunResult(r.name, scaler=r.scaler)
     t0 = time.perf_counter()
     with state.seeded(seed):  # stochastic rounding inside the run (block recipes) is the seed's own
         _train_loop(run, out, steps, measure, progress)
     out.seconds = time.perf_counter() - t0
     if run.scaling is not None:
         out.fp8 = run.scaling.summary()
+    _read_measures(run, out)
     _final_measures(run, out, start)
     return out
 
@@ -225,11 +253,20 @@ def _train_loop(run: _Run, out: RunResult, steps: int, measure: set, progress) -
         if progress is not None:
             progress()
         out.failure = _diagnose(run.model, run.opt, step, lval)
-        if out.failure:  # the run is dead: say where, and stop spending time on NaNs
+        if out.failure:
+            out.died_at = step  # the run is dead: say where, and stop spending time on NaNs
             if progress is not None:
                 for _ in range(steps - step - 1):
                     progress()
             break
+
+
+def _all_steps(measure_at) -> bool:
+    if isinstance(measure_at, str):
+        if measure_at != "all":
+            raise ValueError(f"measure_at: 'all' or a list of steps, got {measure_at!r}")
+        return True
+    return False
 
 
 def _diagnose(model, opt, step: int, loss: float) -> str:
@@ -254,9 +291,9 @@ def _diagnose(model, opt, step: int, loss: float) -> str:
 
 
 def compare(recipes=DEFAULT_RECIPES, task: ReferenceTask | None = None, *, steps: int | None = None, seed: int = 0,
-            lr: float | None = None, progress: bool = True, backend=None, measure_at=(0, -1)) -> dict[str, RunResult]:
+            lr: float | None = None, progress: bool = True, backend=None, measure_at="all") -> dict[str, RunResult]:
     """Run every recipe on the same task, seed and initial weights; results by recipe name.
-    ``measure_at``: the steps at which flushed gradients and stalled updates are counted
+    ``measure_at``: the steps at which flushed gradients and stalled updates are counted, or "all"
     (:func:`run_recipe`)."""
     return compare_seeds(recipes, [seed], task, steps=steps, lr=lr, progress=progress, backend=backend,
                          measure_at=measure_at)[seed]
@@ -286,7 +323,7 @@ def _progress_bar(total: int):
 
 def compare_seeds(recipes=DEFAULT_RECIPES, seeds=(0, 1, 2, 3), task: ReferenceTask | None = None, *,
                   steps: int | None = None, lr: float | None = None, progress: bool = True,
-                  backend=None, measure_at=(0, -1)) -> dict[int, dict[str, RunResult]]:
+                  backend=None, measure_at="all") -> dict[int, dict[str, RunResult]]:
     """:func:`compare` once per seed of the initial weights (the data stay the same): results
     by seed, then by recipe.  One seed's ratio to fp32 can mislead - fp8-delayed is 1.097x at
     seed 0 and 1.116x at seed 5 - so :func:`~fpsim.experiments.format_seed_table` shows every
