@@ -1,0 +1,335 @@
+"""The figure of a recipe comparison: what differs between the runs, and why, step by step.
+
+:func:`compare_figure` draws any set of :class:`~fpsim.experiments.RunResult` (one seed, or
+several: ``{seed: {recipe: RunResult}}``) - ``fpsim compare`` and ``fpsim figures``
+(``loss_curves.png``) both draw with it.  Left: the loss per recipe (log axis), an X and a
+legend note where a run died, at the step the table reports (0-based: the step whose update,
+or whose forward pass, made the run non-finite); below it each loss divided by the baseline's
+at the same step (fp32 where it is in the set, else the first recipe, as the table does), the
+final ratio in the legend.  Right, where the runs have them, what explains the ratios: the
+share of activation gradients flushed to zero, the loss scale with skipped steps marked, and
+the share of parameter updates that stalled.  Over several seeds every line is the mean over
+the seeds with a min-max band.  It draws only what the runs recorded, whatever the task.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .plots import _STYLES, BAND_COLORS, STYLE, _plt, recipe_color
+
+__all__ = ["CompareFigure", "Death", "compare_figure"]
+
+_SPARE_COLORS = ("#ff7f0e", "#8c564b", "#bcbd22", "#17becf", "#7f7f7f", "#d62728")
+_PANELS = (  # key, title, y label
+    ("flushed", "activation gradients flushed to 0", "% of the non-zero ones"),
+    ("scale", "loss scale (X: step skipped, inf/NaN gradients)", "loss scale"),
+    ("stalled", "stalled updates: parameters the step left unchanged", "% of parameters"),
+)
+
+
+@dataclass(frozen=True)
+class Death:
+    """A run that died: its recipe and seed, the step (0-based, as the table and
+    ``RunResult.died_at``), and the loss at which its X is drawn."""
+
+    recipe: str
+    seed: object
+    step: int
+    loss: float
+
+
+@dataclass
+class CompareFigure:
+    """What :func:`compare_figure` drew: the figure, where it was saved, the baseline of the
+    ratios (None where there is nothing to divide), the panels (``"loss"``, ``"ratio"``,
+    ``"flushed"``, ``"scale"``, ``"stalled"``), every death it marked, each recipe's final
+    ratio to the baseline per seed (the table's numbers) and the notes written on it."""
+
+    figure: object
+    path: object = None
+    baseline: str | None = None
+    panels: tuple = ()
+    deaths: list = field(default_factory=list)
+    final_ratios: dict = field(default_factory=dict)  # recipe -> {seed: ratio}
+    notes: list = field(default_factory=list)
+
+
+def _by_seed(runs) -> dict:
+    """``{seed: {recipe: RunResult}}`` from that or from ``{recipe: RunResult}`` (seed None)."""
+    if not runs:
+        raise ValueError("compare_figure needs at least one run")
+    if all(isinstance(v, dict) for v in runs.values()):
+        out = {s: dict(v) for s, v in runs.items()}
+        if not all(out.values()):
+            raise ValueError("compare_figure: every seed needs at least one run")
+        return out
+    return {None: dict(runs)}
+
+
+def _styles(names) -> dict:
+    """recipe -> (colour, dash): the format's colour; recipes of one format get other dashes."""
+    seen: dict = {}
+    spare = iter(_SPARE_COLORS * 4)
+    out = {}
+    for name in names:
+        color = recipe_color(name) or next(spare)
+        k = seen.get(color, 0)
+        seen[color] = k + 1
+        out[name] = (color, _STYLES[k % len(_STYLES)])
+    return out
+
+
+def _losses(r) -> np.ndarray:
+    y = np.asarray(r.losses, dtype=np.float64)
+    return np.where(np.isfinite(y) & (y > 0), y, np.nan)
+
+
+def _series(d: dict, n: int, drop=None) -> np.ndarray:
+    """A per-step dict (step -> fraction) as percentages over ``n`` steps, NaN where unmeasured."""
+    y = np.full(n, np.nan)
+    for k, v in d.items():
+        if 0 <= k < n and k != drop:
+            y[k] = 100.0 * v
+    return y
+
+
+def _band(rows: list) -> tuple:
+    """(steps, mean, min, max) over the rows (NaN: absent), at the steps some row has."""
+    n = max((len(r) for r in rows), default=0)
+    m = np.full((len(rows), n), np.nan)
+    for i, r in enumerate(rows):
+        m[i, : len(r)] = r
+    keep = np.flatnonzero(np.any(np.isfinite(m), axis=0))
+    m = m[:, keep]
+    with np.errstate(all="ignore"):
+        return keep, np.nanmean(m, axis=0), np.nanmin(m, axis=0), np.nanmax(m, axis=0)
+
+
+def _draw(ax, rows, style, label=None, log=False, lw=2.2):
+    """The mean of ``rows`` as a line, and their min-max band where there are several."""
+    steps, mean, lo, hi = _band([np.log2(r) if log else r for r in rows])
+    if steps.size == 0:
+        return None
+    if log:
+        mean, lo, hi = 2.0**mean, 2.0**lo, 2.0**hi
+    color, ls = style
+    marker = "o" if steps.size == 1 else None
+    (line,) = ax.plot(steps, mean, color=color, ls=ls, lw=lw, marker=marker, label=label)
+    if len(rows) > 1 and steps.size > 1:
+        ax.fill_between(steps, lo, hi, color=color, alpha=0.15, lw=0)
+    return line
+
+
+def _deaths(by_seed: dict) -> list[Death]:
+    out = []
+    for seed, runs in by_seed.items():
+        for name, r in runs.items():
+            step = r.died_at if r.died_at is not None else (len(r.losses) - 1 if r.failure else None)
+            if step is None:
+                continue
+            y = _losses(r)[: step + 1]
+            finite = y[np.isfinite(y)]
+            out.append(Death(name, seed, int(step), float(finite[-1]) if finite.size else math.nan))
+    return out
+
+
+def _seeds_text(seeds) -> str:
+    seeds = [s for s in seeds if s is not None]
+    return f" (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})" if seeds else ""
+
+
+def _loss_panel(ax, by_seed, names, styles, deaths):
+    for name in names:
+        _draw(ax, [_losses(runs[name]) for runs in by_seed.values() if name in runs], styles[name], label=name)
+    ax.set_yscale("log")
+    top = ax.get_ylim()[1]
+    groups: dict = {}
+    for d in deaths:
+        groups.setdefault((d.recipe, d.step), []).append(d)
+    for (name, step), ds in groups.items():
+        y = [d.loss if math.isfinite(d.loss) else top for d in ds]
+        ax.plot([step] * len(ds), y, marker="X", ms=15, ls="none", color=styles[name][0], mec="black", mew=1.2,
+                label=f"{name} died at step {step}{_seeds_text([d.seed for d in ds])}", zorder=5)
+    ax.set_ylabel("loss")
+    ax.legend(loc="upper right", fontsize=11, ncol=2 if len(names) + len(groups) > 8 else 1)
+
+
+def _ratio_rows(by_seed, name, baseline, ratios):
+    """Per seed: ``name``'s loss / the baseline's at each step both have; the final ratio
+    (where both lived to the end) goes into ``ratios[name][seed]``."""
+    rows = []
+    for seed, runs in by_seed.items():
+        if name not in runs or baseline not in runs:
+            continue
+        a, b = _losses(runs[name]), _losses(runs[baseline])
+        n = min(a.size, b.size)
+        rows.append(a[:n] / b[:n])
+        r, base = runs[name], runs[baseline]
+        if not r.failure and not base.failure and r.losses and base.losses:
+            ratios.setdefault(name, {})[seed] = r.losses[-1] / base.losses[-1]
+    return rows
+
+
+def _ratio_label(name, ratios: dict, died: list) -> str:
+    parts = []
+    if died:
+        steps = sorted({d.step for d in died})
+        parts.append(f"died at step {', '.join(map(str, steps))}{_seeds_text([d.seed for d in died])}")
+    v = list(ratios.values())
+    if len(v) == 1:
+        parts.append(f"{v[0]:.3f}x at the end" + (_seeds_text(list(ratios)) if died else ""))
+    elif v:
+        parts.append(f"{np.mean(v):.3f}x at the end ({min(v):.3f} - {max(v):.3f}, {len(v)} seeds)")
+    return f"{name}: {'; '.join(parts) or 'no ratio'}"
+
+
+def _ratio_panel(ax, by_seed, names, styles, baseline, deaths, ratios) -> list[str]:
+    """Each recipe's loss / the baseline's; returns the notes written on the panel."""
+    others = [n for n in names if n != baseline]
+    notes = []
+    for name in others:
+        rows = _ratio_rows(by_seed, name, baseline, ratios)
+        _draw(ax, rows, styles[name], label=_ratio_label(name, ratios.get(name, {}),
+                                                         [d for d in deaths if d.recipe == name]))
+    ax.axhline(1.0, color=styles[baseline][0], lw=1.5, ls=styles[baseline][1])
+    which = "" if baseline == "fp32" else f" (no fp32 in this set: the first recipe, {baseline})"
+    ax.set_title(f"loss / {baseline} loss at the same step{which}", fontsize=14)
+    ax.set_ylabel(f"loss / {baseline} loss")
+    base_died = sorted({d.step for d in deaths if d.recipe == baseline})
+    if base_died:
+        notes.append(f"the baseline {baseline} died at step {', '.join(map(str, base_died))}: the ratios stop there")
+    if not others:
+        notes.append("one recipe: nothing to divide")
+    elif not ratios:
+        notes.append(f"every run but {baseline} died (X above): no ratio to show")
+    if notes:
+        ax.text(0.5, 0.93, "\n".join(notes), transform=ax.transAxes, ha="center", va="top", fontsize=13,
+                bbox={"facecolor": "white", "alpha": 0.85, "lw": 0})
+    if others:
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2 if len(others) > 2 else 1, fontsize=11,
+                  frameon=False)
+    return notes
+
+
+def _scaled(r) -> bool:
+    return bool(r.scaler) or any(s != 1.0 for s in r.scales)
+
+
+def _rows(by_seed, name, key) -> list:
+    rows = []
+    for runs in by_seed.values():
+        r = runs.get(name)
+        if r is None or not r.losses:
+            continue
+        if key == "scale":
+            if _scaled(r):
+                rows.append(np.asarray(r.scales, dtype=np.float64))
+        else:  # the update that killed a run left nothing 'stalled': that step is left out
+            d = r.act_grad_flushed if key == "flushed" else r.stalled
+            rows.append(_series(d, len(r.losses), drop=r.died_at if key == "stalled" else None))
+    return rows
+
+
+def _panel_runs(by_seed, names, key) -> tuple[list, list]:
+    """(recipes to draw, recipes measured at 0 at every step) for one of the right panels."""
+    drawn, zero = [], []
+    for name in names:
+        rows = [r for r in _rows(by_seed, name, key) if np.any(np.isfinite(r))]
+        if not rows:
+            continue
+        if key == "scale" or any(np.nanmax(r) > 0 for r in rows):
+            drawn.append(name)
+        else:
+            zero.append(name)
+    return drawn, zero
+
+
+def _skips(ax, by_seed, drawn) -> str:
+    """The skipped steps as X on the loss scale; the note saying how many."""
+    counts = {}
+    for name in drawn:
+        for runs in by_seed.values():
+            r = runs.get(name)
+            idx = np.flatnonzero(np.asarray(r.skipped, dtype=bool)) if r is not None else []
+            if len(idx):
+                ax.plot(idx, np.asarray(r.scales)[idx], "X", ms=10, ls="none", color=BAND_COLORS["flush"], zorder=5)
+                counts[name] = counts.get(name, 0) + len(idx)
+    if not counts:
+        return "no step was skipped"
+    return "steps skipped: " + ", ".join(f"{n} {k}" for n, k in counts.items())
+
+
+def _diag_panel(ax, by_seed, names, styles, key, title, ylabel) -> str:
+    """One of the right panels; returns its note."""
+    drawn, zero = _panel_runs(by_seed, names, key)
+    for name in drawn:
+        _draw(ax, _rows(by_seed, name, key), styles[name], label=name, log=key == "scale", lw=1.8)
+    if key == "scale":
+        ax.set_yscale("log", base=2)
+        note = _skips(ax, by_seed, drawn)
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(lo / (hi / lo) ** 0.1, hi * (hi / lo) ** 0.35)  # room for the note
+    else:
+        note = f"0% at every step: {', '.join(zero)}" if zero else ""
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.3)
+    if note:
+        ax.text(0.01, 0.97, note, transform=ax.transAxes, ha="left", va="top", fontsize=11,
+                bbox={"facecolor": "white", "alpha": 0.85, "lw": 0})
+    ax.set_title(title, fontsize=14)
+    ax.set_ylabel(ylabel, fontsize=13)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=10, frameon=False)  # beside: covers nothing
+    return note
+
+
+def _layout(plt, panels: list):
+    """The figure and its Axes: loss and ratio on the left, the right panels (if any) beside."""
+    fig = plt.figure(figsize=(19, 10.5) if panels else (11.5, 10.5), layout="constrained")
+    with plt.rc_context(STYLE):
+        left, right = fig.subfigures(1, 2, width_ratios=(1.15, 1), wspace=0.03) if panels else (fig, None)
+        top, bottom = left.subplots(2, 1, sharex=True, height_ratios=(3, 2))
+        side = list(right.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]) if panels else []
+    return fig, top, bottom, side
+
+
+def compare_figure(runs, *, baseline: str | None = None, title: str | None = None, path=None) -> CompareFigure:
+    """Draw a recipe comparison (see the module docstring); save it to ``path`` if given.
+
+    ``runs``: ``{recipe: RunResult}`` (one seed) or ``{seed: {recipe: RunResult}}``.
+    ``baseline``: the recipe the ratios divide by (default: fp32 if present, else the first).
+    Returns a :class:`CompareFigure` with the data it drew.
+    """
+    by_seed = _by_seed(runs)
+    names = list(dict.fromkeys(n for rs in by_seed.values() for n in rs))
+    baseline = baseline or ("fp32" if "fp32" in names else names[0])
+    if baseline not in names:
+        raise ValueError(f"baseline {baseline!r} is not among the recipes ({', '.join(names)})")
+    styles, deaths = _styles(names), _deaths(by_seed)
+    panels = [p for p in _PANELS if _panel_runs(by_seed, names, p[0])[0]]
+    plt = _plt()
+    fig, top, bottom, side = _layout(plt, panels)
+    ratios: dict = {}
+    with plt.rc_context(STYLE):
+        _loss_panel(top, by_seed, names, styles, deaths)
+        notes = _ratio_panel(bottom, by_seed, names, styles, baseline, deaths, ratios)
+        for ax, (key, t, ylabel) in zip(side, panels):
+            notes.append(_diag_panel(ax, by_seed, names, styles, key, t, ylabel))
+        for ax in (bottom, *side[-1:]):
+            ax.set_xlabel("step")
+        from matplotlib.ticker import MaxNLocator
+
+        n = max(len(r.losses) for rs in by_seed.values() for r in rs.values())
+        pad = max(0.5, 0.02 * (n - 1))
+        for ax in (top, bottom, *side):
+            ax.set_xlim(-pad, n - 1 + pad)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        seeds = [s for s in by_seed if s is not None]
+        top.set_title(title or "loss per recipe" + (f", mean and range over seeds {', '.join(map(str, seeds))}"
+                                                    if len(seeds) > 1 else ""), fontsize=15)
+    if path is not None:
+        fig.savefig(path, bbox_inches="tight")
+    return CompareFigure(fig, path, baseline if len(names) > 1 else None, ("loss", "ratio", *(p[0] for p in panels)),
+                         deaths, ratios, [n for n in notes if n])
