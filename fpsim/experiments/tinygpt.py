@@ -234,6 +234,7 @@ def run_tinygpt(recipe="fp32", task: TinyGPTTask | None = None, *, steps: int | 
             dead = _dead(run.model)
             if dead:
                 out.failure = f"step {step}: parameters {', '.join(dead[:3])} became non-finite"
+                out.died_at = step
                 for _ in range(steps - step - 1 if progress is not None else 0):
                     progress()
                 break

@@ -117,9 +117,11 @@ def _backend_arg(name: str) -> str:
 
 
 def _run_json(r) -> dict:
+    """One run for ``--json``; steps from 0, as in the table and the figure."""
     out = {"final_loss": r.final_loss, "r2": r.r2, "steps_skipped": r.steps_skipped, "final_scale": r.final_scale,
            "act_grad_flushed": r.act_grad_flushed, "weight_grad_flushed": r.weight_grad_flushed,
-           "stalled": r.stalled, "failure": r.failure, "losses": r.losses, "seconds": r.seconds, "fp8": r.fp8}
+           "stalled": r.stalled, "failure": r.failure, "died_at_step": r.died_at, "losses": r.losses,
+           "scales": r.scales, "skipped": r.skipped, "seconds": r.seconds, "fp8": r.fp8}
     if hasattr(r, "nonfinite"):  # the transformer task
         nf = r.nonfinite
         out.update(accuracy=r.accuracy, skipped_share=r.steps_skipped / max(len(r.skipped), 1),
@@ -129,9 +131,48 @@ def _run_json(r) -> dict:
     return out
 
 
+def _figure_path(text: str):
+    """Where ``--figure`` writes, checked before any training: a directory gets compare_loss.png
+    inside it, a name without a suffix gets .png; a suffix matplotlib cannot write is an error."""
+    from pathlib import Path
+
+    if text == "none":
+        return None
+    path = Path(text)
+    if path.is_dir() or text.endswith(("/", "\\")):
+        path = path / "compare_loss.png"
+    elif not path.suffix:
+        path = path.with_suffix(".png")
+    from matplotlib.figure import Figure
+
+    kinds = Figure().canvas.get_supported_filetypes()
+    if path.suffix[1:].lower() not in kinds:
+        raise ValueError(f"--figure {text}: matplotlib cannot write {path.suffix!r} files; use one of "
+                         f"{', '.join('.' + k for k in sorted(kinds))}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _compare_figure(by_seed, seeds, task, steps, path) -> None:
+    from .compareplot import compare_figure
+
+    seed_text = f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+    what = (f"tiny GPT sorting {task.n_digits} digits" if hasattr(task, "n_digits")
+            else f"reference task ({task.n:,} x {task.dim} outputs, Adam)")
+    title = (f"fpsim compare: {what}, {steps} steps, {seed_text}"
+             + (" - mean and min-max over the seeds" if len(seeds) > 1 else ""))
+    drawn = compare_figure(by_seed if len(seeds) > 1 else by_seed[seeds[0]], title=title, path=path)
+    import matplotlib.pyplot as plt
+
+    plt.close(drawn.figure)
+    deaths = "".join(f"; X: {d.recipe} died at step {d.step}" + (f" (seed {d.seed})" if len(seeds) > 1 else "")
+                     for d in drawn.deaths)
+    print(f"\nfigure (loss, loss / {drawn.baseline or 'nothing'}, {', '.join(drawn.panels[2:]) or 'no more panels'}"
+          f"{deaths}): {path}", file=sys.stderr)
+
+
 def cmd_compare(args) -> int:
     import json
-    from pathlib import Path
 
     from ..experiments import DEFAULT_RECIPES, ReferenceTask, compare_seeds, format_seed_table, format_table, tinygpt
 
@@ -146,7 +187,8 @@ def cmd_compare(args) -> int:
     if len(set(seeds)) != len(seeds):
         print(f"fpsim compare: error: --seeds repeats a seed: {' '.join(map(str, seeds))}", file=sys.stderr)
         return 2
-    if gpt:
+    figure = _figure_path(args.figure or ("figures/compare_tinygpt_loss.png" if gpt else "figures/compare_loss.png"))
+    if gpt:  # before the runs: a bad figure path fails now, not after them
         print(f"{task.describe()}; {steps} steps, seed{'s' if len(seeds) > 1 else ''} {' '.join(map(str, seeds))}",
               file=sys.stderr)
     else:
@@ -154,8 +196,6 @@ def cmd_compare(args) -> int:
               f"{task.n} x {task.dim} = 2^{(task.n * task.dim).bit_length() - 1} outputs, mean squared error, "
               f"Adam lr {args.lr or task.lr:g}, {steps} full-batch steps, "
               f"seed{'s' if len(seeds) > 1 else ''} {' '.join(map(str, seeds))}", file=sys.stderr)
-    if args.figure is None:
-        args.figure = "figures/compare_tinygpt_loss.png" if gpt else "figures/compare_loss.png"
     by_seed = compare_seeds(recipes, seeds, task, steps=steps, lr=args.lr, progress=not args.quiet,
                             backend=args.backend)
     results = by_seed[seeds[0]]
@@ -170,14 +210,8 @@ def cmd_compare(args) -> int:
         print(format_table(results, baseline=baseline))
     else:
         print(format_seed_table(by_seed, baseline=baseline))
-    if args.figure != "none":
-        from .plots import loss_curves
-
-        path = Path(args.figure)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        title = "training loss per recipe" + (f" (seed {seeds[0]})" if len(seeds) > 1 else "")
-        loss_curves({n: r.losses for n, r in results.items()}, title=title, path=path)
-        print(f"\nloss curves{f' (seed {seeds[0]})' if len(seeds) > 1 else ''}: {path}", file=sys.stderr)
+    if figure is not None:
+        _compare_figure(by_seed, seeds, task, steps, figure)
     return 0
 
 
@@ -211,14 +245,15 @@ def _add_compare(sub) -> None:
                       help="run every recipe once per seed and print, instead of the full table, each "
                            "recipe's final loss divided by fp32's (or the first recipe's, without fp32) "
                            "from the same seed, with the mean and range; --json then gives the runs by "
-                           "seed; the figure shows the first seed")
+                           "seed; the figure shows the mean over the seeds with a min-max band")
     sp.add_argument("--lr", type=_positive_float,
                     help="Adam learning rate (default 1e-2; tinygpt 5e-3, the peak of its schedule)")
     sp.add_argument("--backend", type=_backend_arg, default=None, metavar="{numpy,cupy}",
                     help="array backend (default numpy; cupy needs CuPy and a CUDA GPU)")
     sp.add_argument("--figure", default=None,
-                    help="where to write the loss-curve figure ('none' for no figure; default "
-                         "figures/compare_loss.png, tinygpt: figures/compare_tinygpt_loss.png)")
+                    help="where to write the figure: loss, loss / fp32 loss, and flushed gradients, loss scale and "
+                         "stalled updates per step; a directory gets compare_loss.png inside it ('none' for no "
+                         "figure; default figures/compare_loss.png, tinygpt: figures/compare_tinygpt_loss.png)")
     sp.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
     sp.set_defaults(func=cmd_compare)

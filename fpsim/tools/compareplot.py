@@ -47,12 +47,14 @@ class CompareFigure:
     """What :func:`compare_figure` drew: the figure, where it was saved, the baseline of the
     ratios (None where there is nothing to divide), the panels (``"loss"``, ``"ratio"``,
     ``"flushed"``, ``"scale"``, ``"stalled"``), every death it marked, each recipe's final
-    ratio to the baseline per seed (the table's numbers) and the notes written on it."""
+    ratio to the baseline per seed (the table's numbers), the notes written on it and the Axes
+    of each panel."""
 
     figure: object
     path: object = None
     baseline: str | None = None
     panels: tuple = ()
+    axes: dict = field(default_factory=dict)  # panel -> its matplotlib Axes
     deaths: list = field(default_factory=list)
     final_ratios: dict = field(default_factory=dict)  # recipe -> {seed: ratio}
     notes: list = field(default_factory=list)
@@ -331,5 +333,6 @@ def compare_figure(runs, *, baseline: str | None = None, title: str | None = Non
                                                     if len(seeds) > 1 else ""), fontsize=15)
     if path is not None:
         fig.savefig(path, bbox_inches="tight")
-    return CompareFigure(fig, path, baseline if len(names) > 1 else None, ("loss", "ratio", *(p[0] for p in panels)),
+    keys = ("loss", "ratio", *(p[0] for p in panels))
+    return CompareFigure(fig, path, baseline if len(names) > 1 else None, keys, dict(zip(keys, (top, bottom, *side))),
                          deaths, ratios, [n for n in notes if n])
