@@ -199,3 +199,19 @@ def test_cli_figure_path(tmp_path, capsys, small_task):
     rc = cli.main(["compare", "--recipes", "fp32", "--steps", "1", "--quiet", "--figure", str(tmp_path / "f.txt")])
     err = capsys.readouterr().err
     assert rc == 2 and "cannot write '.txt' files" in err and "reference task" not in err  # before any training
+
+
+def test_stalled_updates_that_are_carried_say_so():
+    runs = {"fp32": _run("fp32", [1.0, 0.5]), "bf16-kahan": _run("bf16-kahan", [1.0, 0.5], stalled=[0.1, 0.5]),
+            "bf16-pure": _run("bf16-pure", [1.0, 0.5], stalled=[0.1, 0.5])}
+    labels = [ln.get_label() for ln in compare_figure(runs).axes["stalled"].lines]
+    assert labels == ["bf16-kahan: kept in the Kahan buffer", "bf16-pure"]
+
+
+def test_a_panel_left_out_says_why():
+    runs = {"fp32": _run("fp32", [1.0, 0.5]), "bf16-master": _run("bf16-master", [1.0, 0.6])}
+    cf = compare_figure(runs)
+    assert cf.panels == ("loss", "ratio")
+    said = ["no run flushed an activation gradient to 0", "no run left a parameter unchanged (no update stalled)"]
+    assert cf.notes[-2:] == said
+    assert any(t.get_text() == "\n".join(said) for t in cf.axes["loss"].texts)

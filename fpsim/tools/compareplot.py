@@ -217,6 +217,14 @@ def _ratio_panel(ax, by_seed, names, styles, baseline, deaths, ratios) -> list[s
     return notes
 
 
+def _carried(name: str) -> str | None:
+    """How a named recipe keeps the updates that stall (Kahan buffer, stochastic rounding), or None."""
+    from ..experiments import RECIPES
+
+    rounding = RECIPES[name].update_rounding if name in RECIPES else "nearest"
+    return {"kahan": "kept in the Kahan buffer", "stochastic": "kept on average"}.get(rounding)
+
+
 def _scaled(r) -> bool:
     return bool(r.scaler) or any(s != 1.0 for s in r.scales)
 
@@ -269,7 +277,9 @@ def _diag_panel(ax, by_seed, names, styles, key, title, ylabel) -> str:
     """One of the right panels; returns its note."""
     drawn, zero = _panel_runs(by_seed, names, key)
     for name in drawn:
-        _draw(ax, _rows(by_seed, name, key), styles[name], label=name, log=key == "scale", lw=1.8)
+        carried = _carried(name) if key == "stalled" else None
+        label = f"{name}: {carried}" if carried else name
+        _draw(ax, _rows(by_seed, name, key), styles[name], label=label, log=key == "scale", lw=1.8)
     if key == "scale":
         ax.set_yscale("log", base=2)
         note = _skips(ax, by_seed, drawn)
@@ -285,6 +295,16 @@ def _diag_panel(ax, by_seed, names, styles, key, title, ylabel) -> str:
     ax.set_ylabel(ylabel, fontsize=13)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=10, frameon=False)  # beside: covers nothing
     return note
+
+
+def _absent(by_seed, names, drawn: list) -> list[str]:
+    """What a left-out right panel would have shown: nothing, though the runs measured it."""
+    out = []
+    for key, what in (("flushed", "no run flushed an activation gradient to 0"),
+                      ("stalled", "no run left a parameter unchanged (no update stalled)")):
+        if key not in drawn and _panel_runs(by_seed, names, key)[1]:
+            out.append(what)
+    return out
 
 
 def _layout(plt, panels: list):
@@ -319,6 +339,11 @@ def compare_figure(runs, *, baseline: str | None = None, title: str | None = Non
         notes = _ratio_panel(bottom, by_seed, names, styles, baseline, deaths, ratios)
         for ax, (key, t, ylabel) in zip(side, panels):
             notes.append(_diag_panel(ax, by_seed, names, styles, key, t, ylabel))
+        absent = _absent(by_seed, names, [p[0] for p in panels])
+        if absent:  # said where the loss curves leave room: low on the left
+            top.text(0.01, 0.03, "\n".join(absent), transform=top.transAxes, ha="left", va="bottom", fontsize=12,
+                     bbox={"facecolor": "white", "alpha": 0.85, "lw": 0})
+            notes += absent
         for ax in (bottom, *side[-1:]):
             ax.set_xlabel("step")
         from matplotlib.ticker import MaxNLocator
