@@ -31,7 +31,7 @@ from .. import fp8, nn, state
 from ..optim import Adam
 from ..trace import FORWARD, NonFiniteTracer
 from .recipes import Recipe, get_recipe
-from .train import FlushCounter, RunResult, _make_scaler
+from .train import FlushCounter, RunResult, _make_scaler, measured_steps
 
 __all__ = ["TinyGPTTask", "TinyGPTResult", "OVERFLOW", "TINYGPT_RECIPES", "run_tinygpt"]
 
@@ -139,7 +139,7 @@ class TinyGPTTask:
                 f"{self.n_heads} heads, context {self.context}, vocab {self.vocab_size}; batch {self.batch}, "
                 f"Adam lr {self.lr:g} (warm-up {self.warmup}, cosine)" + (f"; {', '.join(knobs)}" if knobs else ""))
 
-    def run_recipe(self, recipe, *, steps=None, seed=0, lr=None, measure_at=(0, -1), progress=None,
+    def run_recipe(self, recipe, *, steps=None, seed=0, lr=None, measure_at="all", progress=None,
                    backend=None) -> TinyGPTResult:
         """Train under ``recipe``; see :func:`run_tinygpt`."""
         return run_tinygpt(recipe, self, steps=steps, seed=seed, lr=lr, measure_at=measure_at, progress=progress,
@@ -211,7 +211,7 @@ def run_tinygpt(recipe="fp32", task: TinyGPTTask | None = None, *, steps: int | 
     lr = task.lr if lr is None else float(lr)
     if steps < 1 or not lr > 0:
         raise ValueError(f"steps must be >= 1 and the learning rate > 0, got {steps} and {lr}")
-    measure = {s % steps for s in measure_at}
+    measure = measured_steps(measure_at, steps)
     run = _GPTRun.build(r, task, seed, lr, backend)
     out = TinyGPTResult(r.name)
     tracer = NonFiniteTracer()

@@ -232,7 +232,7 @@ def run_recipe(recipe="fp32", task: ReferenceTask | None = None, *, steps: int |
     lr = task.lr if lr is None else lr
     check_at_least(steps, 1, "steps")
     check_positive(lr, "learning rate")
-    measure = set(range(steps)) if _all_steps(measure_at) else {s % steps for s in measure_at}
+    measure = measured_steps(measure_at, steps)
     run = _Run.build(r, task, seed, lr, backend)
     start = [a.copy() for a in run.masters()]
     out = RunResult(r.name, scaler=r.scaler)
@@ -261,12 +261,14 @@ def _train_loop(run: _Run, out: RunResult, steps: int, measure: set, progress) -
             break
 
 
-def _all_steps(measure_at) -> bool:
+def measured_steps(measure_at, steps: int) -> set[int]:
+    """The steps whose gradients are measured: ``"all"``, or a list of steps (negative ones count
+    from the end)."""
     if isinstance(measure_at, str):
         if measure_at != "all":
             raise ValueError(f"measure_at: 'all' or a list of steps, got {measure_at!r}")
-        return True
-    return False
+        return set(range(steps))
+    return {s % steps for s in measure_at}
 
 
 def _diagnose(model, opt, step: int, loss: float) -> str:
