@@ -17,7 +17,6 @@ Files are read by :func:`fpsim.tools.tensorfiles.read_tensors` (``allow_pickle=F
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -29,6 +28,7 @@ import numpy as np
 from ..formats import LOW_FORMATS, cast, classify, get_format
 from ..formats.survival import float_values, is_float_dtype
 from ..textable import percent, text_table
+from .jsonout import dumps, finite
 from .plots import HistogramData, format_bands, gradient_histogram
 from .tensorfiles import read_tensors
 
@@ -119,12 +119,25 @@ class AuditReport:
                 "keep": self.keep, "overall": self.overall.to_dict(), "tensors": [t.to_dict() for t in self.tensors],
                 "skipped": [{"name": n, "reason": r} for n, r in self.skipped]}
 
+    @property
+    def judged(self) -> int:
+        """How many finite non-zero values the verdicts rest on (0: nothing to judge)."""
+        o = self.overall
+        return o.n - o.zeros - o.nonfinite
+
+    def nothing_to_judge(self) -> str:
+        """Why no verdict is possible (no finite non-zero value anywhere), or "" when one is."""
+        if self.judged:
+            return ""
+        return (f"{self.source}: nothing to judge - no finite non-zero value in {len(self.tensors)} tensor(s) "
+                f"({self.overall.zeros:,} zero, {self.overall.nonfinite:,} inf/NaN, {len(self.skipped)} skipped)")
+
     def table(self) -> str:
         """The report as aligned text: overall first, then each tensor."""
         o = self.overall
         lo, hi = self.k_range
         lines = [f"audit of {self.source}: {len(self.tensors)} tensor(s), {o.n:,} values "
-                 f"({o.n - o.zeros - o.nonfinite:,} non-zero, {o.zeros:,} zero, {o.nonfinite:,} inf/NaN)",
+                 f"({self.judged:,} non-zero, {o.zeros:,} zero, {o.nonfinite:,} inf/NaN)",
                  f"a loss scale 2^k (k in {lo}..{hi}) is safe when the scaled values keep >= {100 * self.keep:g}% "
                  "of the non-zero values (not flushed to 0) and none overflow", ""]
         cols = ["tensor", "format", "flushed to 0", "subnormal", "overflow", "safe loss scales"]
@@ -133,11 +146,14 @@ class AuditReport:
             for i, (name, fa) in enumerate(t.formats.items()):
                 rng = fa.scale_range
                 safe = "none" if rng is None else (f"2^{rng[0]}" if rng[0] == rng[1] else f"2^{rng[0]} .. 2^{rng[1]}")
+                safe = safe if fa.nonzero else "- (no finite non-zero value)"
                 rows.append([t.name if i == 0 else "", name, *fa.cells(), safe])
         lines += text_table(cols, rows, right={2, 3, 4})
         if self.skipped:
             lines.append("")
             lines += [f"skipped {n}: {r}" for n, r in self.skipped]
+        if not self.judged:
+            lines += ["", self.nothing_to_judge()]
         return "\n".join(lines)
 
     def histogram(self):
@@ -187,7 +203,7 @@ class _Acc:
     def verdict(self, name, ks, keep: Fraction) -> FormatAudit:
         # kept >= keep * nonzero, in integers: (nonzero - flushed) * q >= p * nonzero
         ok = ((self.nonzero - self.flush_k) * keep.denominator >= keep.numerator * self.nonzero) & (self.over_k == 0)
-        good = ks[ok]
+        good = ks[ok] if self.nonzero else ks[:0]  # no finite non-zero value: nothing is safe or unsafe
         # flushing falls and overflow grows with k, so the safe exponents form one interval
         rng = (int(good[0]), int(good[-1])) if good.size else None
         return FormatAudit(name, self.nonzero, self.flushed, self.subnormal, self.overflow, rng)
@@ -298,7 +314,9 @@ def default_figure_path(file) -> str:
 
 
 def main(args) -> int:
-    """``fpsim audit``: print the report, write the figure; errors surface as ValueError/OSError."""
+    """``fpsim audit``: print the report, then write the figure; errors surface as ValueError /
+    OSError - a figure that cannot be written after the report, a file with nothing to judge
+    (no finite non-zero value) after the report that says so."""
     fmts = [get_format(x).name for item in args.formats for x in item.split(",") if x.strip()]
     start = time.monotonic()
 
@@ -308,19 +326,26 @@ def main(args) -> int:
             print(f"fpsim audit: reading tensor {i + 1}: {name}", file=sys.stderr, flush=True)
 
     report = audit(args.file, fmts, progress=progress)
-    fig_path = None
-    if not args.no_figure:
-        fig_path = args.out or default_figure_path(args.file)
-        import matplotlib.pyplot as plt
-
-        fig = report.figure(fig_path)
-        plt.close(fig)
+    empty = report.nothing_to_judge()
+    fig_path = None if args.no_figure or empty else args.out or default_figure_path(args.file)
     if args.json:
         d = report.to_dict()
         d["figure"] = fig_path
-        print(json.dumps(d, indent=2))
+        d["nothing_to_judge"] = empty or None
+        print(dumps(finite(d), indent=2), flush=True)
     else:
-        print(report.table())
-        if fig_path:
+        print(report.table(), flush=True)
+    if empty:
+        raise ValueError(empty)
+    if fig_path:
+        import matplotlib.pyplot as plt
+
+        try:
+            plt.close(report.figure(fig_path))
+        except OSError as e:
+            plt.close("all")
+            raise OSError(f"the figure {fig_path} could not be written ({e.strerror or e}); the report above stands") \
+                from None
+        if not args.json:
             print(f"\nfigure: {fig_path}")
     return 0

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import gc
 import importlib
-import json
 import math
 import statistics
 import sys
@@ -48,6 +47,7 @@ from ..textable import text_table
 from . import torchref
 from .benchsteps import MLP_SIZES, fpsim_step, torch_step, torch_threads
 from .benchtime import machine_info, median_ratio, time_interleaved
+from .jsonout import dumps, finite
 
 __all__ = ["Row", "BenchSettings", "machine_info", "run_bench", "format_report", "main"]
 
@@ -467,7 +467,7 @@ def main(args) -> int:
               file=sys.stderr)
     result = run_bench(s, sections=args.sections, progress=not args.quiet)
     if args.json:
-        print(json.dumps(result, indent=1))
+        print(dumps(finite(result), indent=1))
     else:
         print(format_report(result))
     return 0

@@ -117,17 +117,25 @@ def _backend_arg(name: str) -> str:
 
 
 def _run_json(r) -> dict:
-    """One run for ``--json``; steps from 0, as in the table and the figure."""
-    out = {"final_loss": r.final_loss, "r2": r.r2, "steps_skipped": r.steps_skipped, "final_scale": r.final_scale,
+    """One run as strict JSON, steps from 0 as in the table and the figure: NaN / inf (a diverged
+    run) become null, and ``null_values`` says which entries were what (``{"final_loss": "nan",
+    "losses": "3 of 3 values non-finite (nan)"}``)."""
+    from .jsonout import finite
+
+    raw = {"final_loss": r.final_loss, "r2": r.r2, "steps_skipped": r.steps_skipped, "final_scale": r.final_scale,
            "act_grad_flushed": r.act_grad_flushed, "weight_grad_flushed": r.weight_grad_flushed,
            "stalled": r.stalled, "failure": r.failure, "died_at_step": r.died_at, "losses": r.losses,
            "scales": r.scales, "skipped": r.skipped, "seconds": r.seconds, "fp8": r.fp8}
     if hasattr(r, "nonfinite"):  # the transformer task
         nf = r.nonfinite
-        out.update(accuracy=r.accuracy, skipped_share=r.steps_skipped / max(len(r.skipped), 1),
+        raw.update(accuracy=r.accuracy, skipped_share=r.steps_skipped / max(len(r.skipped), 1),
                    first_nonfinite=None if nf is None else {"step": nf.step, "op": nf.op, "where": nf.where,
                                                             "direction": nf.direction, "kind": nf.kind,
                                                             "text": str(nf)})
+    notes: dict = {}
+    out = finite(raw, notes)
+    if notes:
+        out["null_values"] = notes
     return out
 
 
@@ -172,9 +180,8 @@ def _compare_figure(by_seed, seeds, task, steps, path) -> None:
 
 
 def cmd_compare(args) -> int:
-    import json
-
     from ..experiments import DEFAULT_RECIPES, ReferenceTask, compare_seeds, format_seed_table, format_table, tinygpt
+    from .jsonout import dumps
 
     gpt = args.task == "tinygpt"
     if args.provoke_overflow and not gpt:
@@ -205,7 +212,7 @@ def cmd_compare(args) -> int:
             out = {n: _run_json(r) for n, r in results.items()}
         else:
             out = {str(s): {n: _run_json(r) for n, r in res.items()} for s, res in by_seed.items()}
-        print(json.dumps(out, indent=1, allow_nan=True))
+        print(dumps(out, indent=1))
     elif args.seeds is None:
         print(format_table(results, baseline=baseline))
     else:

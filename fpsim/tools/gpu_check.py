@@ -51,7 +51,6 @@ runs them and prints the report.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import platform
 import sys
@@ -66,6 +65,7 @@ from ..experiments import ReferenceTask, get_recipe
 from .gpu_ops import MISMATCH_FRACTION, OpCheck, format_op_table, op_sweep
 from .gpu_task import COUNT_RTOL, TaskCheck, format_task_table, task_check
 from .gpu_torch import format_torch, torch_compare
+from .jsonout import dumps, finite
 
 __all__ = ["OpCheck", "op_sweep", "TaskCheck", "task_check", "torch_compare", "device_description", "gpu_check",
            "add_arguments", "main"]
@@ -224,6 +224,7 @@ def main(args) -> int:
                             ops=not args.no_ops, task=not args.no_task, torch=args.torch,
                             torch_device=args.torch_device, torch_dtype=args.torch_dtype, seed=args.seed)
     if args.json:
+        text = dumps(finite(results), indent=1, default=str)  # whole before the file is opened
         with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=1, default=str, allow_nan=True)
+            fh.write(text)
     return rc
