@@ -8,6 +8,7 @@ but numpy to read (``np.load(..., allow_pickle=False)``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import zipfile
 import zlib
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .formats import get_format
+from .formats import classify, get_format
 from .statedict import Problems, all_or_nothing
 
 __all__ = ["save", "load"]
@@ -64,15 +65,63 @@ def save(path, model, optimizer=None, scaler=None, fp8=None) -> Path:
         for name, v in fp8.state_dict().items():
             _pack(f"fp8/{name}", v, out)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        np.savez(fh, **out)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **out)
+        os.replace(tmp, path)
+    except BaseException:  # disk full, path is a directory, interrupted: no .tmp left behind
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
     return path
 
 
-def load(path, model, optimizer=None, scaler=None, fp8=None) -> None:
+def _expected_formats(model, optimizer, saved_optim: dict) -> dict:
+    """``"model/name"`` / ``"optim/key"`` -> the format that entry is loaded into.  Optimizer
+    entries only where the file's optimizer had master weights exactly when this one has (else
+    the optimizer's own load names the entries that do not fit)."""
+    want = {f"model/{n}": p.fmt for n, p in model.named_parameters()}
+    if optimizer is not None and (optimizer.master is not None) == any(k.startswith("master.") for k in saved_optim):
+        for i, t in enumerate(optimizer.master_params()):
+            want[f"optim/master.{i}"] = t.fmt
+            for name in ("exp_avg", "exp_avg_sq", "momentum_buffer"):
+                want[f"optim/state.{i}.{name}"] = t.fmt
+            want[f"optim/state.{i}.kahan_comp"] = optimizer.params[i].fmt  # in the parameter's own format
+    return want
+
+
+def _format_changes(path, parts, model, optimizer, convert: bool) -> dict:
+    """Entries saved in another format than the one they load into.  Refused (ValueError naming
+    each, nothing changed) unless ``convert``; then what the rounding did to each, by name."""
+    want = _expected_formats(model, optimizer, parts["optim"])
+    changes = {}
+    for head in ("model", "optim"):
+        for name, v in parts[head].items():
+            f = want.get(f"{head}/{name}")
+            if f is None or not isinstance(v, np.ndarray) or v.dtype == f.dtype:
+                continue
+            saved = get_format(v.dtype).name
+            c = classify(v, f).counts() if convert else {}
+            changes[f"{head}/{name}"] = {"from": saved, "to": f.name, "values": int(v.size),
+                                         **{k: c.get(k, 0) for k in ("overflow", "underflow", "inexact")}}
+    if changes and not convert:
+        listed = ", ".join(f"{k} ({c['from']} -> {c['to']})" for k, c in list(changes.items())[:4])
+        more = f" and {len(changes) - 4} more" if len(changes) > 4 else ""
+        raise ValueError(f"checkpoint {path}: saved in other formats than the model's: {listed}{more}; pass "
+                         "convert_formats=True to round them into the model's formats (nothing changed)")
+    return changes
+
+
+def load(path, model, optimizer=None, scaler=None, fp8=None, *, convert_formats: bool = False) -> dict:
     """Restore what :func:`save` wrote.  A missing or unreadable file, or entries that do not
-    fit the model, raise before anything is changed."""
+    fit the model, raise before anything is changed.
+
+    An entry saved in another format than the one it loads into (a bfloat16 checkpoint into a
+    float16 model) is refused, naming it and both formats, because the rounding can overflow or
+    flush: 1e5 in bfloat16 is inf in float16.  ``convert_formats=True`` rounds such entries into
+    the model's formats (to nearest, as ``fpsim.cast``) and returns, per entry, ``{"from", "to",
+    "values", "overflow", "underflow", "inexact"}`` - how many values became inf/NaN, flushed
+    to zero or changed.  Without conversions the result is ``{}``."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
@@ -98,6 +147,10 @@ def load(path, model, optimizer=None, scaler=None, fp8=None) -> None:
         raise ValueError(f"checkpoint {path} holds no optimizer state")
     if fp8 is not None and not parts["fp8"]:
         raise ValueError(f"checkpoint {path} holds no fp8 scaling state")
+    if scaler is not None and getattr(scaler, "is_enabled", lambda: True)() and not parts["scaler"]:
+        raise ValueError(f"checkpoint {path} holds no loss-scaler state (saved without scaler=, or from a "
+                         "disabled GradScaler); nothing changed")
+    changes = _format_changes(path, parts, model, optimizer, convert_formats)
     undo = [(model.state_dict, model.load_state_dict)]
     if optimizer is not None:
         undo.append((optimizer.state_dict, optimizer.load_state_dict))
@@ -111,3 +164,4 @@ def load(path, model, optimizer=None, scaler=None, fp8=None) -> None:
             optimizer.load_state_dict(parts["optim"])
         if scaler is not None:  # last: its own load changes nothing when it fails
             scaler.load_state_dict(parts["scaler"])
+    return changes

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = ["is_integer", "is_real", "check_at_least", "check_positive"]
+__all__ = ["is_integer", "is_real", "check_at_least", "check_positive", "check_finite"]
 
 
 def is_integer(x) -> bool:
@@ -33,3 +33,16 @@ def check_positive(value, name: str) -> None:
     real number (not a bool), finite and > 0."""
     if not (is_real(value) and value > 0 and math.isfinite(value)):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+def check_finite(value, name: str, minimum=None, below=None) -> float:
+    """``float(value)``; ValueError ``"{name} must be a finite number ..., got {value!r}"`` unless
+    ``value`` is a real number (not a bool), finite, ``>= minimum`` and ``< below`` (each if
+    given).  NaN fails every comparison, so it never passes as a hyperparameter."""
+    ok = is_real(value) and math.isfinite(value)
+    ok = ok and (minimum is None or value >= minimum) and (below is None or value < below)
+    if not ok:
+        bounds = " and ".join(b for b in (minimum is not None and f">= {minimum}", below is not None and f"< {below}")
+                              if b)
+        raise ValueError(f"{name} must be a finite number{' ' + bounds if bounds else ''}, got {value!r}")
+    return float(value)

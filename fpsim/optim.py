@@ -45,7 +45,7 @@ import math
 
 import numpy as np
 
-from .checks import is_integer, is_real
+from .checks import check_finite, is_integer, is_real
 from .formats import F32, default_rng
 from .statedict import Problems
 from .tensor import Tensor, no_grad, round_result, tensor
@@ -53,11 +53,12 @@ from .tensor import Tensor, no_grad, round_result, tensor
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW"]
 
 
-
 UPDATE_ROUNDINGS = ("nearest", "stochastic", "kahan")
 
 
 class Optimizer:
+    STATE_NAMES: tuple[str, ...] = ()  # the per-parameter state a subclass keeps (all or none of it)
+
     def __init__(self, params, lr: float, master_weights: bool = False, update_rounding: str = "nearest",
                  seed=None):
         self.params: list[Tensor] = list(params)
@@ -158,7 +159,7 @@ class Optimizer:
 
     def state_dict(self) -> dict:
         """Flat name -> array (storage dtype) map: step count, master weights, per-param state."""
-        out = {"step_count": self.step_count}
+        out = {"optimizer": type(self).__name__, "step_count": self.step_count}
         for i, t in enumerate(self.master_params()):
             if self.master is not None:
                 out[f"master.{i}"] = t.numpy().copy()
@@ -170,10 +171,12 @@ class Optimizer:
         """Restore what ``state_dict`` gave, checking names and shapes before changing anything."""
         want_master = {f"master.{i}": p.shape for i, p in enumerate(self.params)} if self.master else {}
         problems = Problems("optimizer load_state_dict", "optimizer")
-        problems.check_keys(sd, required=["step_count", *want_master], allowed=lambda k: k.startswith("state."))
+        problems.check_keys(sd, required=["step_count", *want_master],
+                            allowed=lambda k: k.startswith("state.") or k == "optimizer")
         for k, s in want_master.items():
             if k in sd:
                 problems.check_shape(k, sd[k], s)
+        self._check_kind(sd, problems)
         for k in sd:
             if k.startswith("state."):
                 parts = k.split(".")
@@ -196,16 +199,42 @@ class Optimizer:
         self.step_count = int(sd["step_count"])
 
 
+    def _check_kind(self, sd: dict, problems: Problems) -> None:
+        """The state must be this optimizer's: saved by the same type (where the state dict says),
+        holding only the state this type keeps, all of it for each parameter that has any."""
+        mine = type(self).__name__
+        saved = sd.get("optimizer", mine)
+        if saved != mine:
+            problems.add(f"the state was saved from {saved}, this optimizer is {mine}")
+            return
+        per: dict[str, set] = {}
+        for k in sd:
+            i, _, name = k.removeprefix("state.").partition(".")
+            if k.startswith("state.") and name != "kahan_comp":
+                per.setdefault(i, set()).add(name)
+        for i, names in per.items():
+            alien = sorted(names - set(self.STATE_NAMES))
+            if alien:
+                problems.add(f"state.{i} holds {', '.join(alien)}, which {mine} does not keep "
+                             f"(its state: {', '.join(self.STATE_NAMES) or 'none'}; saved from another optimizer?)")
+            elif names != set(self.STATE_NAMES):
+                problems.add(f"state.{i} lacks {', '.join(sorted(set(self.STATE_NAMES) - names))}")
+        if not (is_integer(sd.get("step_count", 0)) and sd.get("step_count", 0) >= 0):
+            problems.add(f"step_count must be an integer >= 0, got {sd['step_count']!r}")
+
+
 class SGD(Optimizer):
     """Stochastic gradient descent with PyTorch's momentum, dampening, Nesterov and weight decay.
     ``update_rounding`` / ``seed``: how ``w - lr * g`` is written back (module docstring)."""
+
+    STATE_NAMES = ("momentum_buffer",)
 
     def __init__(self, params, lr: float, momentum: float = 0.0, weight_decay: float = 0.0,
                  dampening: float = 0.0, nesterov: bool = False, master_weights: bool = False,
                  update_rounding: str = "nearest", seed=None):
         super().__init__(params, lr, master_weights, update_rounding, seed)
-        if momentum < 0 or weight_decay < 0:
-            raise ValueError(f"momentum and weight_decay must be >= 0, got {momentum}, {weight_decay}")
+        momentum, weight_decay = check_finite(momentum, "momentum", 0), check_finite(weight_decay, "weight_decay", 0)
+        dampening = check_finite(dampening, "dampening")
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum needs momentum > 0 and dampening 0")
         self.momentum, self.weight_decay, self.dampening, self.nesterov = momentum, weight_decay, dampening, nesterov
@@ -233,17 +262,17 @@ class Adam(Optimizer):
     (module docstring)."""
 
     decoupled = False
+    STATE_NAMES = ("step", "exp_avg", "exp_avg_sq")
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, master_weights: bool = False, update_rounding: str = "nearest",
                  seed=None):
         super().__init__(params, lr, master_weights, update_rounding, seed)
-        b1, b2 = betas
-        if not (0 <= b1 < 1 and 0 <= b2 < 1):
-            raise ValueError(f"betas must lie in [0, 1), got {betas}")
-        if eps < 0 or weight_decay < 0:
-            raise ValueError(f"eps and weight_decay must be >= 0, got {eps}, {weight_decay}")
-        self.betas, self.eps, self.weight_decay = (float(b1), float(b2)), float(eps), float(weight_decay)
+        if not isinstance(betas, tuple | list) or len(betas) != 2:
+            raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+        b1, b2 = (check_finite(b, f"betas[{i}]", 0, 1) for i, b in enumerate(betas))
+        eps, weight_decay = check_finite(eps, "eps", 0), check_finite(weight_decay, "weight_decay", 0)
+        self.betas, self.eps, self.weight_decay = (b1, b2), eps, weight_decay
 
     def _update(self, t, g, state):
         be = t.backend

@@ -316,7 +316,7 @@ def test_optimizer_load_state_dict_checks():
     w.grad = tensor(np.full(3, 0.5), "float16")
     opt.step()
     sd = opt.state_dict()
-    assert set(sd) == {"step_count", "master.0", "state.0.step", "state.0.exp_avg", "state.0.exp_avg_sq"}
+    assert set(sd) == {"optimizer", "step_count", "master.0", "state.0.step", "state.0.exp_avg", "state.0.exp_avg_sq"}
     fresh = Adam([tensor(np.ones(3), "float16", requires_grad=True)], lr=1e-3, master_weights=True)
     with pytest.raises(ValueError, match=r"missing \['master\.0'\]"):
         fresh.load_state_dict({k: v for k, v in sd.items() if k != "master.0"})
