@@ -23,6 +23,7 @@ __all__ = [
     "Step",
     "scaling_example",
     "smallest_normalizing_scale",
+    "normal_scale_range",
     "smallest_surviving_update",
     "vanishing_update",
     "format_steps",
@@ -65,13 +66,14 @@ def scaling_example(grad: float = 1e-8, scale: float = 1024.0, fmt="float16") ->
         raise ValueError(f"grad must be a finite number, got {grad!r}")
     if not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
-    g32 = np.float32(grad)
-    direct = float(round_to(g32, f))
-    scaled32 = g32 * np.float32(scale)
-    scaled = float(round_to(scaled32, f))
-    inv = np.float32(1.0 / np.float64(scale))
-    recovered = float(np.float32(scaled) * inv)
-    recovered_low = float(round_to(np.float32(scaled) * inv, f))
+    with np.errstate(all="ignore"):  # overflow to inf and underflow to 0 are what the rows show
+        g32 = np.float32(grad)
+        direct = float(round_to(g32, f))
+        scaled32 = g32 * np.float32(scale)
+        scaled = float(round_to(scaled32, f))
+        inv = np.float32(1.0 / np.float64(scale))
+        recovered = float(np.float32(scaled) * inv)
+        recovered_low = float(round_to(np.float32(scaled) * inv, f))
     return [
         Step(f"g = {grad:g} cast straight to {f.name}", f.name, direct, grad, _category(direct, f)),
         Step(f"S*g = {scale:g} x {grad:g} cast to {f.name}", f.name, scaled, grad * scale, _category(scaled, f)),
@@ -81,16 +83,40 @@ def scaling_example(grad: float = 1e-8, scale: float = 1024.0, fmt="float16") ->
 
 
 def smallest_normalizing_scale(grad: float, fmt="float16") -> float:
-    """The smallest power of two S for which S*|grad| is a normal number of ``fmt``."""
+    """The smallest power of two S >= 1 for which S*|grad| is a normal number of ``fmt``.
+    ValueError when S*|grad| overflows ``fmt`` already at that S (no scale >= 1 helps: see
+    :func:`normal_scale_range` for the scales below 1 that do)."""
     f = get_format(fmt)
     if grad == 0 or not math.isfinite(grad):
         raise ValueError(f"grad must be finite and non-zero, got {grad!r}")
+    lo, hi = normal_scale_range(grad, f)
+    if hi < max(lo, 0):
+        raise ValueError(f"grad {grad!r} x 2^{max(lo, 0)} overflows {f.name} (max {f.max:g}): no scale >= 1 makes "
+                         f"it normal; 2^{hi} or below does")
     k = max(0, math.ceil(math.log2(f.tiny / abs(grad))))
     while abs(grad) * 2.0 ** (k - 1) >= f.tiny and k > 0:
         k -= 1
     while abs(grad) * 2.0**k < f.tiny:
         k += 1
     return 2.0**k
+
+
+def normal_scale_range(grad: float, fmt="float16") -> tuple[int, int]:
+    """``(k_lo, k_hi)``: the powers of two 2^k (k of any sign) for which 2^k * |grad|, rounded
+    to nearest into ``fmt``, is a NORMAL number - neither subnormal or flushed (k < k_lo) nor
+    overflowed (k > k_hi).  2^k * |grad| is exact in float64 over the range searched."""
+    f = get_format(fmt)
+    a = abs(float(grad))
+    if a == 0 or not math.isfinite(a):
+        raise ValueError(f"grad must be finite and non-zero, got {grad!r}")
+    normal = lambda k: _category(math.ldexp(a, k), f) == "normal"  # noqa: E731
+    lo = math.floor(math.log2(f.tiny / a)) - 1
+    while not normal(lo):
+        lo += 1
+    hi = math.ceil(math.log2(f.max / a)) + 1
+    while not normal(hi):
+        hi -= 1
+    return lo, hi
 
 
 def smallest_surviving_update(w: float, fmt) -> float:
@@ -123,7 +149,12 @@ def format_steps(steps: list[Step]) -> str:
     """A small aligned table of steps, the way ``fpsim example`` prints it."""
     lines = []
     for s in steps:
-        err = "vanished" if s.value == 0 and s.exact != 0 else f"{s.rel_error:+.3%}"
+        if math.isnan(s.value) and not math.isnan(s.exact):
+            err = "overflowed to NaN" if math.isfinite(s.exact) else "NaN"
+        elif math.isinf(s.value) and math.isfinite(s.exact):
+            err = "overflowed to inf"
+        else:
+            err = "vanished" if s.value == 0 and s.exact != 0 else f"{s.rel_error:+.3%}"
         tail = s.note or f"rel.err {err}"
         lines.append(f"  {s.label:<44} -> {s.value!r:<24} {s.category:<10} {tail}")
     return "\n".join(lines)

@@ -178,12 +178,17 @@ class Tensor:
     # -- autograd ----------------------------------------------------------------------------
 
     @np.errstate(all="ignore")  # inf/NaN gradients are results (GradScaler looks for them), as in the ops' forward
-    def backward(self, gradient=None) -> None:
+    def backward(self, gradient=None, retain_graph: bool = False) -> None:
         """Accumulate d(self)/d(leaf) into every leaf's ``.grad``.
 
         ``gradient`` is required unless self has one element (then it is 1).  The seed is
         rounded into self's gradient format, as ``loss.backward()`` seeds with a 1 of the
         loss's dtype.
+
+        As in PyTorch, the walk frees the graph (each node's backward and what it saved) unless
+        ``retain_graph=True``; a second backward through a freed node raises RuntimeError before
+        any gradient changes.  (PyTorch frees only saved tensors, so it lets a graph of nothing
+        but additions, scalar products and views be walked twice; fpsim frees every node.)
         """
         if not self.requires_grad:
             raise RuntimeError("backward() on a tensor that does not require grad (no parameter led to it)")
@@ -200,6 +205,8 @@ class Tensor:
             if tuple(seed.shape) != self.shape:
                 raise ValueError(f"gradient shape {tuple(seed.shape)} does not match tensor shape {self.shape}")
         order = _topo_order(self)
+        if any(node._backward is _freed for node in order):
+            raise RuntimeError(_FREED_MESSAGE)
         grads = {id(self): be.round(seed, self.grad_fmt)}
         for node in order:
             g = grads.pop(id(node), None)
@@ -210,11 +217,23 @@ class Tensor:
                 continue
             with backward_scope(node._scope):
                 _propagate(node, g, grads, be)
+        if not retain_graph:
+            for node in order:
+                if node._backward is not None:
+                    node._backward = _freed  # drops the closure and the values it saved
 
     # The operators (+ - * / @ ** [] and unary -), ``to`` / ``float`` / ``half`` / ``bfloat16`` and
     # the numpy-style methods (``sum``, ``mean``, ``reshape``, ``exp``, ...) are the ops of
     # ``fpsim.ops``, bound onto this class there (``ops/__init__.py``), once they exist: tensor.py never
     # imports the ops.
+
+
+_FREED_MESSAGE = ("Trying to backward through the graph a second time: its saved values were freed by the "
+                  "first backward(). Specify retain_graph=True on the first call to backward through it again.")
+
+
+def _freed(g, node):
+    raise RuntimeError(_FREED_MESSAGE)
 
 
 def _propagate(node: Tensor, g, grads: dict, be: Backend) -> None:

@@ -263,3 +263,137 @@ def test_model_only_checkpoint_with_a_scaler_says_what_is_missing(tmp_path):
     assert "disabled GradScaler" not in str(e.value).split("(")[0]
     assert _bits(m) == before
     checkpoint.load(path, m, scaler=GradScaler(enabled=False))  # nothing to load into: fine
+
+
+# -- 6. the scale hint considers overflow ------------------------------------------------------
+
+def test_example_hint_for_a_gradient_that_overflows(capsys):
+    rc, out, err = run(capsys, "example", "--grad", 1000, "--format", "e4m3")
+    assert rc == 0, err
+    a = out[:out.index("(c)")]
+    assert "2^0 = 1" not in a
+    # e4m3fn: max 448, min normal 2^-6; 1000 x 2^-1 = 500 rounds past 464 -> NaN, 1000 x 2^-2 = 250 is normal,
+    # 1000 x 2^-16 = 0.01526 rounds up to 8 x 2^-9 = 2^-6 (normal), 1000 x 2^-17 stays subnormal
+    assert "no scale >= 1 helps" in a and "S = 2^-16 .. 2^-2" in a
+    assert a.count("overflowed to NaN") == 4
+
+
+def test_normal_scale_range_against_the_format_limits():
+    from fpsim.examples import normal_scale_range, smallest_normalizing_scale
+
+    assert normal_scale_range(1e-8, "float16") == (13, 42)  # 1e-8 x 2^13 >= 2^-14; x 2^43 = 87960 > 65504
+    assert normal_scale_range(-1e-8, "float16") == (13, 42)
+    assert normal_scale_range(1e38, "bfloat16") == (-252, 1)
+    assert smallest_normalizing_scale(1e-8, "float16") == 2.0**13
+    with pytest.raises(ValueError, match="overflows float8_e4m3fn"):
+        smallest_normalizing_scale(1000.0, "e4m3")
+
+
+def test_example_takes_negative_numbers_and_prints_no_numpy_warnings(capsys):
+    rc, out, err = run(capsys, "example", "--grad", "-1e-8")
+    assert rc == 0, err
+    assert "g = -1e-08 cast straight to float16" in out and "-1.0251998901367188e-05" in out
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a numpy RuntimeWarning would fail here
+        rc, out, err = run(capsys, "example", "--grad", "1e38", "--scale", "1e30", "--format", "bf16")
+    assert rc == 0 and err == "" and "overflowed to inf" in out
+    rc, out, err = run(capsys, "example", "--grad", "-inf")
+    assert rc == 2 and "grad must be a finite number, got -inf" in err
+
+
+# -- 10. the smaller ones ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("rounding", ["nearest", "toward_zero", "stochastic"])
+@pytest.mark.parametrize("saturate", [False, True])
+def test_zero_d_inputs_come_back_as_zero_d_arrays_in_every_rounding_mode(rounding, saturate):
+    from fpsim import cast, round_to
+
+    for x in (1.1, np.float64(1.1), np.float32(1.1), np.array(1.1), np.float16(1.1)):
+        for fn in (cast, round_to):
+            r = fn(x, "e4m3", rounding, saturate=saturate, seed=0)
+            assert type(r) is np.ndarray and r.shape == (), (fn.__name__, type(x))
+    assert cast(1.1, "fp16", rounding, seed=0).dtype == np.float16
+
+
+def test_safetensors_shape_errors_name_the_file(tmp_path):
+    from fpsim.tools.tensorfiles import read_tensors
+
+    for shape in ([-1, -4], [2, "x"], [4.5], 4):
+        header = json.dumps({"a": {"dtype": "F32", "shape": shape, "data_offsets": [0, 16]}}).encode()
+        path = tmp_path / "bad.safetensors"
+        path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(16))
+        with pytest.raises(ValueError, match=r"bad\.safetensors: tensor 'a'"):
+            list(read_tensors(path))
+
+
+def test_closed_stdout_is_an_error():
+    import subprocess
+    import sys
+
+    # started with stdout closed (`fpsim formats >&-`): Python has no sys.stdout, print() would drop every line
+    r = subprocess.run(["sh", "-c", f'"{sys.executable}" -m fpsim formats >&-'], stderr=subprocess.PIPE, timeout=60)
+    assert r.returncode == 2 and r.stderr == b"fpsim formats: error: standard output is closed; nothing would be seen\n"
+    # closed after start: the write fails (EBADF), one line, exit 2
+    r = subprocess.run([sys.executable, "-c", "import sys, os; os.close(1); from fpsim.tools.cli import main; "
+                        "sys.exit(main(['formats']))"], stderr=subprocess.PIPE, timeout=60)
+    assert r.returncode == 2 and r.stderr == b"fpsim formats: error: [Errno 9] Bad file descriptor\n"
+    r = subprocess.run([sys.executable, "-m", "fpsim", "formats"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       timeout=60)
+    assert r.returncode == 0
+
+
+def _graph(x):
+    """The same graph in fpsim and PyTorch (same code): tanh and a product save tensors in both."""
+    return (x * x).tanh().sum()
+
+
+def test_backward_twice_raises_as_pytorch_does_and_retain_graph_accumulates():
+    torch = pytest.importorskip("torch")
+    from fpsim import tensor
+
+    v = np.array([0.5, -0.75, 0.25], np.float32)  # away from tanh's saturation, where 1 - y*y cancels
+    tx = torch.tensor(v, requires_grad=True)
+    tl = _graph(tx)
+    tl.backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        tl.backward()
+    x = tensor(v, requires_grad=True)
+    loss = _graph(x)
+    loss.backward()
+    once = x.grad.numpy().copy()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()
+    assert np.array_equal(x.grad.numpy(), once)  # nothing accumulated by the refused call
+    np.testing.assert_allclose(once, tx.grad.numpy(), rtol=2e-7)
+    # retain_graph=True: walk it twice, the gradient doubles - in both
+    tx.grad = None
+    tl = _graph(tx)
+    tl.backward(retain_graph=True)
+    tl.backward()
+    x.grad = None
+    loss = _graph(x)
+    loss.backward(retain_graph=True)
+    loss.backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=2e-7)
+    np.testing.assert_array_equal(x.grad.numpy(), 2 * once)
+    with pytest.raises(RuntimeError, match="second time"):
+        loss.backward()  # the last call did not retain it
+
+
+def test_a_graph_of_saved_nothing_is_freed_too_a_departure_from_pytorch():
+    torch = pytest.importorskip("torch")
+    from fpsim import tensor
+
+    tx = torch.ones(3, requires_grad=True)
+    tl = (tx + 1).sum()
+    tl.backward()
+    tl.backward()  # PyTorch: add and sum save no tensors, so nothing was freed
+    assert tx.grad.tolist() == [2.0] * 3
+    x = tensor(np.ones(3), requires_grad=True)
+    loss = (x + 1).sum()
+    loss.backward()
+    with pytest.raises(RuntimeError, match="retain_graph=True"):
+        loss.backward()  # fpsim frees every graph it walked (README, Guarantees)
+    assert x.grad.numpy().tolist() == [1.0] * 3

@@ -103,7 +103,7 @@ def test_backward_seed_checks():
         y.backward()
     with pytest.raises(ValueError, match=r"\(3, 2\).*\(2, 3\)"):
         y.backward(np.ones((3, 2)))
-    y.backward(np.full((2, 3), 0.5))
+    y.backward(np.full((2, 3), 0.5), retain_graph=True)  # walked again below
     assert x.grad.numpy().tolist() == [[1.0] * 3] * 2
     y.backward(tensor(np.ones((2, 3))))
     assert x.grad.numpy().tolist() == [[3.0] * 3] * 2

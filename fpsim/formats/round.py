@@ -162,6 +162,10 @@ def cast(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=None
       up); values below 2**-127 become 2**-127 in every mode (there is no zero to go to);
       0, negative values and NaN become NaN; overflow is NaN, or 2**127 toward zero or
       with ``saturate``.
+
+    The result is always a numpy array of the input's shape: a 0-d array for a Python number or
+    a 0-d / numpy scalar input, whatever the rounding mode (``float(...)`` or ``.item()`` gives
+    the number).
     """
     f = get_format(fmt)
     _check_mode(rounding)
@@ -170,7 +174,7 @@ def cast(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=None
         _refuse_nan(arr, f)
     # Overflow to inf and NaN passing through are results here, not accidents.
     with np.errstate(over="ignore", invalid="ignore"):
-        return _cast(arr, f, rounding, saturate, seed, rng)
+        return np.asarray(_cast(arr, f, rounding, saturate, seed, rng))
 
 
 def _refuse_nan(arr: np.ndarray, f: Format) -> None:
@@ -234,11 +238,12 @@ def round_to(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=
     """Like :func:`cast`, but the result comes back in the input's float dtype.
 
     float64 and float32 inputs stay float64 / float32; Python numbers come back as float64
-    arrays; low-precision inputs (float16, bfloat16, fp8) come back as float32.
+    arrays; low-precision inputs (float16, bfloat16, fp8) come back as float32.  Always an
+    array, 0-d for a number (as :func:`cast`).
     """
     arr = _as_float_array(x)
     out = cast(arr, fmt, rounding, saturate=saturate, seed=seed, rng=rng)
-    return out.astype(arr.dtype)
+    return np.asarray(out.astype(arr.dtype))
 
 
 def ulp(x, fmt) -> np.ndarray:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 
 from ..formats import ALL_FORMATS, format_names, get_format
@@ -72,13 +73,7 @@ def cmd_formats(args) -> int:
 
 
 def cmd_example(args) -> int:
-    from ..examples import (
-        format_steps,
-        scaling_example,
-        smallest_normalizing_scale,
-        smallest_surviving_update,
-        vanishing_update,
-    )
+    from ..examples import format_steps, scaling_example, smallest_surviving_update, vanishing_update
 
     custom = args.grad is not None or args.scale is not None
     cases = [(args.grad if args.grad is not None else 1e-8,
@@ -88,11 +83,8 @@ def cmd_example(args) -> int:
     for n, (g, s) in enumerate(cases):
         print(f"({'ab'[n]}) gradient g = {g:g}, loss scale S = {s:g}, format {args.format}")
         print(format_steps(scaling_example(g, s, args.format)))
-        try:
-            k = smallest_normalizing_scale(g, args.format)
-            print(f"  smallest power-of-two scale that makes g a NORMAL {args.format}: 2^{int(k).bit_length() - 1} = {k:g}")
-        except ValueError:
-            pass
+        if g != 0:
+            print(_scale_hint(g, args.format))
         print()
     lr, g = 1e-4, 2.45e-6
     print(f"(c) the vanishing update: w = 1.0, lr x g = {lr:g} x {g:g} = {lr * g:g}")
@@ -103,6 +95,19 @@ def cmd_example(args) -> int:
         h = smallest_surviving_update(1.0, name)
         print(f"    {name:<9} just above 2^{int(round(math.log2(h)))} = {h:.6g}")
     return 0
+
+
+def _scale_hint(g: float, fmt: str) -> str:
+    """Which power-of-two scales make g a normal number of fmt: too small AND too large."""
+    from ..examples import normal_scale_range
+
+    lo, hi = normal_scale_range(g, fmt)
+    if hi < 0:
+        return (f"  no scale >= 1 helps: g overflows {fmt} already at S = 1; only S = 2^{lo} .. 2^{hi} "
+                f"make it a NORMAL {fmt}")
+    k = max(lo, 0)
+    return (f"  smallest power-of-two scale that makes g a NORMAL {fmt}: 2^{k} = {2.0**k:g} "
+            f"(up to 2^{hi}; beyond, S*g overflows)")
 
 
 def _backend_arg(name: str) -> str:
@@ -294,12 +299,23 @@ def build_parser() -> argparse.ArgumentParser:
     _add_example(sub)
     _add_compare(sub)
     _add_tools(sub)
+    for parser in (p, *sub.choices.values()):
+        # argparse takes "-1e-8" for an option (its pattern knows no exponent): let it be a number
+        parser._negative_number_matcher = _NEGATIVE_NUMBER
     return p
+
+
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-inf(inity)?$", re.IGNORECASE)
 
 
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if sys.stdout is None:  # started with stdout closed (`fpsim formats >&-`): every line would be lost
+        if sys.stderr is not None:
+            print(f"fpsim {args.command or ''}: error: standard output is closed; nothing would be seen",
+                  file=sys.stderr)
+        return 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

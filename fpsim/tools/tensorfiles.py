@@ -8,6 +8,7 @@ little-endian data), so no extra package is needed and bfloat16/fp8 tensors keep
 from __future__ import annotations
 
 import json
+import math
 import os
 import zipfile
 
@@ -136,13 +137,18 @@ def _read_safetensors(path):
                 start, end = int(start), int(end)
             except (KeyError, TypeError, ValueError):
                 raise ValueError(f"{path}: tensor {name!r} has a malformed header entry {info!r}") from None
+            if not all(type(d) is int for d in info["shape"]):
+                raise ValueError(f"{path}: tensor {name!r} has a shape that is not a list of whole numbers: "
+                                 f"{info['shape']!r}")
+            if any(d < 0 for d in shape):
+                raise ValueError(f"{path}: tensor {name!r} has a negative dimension in its shape {shape}")
             entries.append((start, end, name, dt_name, shape))
         for start, end, name, dt_name, shape in sorted(entries):
             if dt_name not in _ST_DTYPES:
                 raise ValueError(f"{path}: tensor {name!r} has dtype {dt_name!r}, which fpsim cannot read "
                                  f"(known: {', '.join(_ST_DTYPES)})")
             dt = _ST_DTYPES[dt_name]
-            nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+            nbytes = math.prod(shape) * dt.itemsize  # Python ints: no overflow
             if end - start != nbytes or start < 0 or base + end > size:
                 raise ValueError(f"{path}: tensor {name!r} ({dt_name}, shape {shape}) does not fit its byte range "
                                  f"{start}..{end} (file has {size - base} data bytes)")
