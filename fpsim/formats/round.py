@@ -17,6 +17,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import state
+from ..checks import is_integer
 from ..state import default_rng, manual_seed
 from .kernels import f16_to_f32, f32_to_f16
 from .table import ALL_FORMATS, Format, get_format
@@ -169,6 +170,10 @@ def cast(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=None
     """
     f = get_format(fmt)
     _check_mode(rounding)
+    if seed is not None and not (is_integer(seed) and seed >= 0):
+        raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}")
+    if rng is not None and not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy Generator (np.random.default_rng(...)) or None, got {type(rng).__name__}")
     arr = _as_float_array(x)
     if not f.has_nan:
         _refuse_nan(arr, f)

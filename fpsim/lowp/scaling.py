@@ -73,6 +73,7 @@ class ScalingState:
             return self.amax_history[-1]
         return float(np.max(self.amax_history))  # NaN-propagating, unlike max()
 
+    @np.errstate(over="ignore", invalid="ignore")  # x * scale overflowing is a result: it saturates (counted)
     def round_scaled(self, x32, backend: Backend, op: str = "fp8.cast", direction: str = "forward",
                      target: str = ""):
         """Round ``x32 * scale`` (float32) into the fp8 format with saturation - the one rounding
