@@ -397,3 +397,28 @@ def test_a_graph_of_saved_nothing_is_freed_too_a_departure_from_pytorch():
     with pytest.raises(RuntimeError, match="retain_graph=True"):
         loss.backward()  # fpsim frees every graph it walked (README, Guarantees)
     assert x.grad.numpy().tolist() == [1.0] * 3
+
+
+# -- README: every test the Guarantees section cites exists --------------------------------------
+
+def test_every_test_the_guarantees_section_cites_exists():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text()
+    section = readme[readme.index("## Guarantees"):readme.index("## Architecture")]
+    cited = re.findall(r"`([^`]*test_[^`]*)`", section)
+    assert len(cited) >= 15
+    current = None
+    for item in cited:
+        m = re.fullmatch(r"(?:(test_\w+\.py)::)?(test_\w+\*?)|(?:tests/)?(test_\w+\.py)", item)
+        assert m, f"cannot read the citation {item!r}"
+        if m.group(3):
+            assert (root / "tests" / m.group(3)).exists(), item
+            continue
+        file, name = m.group(1), m.group(2)
+        current = file or current  # a bare name is in the file last named
+        text = (root / "tests" / current).read_text()
+        pattern = rf"def {re.escape(name.rstrip('*'))}" + (r"\w*" if name.endswith("*") else r"\(")
+        assert re.search(pattern, text), f"{current}::{name}"
