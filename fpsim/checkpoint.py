@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import zipfile
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +40,10 @@ def _pack(prefix: str, arr, out: dict) -> None:
 def _unpack(data, key: str):
     if f"{key}#fmt" in data:
         fmt = get_format(str(data[f"{key}#fmt"]))
-        return data[key].view(fmt.dtype)
+        bits = data[key]
+        if bits.dtype != _UINT[fmt.bits // 8]:
+            raise ValueError(f"holds {bits.dtype} values, not the raw bits of {fmt.name}")
+        return bits.view(fmt.dtype)
     v = data[key]
     return v.item() if v.ndim == 0 else v
 
@@ -100,7 +101,11 @@ def _format_changes(path, parts, model, optimizer, convert: bool) -> dict:
             f = want.get(f"{head}/{name}")
             if f is None or not isinstance(v, np.ndarray) or v.dtype == f.dtype:
                 continue
-            saved = get_format(v.dtype).name
+            try:
+                saved = get_format(v.dtype).name
+            except ValueError:
+                raise ValueError(f"checkpoint {path}: {head}/{name} holds {v.dtype} values, which are not one of "
+                                 "fpsim's formats (nothing changed)") from None
             c = classify(v, f).counts() if convert else {}
             changes[f"{head}/{name}"] = {"from": saved, "to": f.name, "values": int(v.size),
                                          **{k: c.get(k, 0) for k in ("overflow", "underflow", "inexact")}}
@@ -128,7 +133,7 @@ def load(path, model, optimizer=None, scaler=None, fp8=None, *, convert_formats:
     try:
         with np.load(path, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:  # truncated / bad CRC
+    except Exception as e:  # truncated, bad CRC (BadZipFile, zlib.error, EOFError), a damaged header (NotImplementedError)
         raise ValueError(f"checkpoint {path} could not be read as .npz: {e}") from None
     parts: dict[str, dict] = {"model": {}, "optim": {}, "scaler": {}, "fp8": {}}
     for key in data:
@@ -137,7 +142,10 @@ def load(path, model, optimizer=None, scaler=None, fp8=None, *, convert_formats:
         head, _, name = key.partition("/")
         if head not in parts:
             raise ValueError(f"checkpoint {path}: unexpected entry {key!r}")
-        parts[head][name] = _unpack(data, key)
+        try:
+            parts[head][name] = _unpack(data, key)
+        except (ValueError, TypeError) as e:  # a format name that is none, bits that do not fit it
+            raise ValueError(f"checkpoint {path}: entry {key!r} is unreadable ({e})") from None
     # Check what can be checked here before changing anything; each part's own load checks
     # the rest first, and a part failing after another has loaded rolls them all back.
     problems = Problems(f"checkpoint {path}", "model")

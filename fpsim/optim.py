@@ -47,6 +47,7 @@ import numpy as np
 
 from .checks import check_finite, is_integer, is_real
 from .formats import F32, default_rng
+from .formats.survival import is_float_dtype
 from .statedict import Problems
 from .tensor import Tensor, no_grad, round_result, tensor
 
@@ -204,13 +205,19 @@ class Optimizer:
         holding only the state this type keeps, all of it for each parameter that has any."""
         mine = type(self).__name__
         saved = sd.get("optimizer", mine)
-        if saved != mine:
-            problems.add(f"the state was saved from {saved}, this optimizer is {mine}")
+        if not isinstance(saved, str) or saved != mine:
+            problems.add(f"the state was saved from {saved!r}, this optimizer is {mine}")
             return
         per: dict[str, set] = {}
-        for k in sd:
+        for k, v in sd.items():
             i, _, name = k.removeprefix("state.").partition(".")
-            if k.startswith("state.") and name != "kahan_comp":
+            if not k.startswith("state."):
+                continue
+            if name == "step" and not (is_integer(v) and v >= 0):
+                problems.add(f"{k} must be an integer >= 0, got {v!r}")
+            elif name != "step" and not (isinstance(v, np.ndarray) and is_float_dtype(v.dtype)):
+                problems.add(f"{k} must be an array of floats, got {getattr(v, 'dtype', type(v).__name__)}")
+            if name != "kahan_comp":
                 per.setdefault(i, set()).add(name)
         for i, names in per.items():
             alien = sorted(names - set(self.STATE_NAMES))

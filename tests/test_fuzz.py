@@ -282,7 +282,7 @@ def _tensor_files(tmp):
 def tensor_files(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("files")
     arrays, files = _tensor_files(tmp)
-    return tmp, arrays, {f: (tmp / f).read_bytes() for f in files}
+    return _Saved((tmp, arrays, {f: (tmp / f).read_bytes() for f in files}))
 
 
 @settings(max_examples=80, deadline=None, derandomize=True,
@@ -335,7 +335,12 @@ def saved_checkpoint(tmp_path_factory):
     nn.mse_loss(model(x).float(), tensor(np.zeros((5, 2)))).backward()
     opt.step()
     path = checkpoint.save(tmp / "ck.npz", model, opt, scaler=scaler)
-    return tmp, path.read_bytes(), _state(model, opt, scaler)
+    return _Saved((tmp, path.read_bytes(), _state(model, opt, scaler)))
+
+
+class _Saved(tuple):
+    def __repr__(self):  # Hypothesis prints its arguments: not the files' bytes
+        return "<saved files>"
 
 
 @settings(max_examples=60, deadline=None, derandomize=True,
@@ -515,3 +520,56 @@ def test_the_fuzz_reference_itself_is_right():
     assert h.astype(np.float64).tolist()[:5] == [1000.0, 0.300048828125, 2.0**-10, 1.5 * 2.0**-10, -np.inf]
     up, down = ref_cast(np.array([0.3]), "float16", "stochastic", False)
     assert (float(up[0]), float(down[0])) == (0.300048828125, 0.2998046875)  # 1229 and 1228 x 2^-12
+
+
+def _edit(entries: dict, data) -> dict:
+    """A readable checkpoint with wrong contents: entries dropped, renamed, reshaped, retyped or
+    given junk values - what a hand-edited file or one from another program looks like."""
+    out = dict(entries)
+    for _ in range(data.draw(st.integers(1, 3), label="edits")):
+        key = data.draw(st.sampled_from(sorted(out)), label="key")
+        how = data.draw(st.sampled_from(["drop", "rename", "reshape", "retype", "junk", "format"]), label="how")
+        v = out[key]
+        if how == "drop":
+            del out[key]
+        elif how == "rename":
+            out[key.replace("/", "/x", 1) if "/" in key else "x" + key] = out.pop(key)
+        elif how == "reshape":
+            out[key] = np.resize(v, (v.size + 1,)) if v.ndim else np.zeros(2, v.dtype)
+        elif how == "retype":
+            out[key] = v.astype(data.draw(st.sampled_from([np.float64, np.float32, np.int8, np.bool_]))) \
+                if v.dtype.kind in "fiub" else np.asarray(1.5)
+        elif how == "junk":
+            out[key] = np.asarray(data.draw(st.sampled_from([-1, 0, 2**40, np.nan, np.inf, "abc", "Adam", "SGD"])))
+        else:
+            out[key.split("#")[0] + "#fmt"] = np.asarray(data.draw(st.sampled_from(["float8_e5m2", "bfloat16",
+                                                                                       "float64", "nope"])))
+    return out
+
+
+def _file_model_bits(path) -> dict:
+    with np.load(path, allow_pickle=False) as z:
+        return {k[len("model/"):]: z[k].view(get_format(str(z[k + "#fmt"])).dtype).tobytes()
+                for k in z.files if k.startswith("model/") and "#" not in k}
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_edited_checkpoint_loads_whole_or_changes_nothing(saved_checkpoint, data):
+    tmp, raw, saved = saved_checkpoint
+    with np.load(io.BytesIO(raw), allow_pickle=False) as z:
+        entries = {k: z[k] for k in z.files}
+    path = tmp / "edited.npz"
+    np.savez(path, **_edit(entries, data))
+    model, opt, scaler = _ckpt_objects(1)
+    before = _state(model, opt, scaler)
+    try:
+        checkpoint.load(path, model, opt, scaler=scaler)
+    except ALLOWED as e:
+        msg = str(e)
+        assert "\n" not in msg and (str(path) in msg or "left unchanged" in msg), msg
+        assert _state(model, opt, scaler) == before
+        return
+    got = {k[len("m/"):]: v for k, v in _state(model, opt, scaler).items() if k.startswith("m/")}
+    assert got == _file_model_bits(path)  # loaded: the model holds exactly what the file says

@@ -166,7 +166,7 @@ def test_sgd_momentum_checkpoint_into_adam_is_refused_naming_both(tmp_path):
     m = nn.Linear(2, 1, seed=1)
     opt = Adam(m.parameters(), lr=0.1)
     before = _bits(m)
-    with pytest.raises(ValueError, match="saved from SGD, this optimizer is Adam"):
+    with pytest.raises(ValueError, match="saved from 'SGD', this optimizer is Adam"):
         checkpoint.load(path, m, opt)
     assert _bits(m) == before and opt.state == [{}, {}] and opt.step_count == 0
     # a state dict without the type (hand-made, or older): the state names give it away

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import zipfile
 
 import ml_dtypes
 import numpy as np
@@ -80,7 +79,7 @@ def _read_npz(path):
     with open(path, "rb") as fh:
         try:
             z = np.load(fh, allow_pickle=False)
-        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+        except Exception as e:  # BadZipFile, EOFError, NotImplementedError ("zip file version 6.4"), ...
             raise ValueError(f"{path}: not a readable .npz file ({_first_line(e)})") from None
         with z:
             for name in z.files:
@@ -108,7 +107,7 @@ def _read_npy(path):
             raise ValueError(f"{path}: holds pickled Python objects, which fpsim does not load "
                              "(allow_pickle=False)") from None
         raise ValueError(f"{path}: not a readable .npy file ({_first_line(e)})") from None
-    except (OSError, EOFError) as e:
+    except Exception as e:  # OSError, EOFError; a damaged header makes numpy's parser raise SyntaxError and more
         raise ValueError(f"{path}: not a readable .npy file ({_first_line(e)})") from None
     yield os.path.splitext(os.path.basename(path))[0], arr
 
