@@ -62,10 +62,13 @@ def scaling_example(grad: float = 1e-8, scale: float = 1024.0, fmt="float16") ->
     as PyTorch's GradScaler does.  The last step shows the same division done in ``fmt``.
     """
     f = get_format(fmt)
+    f32_max = float(np.finfo(np.float32).max)
     if not (grad == grad and math.isfinite(grad)):
         raise ValueError(f"grad must be a finite number, got {grad!r}")
-    if not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
+    if abs(grad) > f32_max:
+        raise ValueError(f"grad must be a float32 number (|grad| <= {f32_max:g}), got {grad!r}")
+    if not (math.isfinite(scale) and 0 < scale <= f32_max):
+        raise ValueError(f"scale must be a finite float32 number > 0 (<= {f32_max:g}), got {scale!r}")
     with np.errstate(all="ignore"):  # overflow to inf and underflow to 0 are what the rows show
         g32 = np.float32(grad)
         direct = float(round_to(g32, f))
@@ -93,12 +96,10 @@ def smallest_normalizing_scale(grad: float, fmt="float16") -> float:
     if hi < max(lo, 0):
         raise ValueError(f"grad {grad!r} x 2^{max(lo, 0)} overflows {f.name} (max {f.max:g}): no scale >= 1 makes "
                          f"it normal; 2^{hi} or below does")
-    k = max(0, math.ceil(math.log2(f.tiny / abs(grad))))
-    while abs(grad) * 2.0 ** (k - 1) >= f.tiny and k > 0:
-        k -= 1
-    while abs(grad) * 2.0**k < f.tiny:
-        k += 1
-    return 2.0**k
+    k = max(lo, 0)
+    if k > 1023:
+        raise ValueError(f"grad {grad!r} needs a scale of 2^{k}, beyond float64")
+    return math.ldexp(1.0, k)
 
 
 def normal_scale_range(grad: float, fmt="float16") -> tuple[int, int]:
@@ -110,10 +111,10 @@ def normal_scale_range(grad: float, fmt="float16") -> tuple[int, int]:
     if a == 0 or not math.isfinite(a):
         raise ValueError(f"grad must be finite and non-zero, got {grad!r}")
     normal = lambda k: _category(math.ldexp(a, k), f) == "normal"  # noqa: E731
-    lo = math.floor(math.log2(f.tiny / a)) - 1
+    lo = math.floor(math.log2(f.tiny) - math.log2(a)) - 1  # differences of logs: no overflow for tiny a
     while not normal(lo):
         lo += 1
-    hi = math.ceil(math.log2(f.max / a)) + 1
+    hi = math.ceil(math.log2(f.max) - math.log2(a)) + 1
     while not normal(hi):
         hi -= 1
     return lo, hi

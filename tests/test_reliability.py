@@ -422,3 +422,15 @@ def test_every_test_the_guarantees_section_cites_exists():
         text = (root / "tests" / current).read_text()
         pattern = rf"def {re.escape(name.rstrip('*'))}" + (r"\w*" if name.endswith("*") else r"\(")
         assert re.search(pattern, text), f"{current}::{name}"
+
+
+def test_example_at_the_ends_of_float32(capsys):
+    rc, out, err = run(capsys, "example", "--grad", "5e-324", "--format", "e5m2")
+    assert rc == 0, err
+    assert "g is 0 in float32 already" in out
+    rc, out, err = run(capsys, "example", "--grad", "1e-40", "--format", "e5m2")
+    # 1e-40 x 2^119 = 6.6e-5 >= e5m2's 2^-14; x 2^148 = 3.6e4 <= 57344, x 2^149 overflows
+    assert rc == 0 and "2^119 = 6.64614e+35 (up to 2^148" in out
+    for argv in (["--grad", "1.7e308"], ["--scale", "1e300"]):
+        rc, out, err = run(capsys, "example", *argv)
+        assert rc == 2 and "float32 number" in err and err.count("\n") == 1

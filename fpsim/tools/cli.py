@@ -83,8 +83,10 @@ def cmd_example(args) -> int:
     for n, (g, s) in enumerate(cases):
         print(f"({'ab'[n]}) gradient g = {g:g}, loss scale S = {s:g}, format {args.format}")
         print(format_steps(scaling_example(g, s, args.format)))
-        if g != 0:
+        if abs(g) > 2.0**-150:  # at or below, g is already 0 in float32, where the gradient starts
             print(_scale_hint(g, args.format))
+        elif g != 0:
+            print("  g is 0 in float32 already (below half of 2^-149): no loss scale brings it back")
         print()
     lr, g = 1e-4, 2.45e-6
     print(f"(c) the vanishing update: w = 1.0, lr x g = {lr:g} x {g:g} = {lr * g:g}")
@@ -106,7 +108,7 @@ def _scale_hint(g: float, fmt: str) -> str:
         return (f"  no scale >= 1 helps: g overflows {fmt} already at S = 1; only S = 2^{lo} .. 2^{hi} "
                 f"make it a NORMAL {fmt}")
     k = max(lo, 0)
-    return (f"  smallest power-of-two scale that makes g a NORMAL {fmt}: 2^{k} = {2.0**k:g} "
+    return (f"  smallest power-of-two scale that makes g a NORMAL {fmt}: 2^{k}{f' = {2.0**k:g}' if k < 1024 else ''} "
             f"(up to 2^{hi}; beyond, S*g overflows)")
 
 
