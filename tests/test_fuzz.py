@@ -285,7 +285,7 @@ def tensor_files(tmp_path_factory):
     return _Saved((tmp, arrays, {f: (tmp / f).read_bytes() for f in files}))
 
 
-@settings(max_examples=80, deadline=None, derandomize=True,
+@settings(max_examples=200, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_damaged_tensor_files_read_right_or_fail_naming_the_file(tensor_files, data):
@@ -343,7 +343,7 @@ class _Saved(tuple):
         return "<saved files>"
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
+@settings(max_examples=150, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_damaged_checkpoint_loads_whole_or_changes_nothing(saved_checkpoint, data):
@@ -422,7 +422,7 @@ def _check_run(rc, out, err, cwd):
 SUBPARSERS = {name: p for name, p in cli.build_parser()._subparsers._group_actions[0].choices.items()}
 
 
-@FUZZ
+@settings(FUZZ, max_examples=150)
 @given(data=st.data())
 def test_cli_formats_and_example_never_crash(tmp_path, data):
     command = data.draw(st.sampled_from(["formats", "example"]), label="command")
@@ -554,7 +554,7 @@ def _file_model_bits(path) -> dict:
                 for k in z.files if k.startswith("model/") and "#" not in k}
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
+@settings(max_examples=150, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_edited_checkpoint_loads_whole_or_changes_nothing(saved_checkpoint, data):
