@@ -437,3 +437,24 @@ def test_example_at_the_ends_of_float32(capsys):
     for argv in (["--grad", "1.7e308"], ["--scale", "1e300"]):
         rc, out, err = run(capsys, "example", *argv)
         assert rc == 2 and "float32 number" in err and err.count("\n") == 1
+
+
+def test_audit_figure_that_fails_half_way_leaves_no_file(tmp_path, capsys, monkeypatch):
+    from matplotlib.figure import Figure
+
+    path = tmp_path / "g.npz"
+    np.savez(path, g=np.float32([1e-8, 1.0]))
+
+    def disk_full(self, fname, **kwargs):
+        with open(fname, "wb") as fh:
+            fh.write(b"\x89PNG half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", disk_full)
+    rc, out, err = run(capsys, "audit", path, "--formats", "fp16", "--out", tmp_path / "g.png")
+    assert rc == 2 and "2^2 .. 2^15" in out and "No space left on device" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.npz"]
+    monkeypatch.undo()
+    rc, out, err = run(capsys, "audit", path, "--formats", "fp16", "--out", tmp_path / "g.png")
+    assert rc == 0 and (tmp_path / "g.png").read_bytes()[:4] == b"\x89PNG"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.npz", "g.png"]

@@ -338,14 +338,27 @@ def main(args) -> int:
     if empty:
         raise ValueError(empty)
     if fig_path:
-        import matplotlib.pyplot as plt
-
-        try:
-            plt.close(report.figure(fig_path))
-        except OSError as e:
-            plt.close("all")
-            raise OSError(f"the figure {fig_path} could not be written ({e.strerror or e}); the report above stands") \
-                from None
+        _write_figure(report, fig_path)
         if not args.json:
             print(f"\nfigure: {fig_path}")
     return 0
+
+
+def _write_figure(report: AuditReport, path: str) -> None:
+    """Draw into a temporary file beside ``path`` (same suffix, so matplotlib knows the format)
+    and move it into place: a failure leaves neither a half-written figure nor the temporary."""
+    import matplotlib.pyplot as plt
+
+    root, ext = os.path.splitext(path)
+    tmp = f"{root}.tmp{ext}"
+    try:
+        plt.close(report.figure(tmp))
+        os.replace(tmp, path)
+    except BaseException as e:
+        plt.close("all")
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        if isinstance(e, OSError):
+            raise OSError(f"the figure {path} could not be written ({e.strerror or e}); the report above stands") \
+                from None
+        raise
