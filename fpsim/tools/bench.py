@@ -45,6 +45,7 @@ from ..monitor import monitor
 from ..tensor import no_grad, tensor
 from ..textable import text_table
 from . import torchref
+from .benchprofile import format_profile, profile_recipes
 from .benchsteps import MLP_SIZES, fpsim_step, torch_step, torch_threads
 from .benchtime import machine_info, median_ratio, time_interleaved
 from .jsonout import dumps, finite
@@ -453,6 +454,9 @@ def add_arguments(p) -> None:
                    help=f"which sections to run (default all: {' '.join(SECTIONS)})")
     p.add_argument("--repeats", type=int, default=None, help="timed samples per measurement (default 9)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--profile", action="store_true",
+                   help="instead of the table: where one training step's time goes, per recipe (GEMMs, rounding, "
+                        "widening, reductions, optimizer, scaler, Python), as shares of the step")
 
 
 def main(args) -> int:
@@ -462,6 +466,10 @@ def main(args) -> int:
         if args.repeats < 1:
             raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
         s = BenchSettings(**{**asdict(s), "repeats": args.repeats})
+    if getattr(args, "profile", False):
+        prof = profile_recipes(batch=s.batch, steps=5 if s.quick else 50, warmup=s.warmup)
+        print(json.dumps(prof, indent=1) if args.json else format_profile(prof))
+        return 0
     if not args.json:
         print("fpsim bench" + (" --quick" if args.quick else "") + ": measuring (a full run takes a minute or two)",
               file=sys.stderr)

@@ -1,0 +1,158 @@
+"""``fpsim bench --profile``: where one training step's time goes.
+
+For each recipe of the bench's step section, the step runs ``steps`` times under a profile hook
+(``sys.setprofile``, installed only here: the engine itself has no timers and pays nothing) that
+charges the time between two events to the category of the innermost categorised call:
+
+- ``gemm``        ``Backend.matmul`` (BLAS sgemm on float32 operands)
+- ``rounding``    ``Backend.round`` / ``round_saturating`` and the stochastic-rounding path:
+                  float32 -> the stored format (float16: ``formats.kernels``; bfloat16 / fp8:
+                  ml_dtypes or the fp8 table)
+- ``widening``    ``Backend.to_f32``: stored format -> float32
+- ``reductions``  numpy reductions (``ufunc.reduce``, ``ndarray.sum`` / ``max`` / ...) called
+                  by the ops, their backwards and the loss - not those inside another category
+- ``optimizer``   ``Optimizer.step``'s own work (the float32 update arithmetic and its Python)
+- ``scaler``      ``GradScaler.scale`` / ``unscale_`` / ``step`` / ``update``'s own work (the
+                  unscale multiply, the inf/NaN check), without the optimizer step it calls
+- ``python``      everything else: the autograd graph and walk, op dispatch, and the ops' own
+                  float32 elementwise arithmetic (bias add, relu select, softmax), which numpy
+                  runs without a Python-visible call to time it by
+
+Innermost wins: the rounding an optimizer does is ``rounding``.  The hook's own time is charged
+to nothing (it reads the clock on entry and again on exit), so the categories add up to the
+profiled step less the hook; the shares printed are of that sum, and the table also shows the
+step's unprofiled time, measured just before, so the distortion is visible.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from .. import backend as _backend
+from .. import optim
+from ..amp import GradScaler
+from ..tensor import _round_special
+from ..textable import text_table
+from .benchsteps import MLP_SIZES, fpsim_step
+
+__all__ = ["CATEGORIES", "profile_step", "profile_recipes", "format_profile"]
+
+CATEGORIES = ("gemm", "rounding", "widening", "reductions", "optimizer", "scaler", "python")
+_REDUCTION_METHODS = frozenset({"reduce", "sum", "max", "min", "mean", "any", "all", "argmax", "argmin", "prod"})
+_OUTER = frozenset({"python"})  # reductions count as such only when called from uncategorised code
+
+
+def _code_categories() -> dict:
+    """code object -> category, for every backend's methods and the optimizer / scaler phases."""
+    cats = {}
+    for be_cls in (_backend.Backend, _backend.NumpyBackend, _backend.CupyBackend):
+        for name, cat in (("matmul", "gemm"), ("round", "rounding"), ("round_saturating", "rounding"),
+                          ("to_f32", "widening"), ("rne_round", "rounding")):
+            fn = be_cls.__dict__.get(name)
+            if fn is not None:
+                cats[fn.__code__] = cat
+    cats[_round_special.__code__] = "rounding"
+    cats[optim.Optimizer.step.__code__] = "optimizer"
+    for name in ("scale", "unscale_", "step", "update"):
+        cats[getattr(GradScaler, name).__code__] = "scaler"
+    return cats
+
+
+def _is_reduction(fn) -> bool:
+    return getattr(fn, "__name__", "") in _REDUCTION_METHODS and isinstance(
+        getattr(fn, "__self__", None), np.ndarray | np.ufunc)
+
+
+class _Profiler:
+    """The ``sys.setprofile`` hook: a stack of effective categories, one entry per open call."""
+
+    def __init__(self):
+        self.codes = _code_categories()
+        self.acc = dict.fromkeys(CATEGORIES, 0.0)
+        self.stack = ["python"]
+        self.last = 0.0
+
+    def __call__(self, frame, event, arg):
+        now = time.perf_counter()
+        stack = self.stack
+        self.acc[stack[-1]] += now - self.last
+        if event == "call":
+            stack.append(self.codes.get(frame.f_code, stack[-1]))
+        elif event == "c_call":
+            top = stack[-1]
+            stack.append("reductions" if top in _OUTER and _is_reduction(arg) else top)
+        elif len(stack) > 1:  # return, c_return, c_exception (the outermost frame's return keeps the base)
+            stack.pop()
+        self.last = time.perf_counter()
+
+    def run(self, fn, n: int) -> None:
+        self.stack = ["python"]
+        self.last = time.perf_counter()
+        sys.setprofile(self)
+        try:
+            for _ in range(n):
+                fn()
+        finally:
+            sys.setprofile(None)
+        self.acc[self.stack[-1]] += time.perf_counter() - self.last
+
+
+def profile_step(step, steps: int = 50, warmup: int = 3) -> dict:
+    """Profile ``steps`` calls of ``step``: per-category seconds per step, their shares (summing
+    to 1), the step's unprofiled median time and the profiled time per step."""
+    for _ in range(warmup):
+        step()
+    plain = []
+    for _ in range(max(3, steps // 5)):
+        t0 = time.perf_counter()
+        step()
+        plain.append(time.perf_counter() - t0)
+    prof = _Profiler()
+    t0 = time.perf_counter()
+    prof.run(step, steps)
+    wall = (time.perf_counter() - t0) / steps
+    per_step = {c: prof.acc[c] / steps for c in CATEGORIES}
+    total = sum(per_step.values())
+    shares = {c: (v / total if total > 0 else 0.0) for c, v in per_step.items()}
+    return {"seconds": per_step, "shares": shares, "attributed": total, "profiled_wall": wall,
+            "step_seconds": statistics.median(plain), "steps": steps}
+
+
+def profile_recipes(recipes=("fp32", "fp16-dynamic", "bf16-master"), batch: int = 128, steps: int = 50,
+                    warmup: int = 3) -> dict:
+    """``profile_step`` of the bench's MLP step under each recipe."""
+    with np.errstate(all="ignore"):
+        out = {r: profile_step(fpsim_step(r, batch), steps, warmup) for r in recipes}
+    return {"model": f"MLP {'-'.join(map(str, MLP_SIZES))} batch {batch} SGD step", "recipes": out}
+
+
+def _ms(sec: float) -> str:
+    return f"{sec * 1e3:.3f}"
+
+
+def format_profile(result: dict) -> str:
+    """One table: a row per category, per recipe its ms per step and share."""
+    recipes = list(result["recipes"])
+    cols = ["category"] + [f"{r} {u}" for r in recipes for u in ("ms", "share")]
+    rows = []
+    for c in CATEGORIES:
+        line = [c]
+        for r in recipes:
+            p = result["recipes"][r]
+            line += [_ms(p["seconds"][c]), f"{100 * p['shares'][c]:.1f}%"]
+        rows.append(line)
+    total = ["total (attributed)"]
+    plain = ["step, unprofiled"]
+    for r in recipes:
+        p = result["recipes"][r]
+        total += [_ms(p["attributed"]), f"{100 * sum(p['shares'].values()):.1f}%"]
+        plain += [_ms(p["step_seconds"]), "-"]
+    rows += [total, plain]
+    steps = next(iter(result["recipes"].values()))["steps"] if recipes else 0
+    head = [f"where one training step's time goes: {result['model']}, {steps} profiled steps per recipe",
+            "(innermost category wins; 'python' = graph, dispatch and the ops' own float32 elementwise work)", ""]
+    return "\n".join(head + text_table(cols, rows))
