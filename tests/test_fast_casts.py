@@ -13,7 +13,7 @@ import pytest
 
 from fpsim import formats, ops
 from fpsim.backend import BACKENDS
-from fpsim.formats import cast, f16_to_f32, f32_to_f16
+from fpsim.formats import cast, f16_to_f32, f32_to_f16, kernels
 from fpsim.tensor import tensor
 
 gfloat = pytest.importorskip("gfloat")
@@ -51,6 +51,60 @@ def test_f32_to_f16_every_rounding_edge_in_every_layout():
         assert np.array_equal(got.view(np.uint16), ref.view(np.uint16))
     assert f32_to_f16(np.float32(3e-8)).shape == ()  # 0-d in, 0-d out
     assert float(f32_to_f16(np.array(3e-8, np.float32))) == 2.0**-24
+
+
+def _numpy_f16(x):
+    with np.errstate(over="ignore", invalid="ignore"):
+        return x.astype(np.float16).view(np.uint16)
+
+
+def test_f32_to_f16_every_sign_exponent_and_high_mantissa():
+    """Every float32 upper half (sign, exponent, top 7 mantissa bits) with lower halves at and
+    around float16's rounding bit (bit 12) and sticky bits, plus random ones."""
+    hi = np.arange(2**16, dtype=np.uint32) << 16
+    lows = np.array([0, 1, 0x0FFF, 0x1000, 0x1001, 0x1FFF, 0x2000, 0x3000, 0xE000, 0xEFFF, 0xF000, 0xFFFF],
+                    np.uint32)
+    rnd = np.random.default_rng(18).integers(0, 2**16, 4, dtype=np.uint32)
+    x = (hi[:, None] | np.concatenate([lows, rnd])[None, :]).reshape(-1).view(np.float32)
+    got = f32_to_f16(x)
+    assert np.array_equal(got.view(np.uint16), _numpy_f16(x))
+
+
+def test_f32_to_f16_chunk_edges_layouts_and_a_late_nan():
+    """Sizes around the kernel's chunk, non-contiguous input, and a NaN only in the last chunk."""
+    chunk = kernels._F16_CHUNK
+    rng = np.random.default_rng(5)
+    for n in (kernels.F16_BITS_MIN_SIZE, chunk - 1, chunk, chunk + 1, 3 * chunk + 7):
+        x = (rng.standard_normal(n) * 10.0 ** rng.uniform(-9, 5, n)).astype(np.float32)
+        x[-1] = np.nan
+        x[0] = -0.0
+        got = f32_to_f16(x)
+        assert np.array_equal(got.view(np.uint16), _numpy_f16(x))
+    m = rng.standard_normal((300, 400)).astype(np.float32)
+    for arr in (m.T, m[::2, ::3], m[:, 1:]):
+        assert np.array_equal(f32_to_f16(arr).view(np.uint16), _numpy_f16(arr))
+
+
+def test_f32_to_f16_from_several_threads_at_once():
+    """The kernel's scratch buffers are per thread: concurrent casts do not mix."""
+    import threading
+
+    rng = np.random.default_rng(7)
+    xs = [(rng.standard_normal(3 * kernels._F16_CHUNK) * 10.0**k).astype(np.float32) for k in (-6, -2, 0, 3)]
+    want = [_numpy_f16(x) for x in xs]
+    bad = []
+
+    def work(i):
+        for _ in range(5):
+            if not np.array_equal(f32_to_f16(xs[i]).view(np.uint16), want[i]):
+                bad.append(i)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad
 
 
 def test_f16_to_f32_every_pattern_on_both_paths():
