@@ -89,7 +89,8 @@ def test_step_rows_torch_present_or_skipped(quick):
         else:
             assert "PyTorch not installed" in r["skipped"]
     fp16 = by_peer[("fpsim fp16-dynamic", "fpsim fp32")]
-    assert fp16["limit"] == 1.5 and "stretch" in fp16["note"]
+    assert fp16["limit"] == 2.0 and "stretch" in fp16["note"]  # issue 18's goals
+    assert by_peer[("fpsim bf16-master", "fpsim fp32")]["limit"] == 1.3
 
 
 def test_monitor_rows(quick):
@@ -97,7 +98,7 @@ def test_monitor_rows(quick):
     assert len(rows) == 2
     off, on = rows
     assert "no-op hook" in off["name"] and off["limit"] == 1.02 and off["met"] in (True, False)
-    assert "fpsim.monitor()" in on["name"] and on["seconds"] > 0
+    assert "fpsim.monitor()" in on["name"] and on["seconds"] > 0 and on["limit"] == 1.5
 
 
 def test_gpu_rows_present_or_skipped(quick):

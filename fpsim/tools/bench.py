@@ -238,14 +238,15 @@ def _step_rows(s: BenchSettings, tick, threads: int) -> list[Row]:
     else:
         rows.append(Row("step", f"fpsim fp32 {label}", "PyTorch CPU float32", med["fp32"], skipped=skip))
     rows.append(row(f"fpsim fp16-dynamic {label}", "fp16-dynamic", "fpsim fp32", "fp32",
-                    target="<= 1.5x (stretch 1.2x)", limit=1.5, stretch=1.2))
+                    target="<= 2.0x (stretch 1.5x)", limit=2.0, stretch=1.5))
     if torch is not None:
         rows.append(row(f"fpsim fp16-dynamic {label}", "fp16-dynamic", "PyTorch CPU float16 (model.half())",
-                        "torch-float16", target=">= 10x faster (<= 0.1x)", limit=0.1))
+                        "torch-float16", target=">= 6x faster (<= 0.167x; stretch 10x)", limit=1 / 6,
+                        stretch=0.1))
     else:
         rows.append(Row("step", f"fpsim fp16-dynamic {label}", "PyTorch CPU float16 (model.half())",
                         med["fp16-dynamic"], skipped=skip))
-    rows.append(row(f"fpsim bf16-master {label}", "bf16-master", "fpsim fp32", "fp32"))
+    rows.append(row(f"fpsim bf16-master {label}", "bf16-master", "fpsim fp32", "fp32", target="<= 1.3x", limit=1.3))
     if torch is not None:
         rows.append(row(f"PyTorch CPU float16 {label}", "torch-float16", "PyTorch CPU float32", "torch-float32",
                         note="PyTorch's own float16 CPU kernels"))
@@ -282,7 +283,7 @@ def _monitor_rows(s: BenchSettings, tick) -> list[Row]:
             return step()
 
     rows.append(_compare("monitor", f"{label} inside fpsim.monitor()", monitored, "same step, no monitor", step,
-                         s))
+                         s, target="monitor on: <= 1.5x", limit=1.5))
     return rows
 
 
