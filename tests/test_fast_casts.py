@@ -120,6 +120,18 @@ def test_f16_to_f32_every_pattern_on_both_paths():
     assert np.array_equal(BACKENDS["numpy"].to_f32(h).view(np.uint32), want.view(np.uint32))
 
 
+def test_f16_to_f32_finds_a_lone_inf_or_nan_of_either_sign():
+    """The large-array path detects inf/NaN by two reductions over the 16-bit patterns: one
+    special value of each kind, anywhere, is widened exactly."""
+    base = np.random.default_rng(3).standard_normal(40000).astype(np.float16)
+    for bits in (0x7C00, 0xFC00, 0x7C01, 0xFE00, 0x7FFF, 0xFFFF):
+        for pos in (0, 20000, -1):
+            h = base.copy()
+            h.view(np.uint16)[pos] = bits
+            got = f16_to_f32(h)
+            assert np.array_equal(got.view(np.uint32), h.astype(np.float32).view(np.uint32))
+
+
 def test_float64_to_bfloat16_rounds_once_at_every_midpoint_crossing():
     """float64 values that float32 rounds onto a bfloat16 midpoint (where ml_dtypes' two
     roundings go wrong) - and the midpoints themselves - against gfloat's exact rounding."""

@@ -44,11 +44,13 @@ def f16_to_f32(x: np.ndarray) -> np.ndarray:
     o &= np.int32(-0x70000001)  # 0x8FFFFFFF
     f = o.view(np.float32)
     f *= _F16_SCALE
-    hi, lo = f.max(), f.min()
-    if not (hi < 65536 and lo > -65536):  # inf or NaN somewhere (a NaN makes both comparisons false)
+    # inf or NaN somewhere (exponent 31): a positive one is an int16 pattern >= 0x7C00, a negative
+    # one a uint16 pattern >= 0xFC00 - two reductions over the 16-bit input, half the bytes of f's
+    u = x.view(np.uint16)
+    if np.maximum.reduce(u, axis=None) >= 0xFC00 or np.maximum.reduce(x.view(np.int16), axis=None) >= 0x7C00:
         special = np.abs(f) >= 65536
         special |= np.isnan(f)
-        f[special] = _F16_TABLE.take(x.view(np.uint16)[special])
+        f[special] = _F16_TABLE.take(u[special])
     return f
 
 
