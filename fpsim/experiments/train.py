@@ -325,29 +325,74 @@ def _progress_bar(total: int):
 
 def compare_seeds(recipes=DEFAULT_RECIPES, seeds=(0, 1, 2, 3), task: ReferenceTask | None = None, *,
                   steps: int | None = None, lr: float | None = None, progress: bool = True,
-                  backend=None, measure_at="all") -> dict[int, dict[str, RunResult]]:
+                  backend=None, measure_at="all", jobs: int = 1) -> dict[int, dict[str, RunResult]]:
     """:func:`compare` once per seed of the initial weights (the data stay the same): results
     by seed, then by recipe.  One seed's ratio to fp32 can mislead - fp8-delayed is 1.097x at
     seed 0 and 1.116x at seed 5 - so :func:`~fpsim.experiments.format_seed_table` shows every
-    seed and the mean."""
+    seed and the mean.
+
+    ``jobs`` > 1 runs the (seed, recipe) runs in that many worker processes (each with
+    cores / jobs BLAS threads); every run starts from its own seed, so the results are the
+    ones the serial sweep gives, number for number (only ``seconds`` differs)."""
     recs, seeds = _check_recipes_and_seeds(recipes, seeds)
+    check_at_least(jobs, 1, "jobs")
     task = task or ReferenceTask()
     n_steps = task.steps if steps is None else steps
     bar = _progress_bar(n_steps * len(recs) * len(seeds)) if progress else None
-    results: dict[int, dict[str, RunResult]] = {}
+    runs = [(seed, rec) for seed in seeds for rec in recs]
+    results: dict[int, dict[str, RunResult]] = {seed: {} for seed in seeds}
+
+    def label(seed, rec):
+        return rec.name if len(seeds) == 1 else f"{rec.name}, seed {seed}"
+
+    def done(seed, rec, r):
+        results[seed][rec.name] = r
+        if bar is not None and bar.disable:
+            print(f"fpsim compare: {label(seed, rec)} done in {r.seconds:.1f}s", file=sys.stderr, flush=True)
+
     try:
-        for seed in seeds:
-            results[seed] = {}
-            for rec in recs:
-                label = rec.name if len(seeds) == 1 else f"{rec.name}, seed {seed}"
+        if jobs > 1 and len(runs) > 1:
+            _run_parallel(runs, jobs, task, steps, lr, backend, measure_at, bar, done, n_steps)
+        else:
+            for seed, rec in runs:
                 if bar is not None:
-                    bar.set_postfix_str(label)
-                results[seed][rec.name] = r = run_recipe(rec, task, steps=steps, seed=int(seed), lr=lr,
-                                                         progress=bar.update if bar is not None else None,
-                                                         backend=backend, measure_at=measure_at)
-                if bar is not None and bar.disable:
-                    print(f"fpsim compare: {label} done in {r.seconds:.1f}s", file=sys.stderr, flush=True)
+                    bar.set_postfix_str(label(seed, rec))
+                done(seed, rec, run_recipe(rec, task, steps=steps, seed=int(seed), lr=lr,
+                                           progress=bar.update if bar is not None else None,
+                                           backend=backend, measure_at=measure_at))
     finally:
         if bar is not None:
             bar.close()
-    return results
+    return {seed: {rec.name: results[seed][rec.name] for rec in recs} for seed in seeds}
+
+
+def _run_parallel(runs, jobs, task, steps, lr, backend, measure_at, bar, done, n_steps) -> None:
+    """The runs in ``jobs`` spawned worker processes; the bar advances a run at a time."""
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    be = getattr(backend, "name", backend)  # a backend by name: its object does not cross processes
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = str(max(1, cores // jobs))
+    names = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    saved = {k: os.environ.get(k) for k in names}
+    os.environ.update(dict.fromkeys(names, threads))  # the workers inherit it when they start
+    try:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(runs)),
+                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(run_recipe, rec, task, steps=steps, seed=int(seed), lr=lr, backend=be,
+                                   measure_at=measure_at): (seed, rec) for seed, rec in runs}
+            if bar is not None:
+                bar.set_postfix_str(f"{len(runs)} runs in {min(jobs, len(runs))} processes")
+            for fut in as_completed(futures):
+                seed, rec = futures[fut]
+                done(seed, rec, fut.result())
+                if bar is not None:
+                    bar.update(n_steps)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

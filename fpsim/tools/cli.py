@@ -211,7 +211,7 @@ def cmd_compare(args) -> int:
               f"Adam lr {args.lr or task.lr:g}, {steps} full-batch steps, "
               f"seed{'s' if len(seeds) > 1 else ''} {' '.join(map(str, seeds))}", file=sys.stderr)
     by_seed = compare_seeds(recipes, seeds, task, steps=steps, lr=args.lr, progress=not args.quiet,
-                            backend=args.backend)
+                            backend=args.backend, jobs=args.jobs)
     results = by_seed[seeds[0]]
     baseline = recipes[0] if "fp32" not in recipes else "fp32"
     if args.json:
@@ -262,6 +262,9 @@ def _add_compare(sub) -> None:
                            "seed; the figure shows the mean over the seeds with a min-max band")
     sp.add_argument("--lr", type=_positive_float,
                     help="Adam learning rate (default 1e-2; tinygpt 5e-3, the peak of its schedule)")
+    sp.add_argument("--jobs", type=_positive_int, default=1,
+                    help="run the recipes and seeds in this many processes (default 1); the results are the "
+                         "serial run's, number for number")
     sp.add_argument("--backend", type=_backend_arg, default=None, metavar="{numpy,cupy}",
                     help="array backend (default numpy; cupy needs CuPy and a CUDA GPU)")
     sp.add_argument("--figure", default=None,
