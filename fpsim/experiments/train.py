@@ -333,7 +333,9 @@ def compare_seeds(recipes=DEFAULT_RECIPES, seeds=(0, 1, 2, 3), task: ReferenceTa
 
     ``jobs`` > 1 runs the (seed, recipe) runs in that many worker processes (each with
     cores / jobs BLAS threads); every run starts from its own seed, so the results are the
-    ones the serial sweep gives, number for number (only ``seconds`` differs)."""
+    ones the serial sweep gives, number for number (only ``seconds`` differs).  The workers are
+    spawned, so the recipes and the task must pickle (a ``Recipe`` defined in a notebook cell
+    may not: run those with ``jobs=1``)."""
     recs, seeds = _check_recipes_and_seeds(recipes, seeds)
     check_at_least(jobs, 1, "jobs")
     task = task or ReferenceTask()

@@ -22,7 +22,8 @@ Timing (``benchtime.py``): ``time.perf_counter``; each callable runs untimed fir
 then is timed in samples of enough calls to last ``min_time``; the callables of one row are
 timed interleaved (A B, B A, A B, ...) so that a drift in machine load hits both, and a row's
 ratio is the median of the per-sample ratios.  Times are medians per call.  The training steps
-timed are in ``benchsteps.py``.
+timed are in ``benchsteps.py``; ``--profile`` (``benchprofile.py``) splits one step of each
+recipe into GEMMs, rounding, widening, reductions, optimizer, scaler and Python.
 """
 
 from __future__ import annotations
