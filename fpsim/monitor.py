@@ -42,8 +42,35 @@ _NUMPY = BACKENDS["numpy"]
 def _count_rounding(fmt, exact32, stored, xp) -> list[int]:
     """The COUNTERS for one rounding of ``exact32`` (float32) into ``stored`` (fmt's storage),
     as Python ints (on a device: one device -> host copy)."""
+    if xp is np:
+        fast = _finite_counts(fmt, exact32, stored)
+        if fast is not None:
+            return fast
     n, events = _event_counts(fmt, exact32, stored, xp)
     return [n, *(int(v) for v in (events.tolist() if xp is np else events.get().tolist()))]
+
+
+def _finite_counts(fmt, exact32, stored) -> list[int] | None:
+    """The COUNTERS in the common case, on numpy, in five passes instead of ~25: every exact
+    value finite and below the format's overflow threshold, every stored value finite.  Then
+    nothing overflowed and no inf or NaN is there; a flushed value is a stored 0 whose exact
+    value was not 0 (an exact 0 always stores 0), a subnormal is below ``tiny`` and not 0.
+    None (count it all, :func:`_event_counts`) whenever the four reductions see anything else."""
+    x = np.asarray(exact32)
+    if fmt.name == "float32" or x.dtype != np.float32 or x.size == 0:
+        return None
+    thr = fmt.overflow_threshold
+    if not (np.maximum.reduce(x, axis=None) < thr and np.minimum.reduce(x, axis=None) > -thr):  # NaN: False
+        return None
+    r = _NUMPY.to_f32(np.asarray(stored))
+    if not (np.isfinite(np.maximum.reduce(r, axis=None)) and np.isfinite(np.minimum.reduce(r, axis=None))):
+        return None
+    a = np.abs(r)
+    zero_r = int(np.count_nonzero(a == 0))
+    inexact = int(np.count_nonzero(r != x))
+    under = zero_r - int(np.count_nonzero(x == 0))
+    sub = int(np.count_nonzero(a < fmt.tiny)) - zero_r
+    return [int(x.size), inexact, under, sub, 0, 0, 0, 0]
 
 
 def _event_counts(fmt, exact32, stored, xp):
