@@ -1,0 +1,69 @@
+"""The monitor's fast count (finite values below the overflow threshold) gives exactly the
+full count's numbers, and steps aside for everything else."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+from fpsim.backend import BACKENDS
+from fpsim.formats import LOW_FORMATS, cast, get_format
+
+mon = importlib.import_module("fpsim.monitor")  # the module: fpsim.monitor is also the function
+BE = BACKENDS["numpy"]
+
+
+def _full(fmt, x, stored):
+    n, events = mon._event_counts(fmt, x, stored, np)
+    return [n, *events.tolist()]
+
+
+def _cases(f, rng):
+    lo = np.log2(f.smallest_subnormal) - 3
+    hi = np.log2(f.max) + 0.6  # some values past max: saturation, overflow
+    for n in (1, 7, 1000, 5000):
+        mag = 2.0 ** rng.uniform(lo, hi, n)
+        with np.errstate(over="ignore"):  # bfloat16: past float32 max, inf
+            x = (mag * rng.choice([-1.0, 1.0], n)).astype(np.float32)
+        x[rng.random(n) < 0.1] = 0.0
+        yield x
+        yield np.clip(x, -f.max, f.max).astype(np.float32)  # all finite, below the threshold
+    edge = np.array([f.max, -f.max, f.tiny, f.smallest_subnormal / 2, f.smallest_subnormal, 0.0, -0.0],
+                    np.float32)
+    yield edge
+    yield np.concatenate([edge, np.array([np.nan], np.float32)])
+    yield np.concatenate([edge, np.array([np.inf], np.float32)])
+
+
+@pytest.mark.parametrize("name", list(LOW_FORMATS))
+def test_fast_count_equals_full_count(name):
+    f = get_format(name)
+    rng = np.random.default_rng(11)
+    used = 0
+    for x in _cases(f, rng):
+        with np.errstate(all="ignore"):
+            stores = [BE.round(x, f), BE.round_saturating(x, f),
+                      BE.round(cast(x, f, "stochastic", rng=np.random.default_rng(1)).astype(np.float32), f)]
+        for stored in stores:
+            fast = mon._finite_counts(f, x, stored)
+            full = _full(f, x, stored)
+            if fast is not None:
+                used += 1
+                assert fast == full, (name, x[:8], fast, full)
+            with np.errstate(all="ignore"):
+                assert mon._count_rounding(f, x, stored, np) == full
+    assert used > 0
+
+
+def test_fast_count_steps_aside():
+    f = get_format("float16")
+    x = np.array([1.0, np.nan], np.float32)
+    assert mon._finite_counts(f, x, BE.round(x, f)) is None
+    x = np.array([1.0, 70000.0], np.float32)
+    with np.errstate(all="ignore"):
+        assert mon._finite_counts(f, x, BE.round(x, f)) is None
+    x = np.array([1.0, 2.0], np.float32)
+    assert mon._finite_counts(get_format("float32"), x, x) is None
+    assert mon._finite_counts(f, x.astype(np.float16), x.astype(np.float16)) is None
