@@ -470,7 +470,7 @@ def main(args) -> int:
         s = BenchSettings(**{**asdict(s), "repeats": args.repeats})
     if getattr(args, "profile", False):
         prof = profile_recipes(batch=s.batch, steps=5 if s.quick else 50, warmup=s.warmup)
-        print(json.dumps(prof, indent=1) if args.json else format_profile(prof))
+        print(dumps(finite(prof), indent=1) if args.json else format_profile(prof))
         return 0
     if not args.json:
         print("fpsim bench" + (" --quick" if args.quick else "") + ": measuring (a full run takes a minute or two)",
