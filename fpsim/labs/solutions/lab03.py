@@ -68,6 +68,17 @@ def exercise1(w, fmt):
     _, e = math.frexp(abs(w))
     return 2.0 ** (max(e - 1, f.emin) - f.mantissa_bits - 1) / 2
 """),
+        ("the binade from int(log2|w|), which truncates toward zero instead of rounding down", """
+def exercise1(w, fmt):
+    import math
+    f = fpsim.get_format(fmt)
+    return 2.0 ** (max(int(math.log2(abs(w))), f.emin) - f.mantissa_bits) / 2
+"""),
+        ("half the distance to numpy's next number up", """
+def exercise1(w, fmt):
+    v = np.asarray(w, dtype=np.float32).astype(fpsim.get_format(fmt).dtype)
+    return float(np.abs(np.nextafter(v, v * 2 + 1).astype(np.float64) - v.astype(np.float64))) / 2
+"""),
         ("always float16's mantissa, whatever the format", """
 def exercise1(w, fmt):
     import math

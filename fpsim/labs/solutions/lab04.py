@@ -92,6 +92,11 @@ def exercise2(max_grad):
         k -= 1
     return 2.0**k
 """),
+        ("floor(log2(65504 / g)): the same naive bound, by formula", """
+def exercise2(max_grad):
+    import math
+    return 2.0 ** math.floor(math.log2(65504 / max_grad))
+"""),
         ("everything below 2**16 fits", """
 def exercise2(max_grad):
     k = 60
