@@ -4,16 +4,24 @@ The notebooks hold no library logic; anything a lab needs twice lives in the pac
 
 Exercise convention (the test suite relies on it): an exercise cell carries the tag
 ``exercise`` and defines ``exerciseN``; until the learner fills it in, its body is
-``raise Unanswered``.  The self-check cell (tag ``check``) calls :func:`selfcheck`, which
-reports "not attempted yet" for an unanswered exercise instead of failing, so a notebook runs
-top to bottom either way; a wrong answer fails its assertions.  The tests run every notebook
-as written and again with each exercise cell replaced by the reference solution from
-``fpsim.labs.solutions.labNN``.
+``raise Unanswered``.  The self-check cell (tag ``check``) that follows it calls
+:func:`selfcheck`, which reports "not attempted yet" for an unanswered exercise instead of
+failing, so a notebook runs top to bottom either way.  A wrong answer fails with
+:class:`~fpsim.labs.checks.CheckFailed`, whose message says what was expected and what came
+back (:func:`~fpsim.labs.checks.expect` builds those messages).
+
+``fpsim.labs.solutions.labNN`` holds the reference solution of every exercise and, in
+``WRONG``, at least three plausible wrong answers to each; the tests run every notebook as
+written, then each check again with every wrong answer (it must fail, saying what it
+expected) and with the reference solution (it must pass).
 """
 
 from __future__ import annotations
 
-__all__ = ["Unanswered", "selfcheck", "slider"]
+from .checks import CheckFailed, expect, fail, forbid
+
+__all__ = ["Unanswered", "CheckFailed", "selfcheck", "expect", "fail", "forbid", "slider", "widgets_available",
+           "blas_threads", "blas_thread_count"]
 
 
 class Unanswered(Exception):
@@ -21,10 +29,11 @@ class Unanswered(Exception):
 
 
 def selfcheck(name: str, test) -> bool:
-    """Run ``test()`` (a function holding assertions about the learner's answer).
+    """Run ``test()`` (a function that checks the learner's answer with :func:`expect`).
 
-    Prints "passed" when every assertion holds, "not attempted yet" when the exercise still
-    raises :class:`Unanswered`; a wrong answer raises AssertionError with the reason.
+    Prints "passed" when every check holds, "not attempted yet" when the exercise still
+    raises :class:`Unanswered`.  A wrong answer raises :class:`CheckFailed` with the reason,
+    prefixed by ``name``.
     """
     try:
         test()
@@ -32,21 +41,103 @@ def selfcheck(name: str, test) -> bool:
         print(f"{name}: not attempted yet - write your answer above, or reveal the solution "
               f"(fpsim.labs.solutions.reveal(lab, exercise))")
         return False
+    except CheckFailed as e:
+        raise CheckFailed(f"{name}: {e}") from None
+    except AssertionError as e:  # a plain assert in a check: still say which exercise
+        raise CheckFailed(f"{name}: {e}" if str(e) else f"{name}: a check failed without saying why") from None
     print(f"{name}: passed")
     return True
 
 
-def slider(fn, *, default, values, name="value", description=None):
-    """An ipywidgets slider over ``values`` calling ``fn(value)``; without ipywidgets (or
-    outside Jupyter) it just calls ``fn(default)`` - the plain-code fallback the tests run."""
-    try:
-        import ipywidgets as widgets
-        from IPython import get_ipython
+def widgets_available() -> bool:
+    """Whether interactive widgets can be shown: ipywidgets is installed, this runs in a Jupyter
+    kernel, and the environment variable ``FPSIM_LABS_NO_WIDGETS`` is not set (the tests set it,
+    so that every slider and explorer runs its plain-code fallback, where an error shows)."""
+    import os
 
-        if get_ipython() is None or not hasattr(get_ipython(), "kernel"):
-            raise ImportError
+    if os.environ.get("FPSIM_LABS_NO_WIDGETS"):
+        return False
+    try:
+        import ipywidgets  # noqa: F401
+        from IPython import get_ipython
     except ImportError:
-        return fn(default)
+        return False
+    ip = get_ipython()
+    return ip is not None and hasattr(ip, "kernel")
+
+
+def slider(fn, *, default, values, name="value", description=None):
+    """An ipywidgets slider over ``values`` calling ``fn(value)``; without widgets
+    (:func:`widgets_available`) it just calls ``fn(default)`` - the plain-code fallback the
+    tests run.  Returns None either way, so the cell shows no stray object."""
+    if not widgets_available():
+        fn(default)
+        return None
+    import ipywidgets as widgets
+
     w = widgets.SelectionSlider(options=list(values), value=default, description=description or name,
                                 continuous_update=False)
-    return widgets.interact(fn, **{name: w})
+    widgets.interact(fn, **{name: w})
+    return None
+
+
+def _openblas_libraries():
+    """ctypes handles of the OpenBLAS libraries loaded in this process (Linux; else none)."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({line.split()[-1] for line in f if "openblas" in line.lower() and "/" in line})
+    except OSError:
+        return []
+    libs = []
+    for path in paths:
+        try:
+            libs.append(ctypes.CDLL(path))
+        except OSError:
+            continue
+    return libs
+
+
+def _symbol(lib, names):
+    return next((getattr(lib, n) for n in names if getattr(lib, n, None) is not None), None)
+
+
+_SET = ("openblas_set_num_threads", "scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_",
+        "scipy_openblas_set_num_threads")
+_GET = ("openblas_get_num_threads", "scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_",
+        "scipy_openblas_get_num_threads")
+
+
+def blas_threads(n: int = 1) -> None:
+    """Limit numpy's BLAS (OpenBLAS) to ``n`` threads in this process.
+
+    The labs multiply matrices of a few thousand numbers.  At that size a second BLAS thread
+    only adds synchronisation, and on a busy two-core machine, where the threads wait for each
+    other, it made the labs' training loops about 20 times slower (measured: 51 ms against
+    2.3 ms per step of the reference task).  Uses threadpoolctl when it is installed, else
+    OpenBLAS's own setter found among the loaded libraries (Linux); elsewhere it does nothing.
+    :func:`blas_thread_count` tells what came of it.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    try:
+        import threadpoolctl
+
+        threadpoolctl.threadpool_limits(n, user_api="blas")
+        return
+    except ImportError:
+        pass
+    for lib in _openblas_libraries():
+        setter = _symbol(lib, _SET)
+        if setter is not None:
+            setter(int(n))
+
+
+def blas_thread_count() -> int | None:
+    """The number of threads OpenBLAS uses now, or None where that cannot be read."""
+    for lib in _openblas_libraries():
+        getter = _symbol(lib, _GET)
+        if getter is not None:
+            return int(getter())
+    return None

@@ -20,7 +20,7 @@ from ..formats import cast, get_format
 from ..fp8 import compute_scale
 from ..textable import text_table
 
-__all__ = ["per_tensor_scale", "quantize", "survival_table"]
+__all__ = ["per_tensor_scale", "quantize", "survival_table", "scaled_histogram"]
 
 
 def per_tensor_scale(x, fmt, margin: int = 0) -> float:
@@ -72,3 +72,14 @@ def survival_table(tensors: dict, formats=("float8_e4m3fn", "float8_e5m2")) -> s
 
 def _kept(s: dict) -> float:
     return 1.0 - s["frac_flushed"] - s["frac_overflow"] if s["nonzero"] else 1.0
+
+
+def scaled_histogram(values, fmt, scale: float | None = None, *, title=None):
+    """The gradient histogram of ``values`` in one fp8 format, with the histogram shifted by the
+    tensor's per-tensor scale (default: its own :func:`per_tensor_scale`) - named in the legend
+    for what it is here, a per-tensor fp8 scale, not a loss scale.  Returns the figure."""
+    from .figures import histogram
+
+    name = get_format(fmt).name
+    s = per_tensor_scale(values, name) if scale is None else float(scale)
+    return histogram(values, formats=(name,), scale=s, scale_name="per-tensor fp8 scale", title=title)

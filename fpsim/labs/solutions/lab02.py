@@ -1,4 +1,5 @@
-"""Reference solutions to lab 02, "Underflow and the worked example"."""
+"""Reference solutions to lab 02, "Underflow and the worked example", and wrong answers the
+self-checks must reject (``WRONG``: exercise -> [(the mistake, code), ...])."""
 
 from __future__ import annotations
 
@@ -9,16 +10,7 @@ import numpy as np
 import fpsim
 
 
-def exercise1(g):
-    """The smallest power of two S (S >= 1) for which S * |g| is at least float16's smallest
-    normal number, 2**-14."""
-    k = 0
-    while abs(g) * 2.0**k < 2.0**-14:
-        k += 1
-    return 2.0**k
-
-
-def exercise2(x):
+def exercise1(x):
     """What float16 makes of x: "zero", "subnormal", "normal" or "inf"."""
     r = abs(float(fpsim.round_to(x, "float16")))  # classify the ROUNDED value
     if r == 0:
@@ -28,7 +20,115 @@ def exercise2(x):
     return "subnormal" if r < 2.0**-14 else "normal"
 
 
-def exercise3(g, scale):
+def exercise2(g, scale):
     """Loss scaling by hand: S*g in float32, rounded into float16, unscaled in float32."""
     scaled16 = fpsim.round_to(np.float32(g) * np.float32(scale), "float16")  # float32 in, float32 out
-    return float(np.float32(scaled16) * np.float32(1.0 / scale))  # GradScaler multiplies by 1/S
+    with np.errstate(over="ignore"):
+        return float(np.float32(scaled16) * np.float32(1.0 / scale))  # GradScaler multiplies by 1/S
+
+
+def exercise3(g):
+    """The smallest power of two S (S >= 1) for which S * |g| is at least float16's smallest
+    normal number, 2**-14."""
+    k = 0
+    while abs(g) * 2.0**k < 2.0**-14:
+        k += 1
+    return 2.0**k
+
+
+WRONG = {
+    1: [
+        ("classifies x itself instead of the rounded value", """
+def exercise1(x):
+    a = abs(x)
+    if a == 0:
+        return "zero"
+    if a > 65504:
+        return "inf"
+    return "subnormal" if a < 2.0**-14 else "normal"
+"""),
+        ("the folklore threshold: below 6e-8 is zero", """
+def exercise1(x):
+    a = abs(x)
+    if a < 6e-8:
+        return "zero"
+    r = abs(float(fpsim.round_to(x, "float16")))
+    if r == float("inf"):
+        return "inf"
+    return "subnormal" if r < 2.0**-14 else "normal"
+"""),
+        ("rounds into bfloat16 instead of float16", """
+def exercise1(x):
+    r = abs(float(fpsim.round_to(x, "bfloat16")))
+    if r == 0:
+        return "zero"
+    if r == float("inf"):
+        return "inf"
+    return "subnormal" if r < 2.0**-14 else "normal"
+"""),
+        ("calls fpsim.classify, which answers the question for you", """
+def exercise1(x):
+    return str(fpsim.classify(x, "float16").names())
+"""),
+    ],
+    2: [
+        ("never casts to float16 (the source text's code): S*g/S", """
+def exercise2(g, scale):
+    return float(g * scale / scale)
+"""),
+        ("unscales in float16 instead of float32", """
+def exercise2(g, scale):
+    scaled16 = fpsim.round_to(np.float32(g) * np.float32(scale), "float16")
+    return float(fpsim.round_to(np.float32(scaled16) * np.float32(1.0 / scale), "float16"))
+"""),
+        ("unscales in float64 (divides by S) instead of multiplying by float32(1/S)", """
+def exercise2(g, scale):
+    scaled16 = fpsim.round_to(np.float32(g) * np.float32(scale), "float16")
+    return float(scaled16) / scale
+"""),
+        ("rounds into bfloat16 instead of float16", """
+def exercise2(g, scale):
+    scaled = fpsim.round_to(np.float32(g) * np.float32(scale), "bfloat16")
+    return float(np.float32(scaled) * np.float32(1.0 / scale))
+"""),
+        ("forgets to unscale", """
+def exercise2(g, scale):
+    return float(fpsim.round_to(np.float32(g) * np.float32(scale), "float16"))
+"""),
+    ],
+    3: [
+        ("the smallest normal written as 6.1e-5 instead of 2**-14", """
+def exercise3(g):
+    k = 0
+    while abs(g) * 2.0**k < 6.1e-5:
+        k += 1
+    return 2.0**k
+"""),
+        ("strictly above 2**-14 instead of at least", """
+def exercise3(g):
+    k = 0
+    while abs(g) * 2.0**k <= 2.0**-14:
+        k += 1
+    return 2.0**k
+"""),
+        ("aims at the smallest subnormal (survives) instead of the smallest normal", """
+def exercise3(g):
+    k = 0
+    while abs(g) * 2.0**k < 2.0**-24:
+        k += 1
+    return 2.0**k
+"""),
+        ("returns the exponent k instead of the scale 2**k", """
+def exercise3(g):
+    k = 0
+    while abs(g) * 2.0**k < 2.0**-14:
+        k += 1
+    return k
+"""),
+        ("calls the library function the exercise asks you to write", """
+def exercise3(g):
+    from fpsim.examples import smallest_normalizing_scale
+    return smallest_normalizing_scale(g, "float16")
+"""),
+    ],
+}

@@ -1,4 +1,5 @@
-"""Reference solutions for lab 05 (gradient histograms per format)."""
+"""Reference solutions for lab 05 (gradient histograms per format), and wrong answers the
+self-checks must reject (``WRONG``: exercise -> [(the mistake, code), ...])."""
 
 from __future__ import annotations
 
@@ -29,3 +30,96 @@ def exercise2(values, fmt="float16", keep=0.999):
         if s["nonzero"] - s["flushed"] >= keep * s["nonzero"]:
             return k
     return None
+
+
+WRONG = {
+    1: [
+        ("the folklore threshold: everything below 6e-8 is flushed", """
+def exercise1(values, fmt):
+    v = np.abs(np.asarray(values, dtype=np.float64).ravel())
+    v = v[np.isfinite(v) & (v != 0)]
+    return float(np.mean(v < 6e-8))
+"""),
+        ("everything below the smallest subnormal is flushed", """
+def exercise1(values, fmt):
+    v = np.abs(np.asarray(values, dtype=np.float64).ravel())
+    v = v[np.isfinite(v) & (v != 0)]
+    return float(np.mean(v < fpsim.get_format(fmt).smallest_subnormal))
+"""),
+        ("strictly below half the smallest subnormal: the tie at 2^-25 is kept", """
+def exercise1(values, fmt):
+    v = np.abs(np.asarray(values, dtype=np.float64).ravel())
+    v = v[np.isfinite(v) & (v != 0)]
+    return float(np.mean(v < fpsim.get_format(fmt).smallest_subnormal / 2))
+"""),
+        ("divides by all values, zeros included", """
+def exercise1(values, fmt):
+    v = np.asarray(values, dtype=np.float32).ravel()
+    stored = fpsim.cast(v, fmt).astype(np.float32)
+    return float(np.mean((stored == 0) & (v != 0)))
+"""),
+        ("counts the subnormals as lost too", """
+def exercise1(values, fmt):
+    v = np.asarray(values, dtype=np.float32).ravel()
+    v = v[np.isfinite(v) & (v != 0)]
+    stored = np.abs(fpsim.cast(v, fmt).astype(np.float32))
+    return float(np.mean(stored < fpsim.get_format(fmt).tiny))
+"""),
+        ("lets fpsim.formats.survival.survival do the counting", """
+def exercise1(values, fmt):
+    from fpsim.formats.survival import survival
+    return survival(values, fmt)["frac_flushed"]
+"""),
+    ],
+    2: [
+        ("ignores keep: asks for nothing flushed at all", """
+def exercise2(values, fmt="float16", keep=0.999):
+    from fpsim.formats.survival import survival
+    for k in range(0, 41):
+        s = survival(values, fmt, 2.0**k)
+        if s["overflow"]:
+            return None
+        if s["flushed"] == 0:
+            return k
+    return None
+"""),
+        ("never checks for overflow", """
+def exercise2(values, fmt="float16", keep=0.999):
+    from fpsim.formats.survival import survival
+    for k in range(0, 41):
+        s = survival(values, fmt, 2.0**k)
+        if s["nonzero"] - s["flushed"] >= keep * s["nonzero"]:
+            return k
+    return None
+"""),
+        ("returns the scale 2**k instead of k", """
+def exercise2(values, fmt="float16", keep=0.999):
+    from fpsim.formats.survival import survival
+    for k in range(0, 41):
+        s = survival(values, fmt, 2.0**k)
+        if s["overflow"]:
+            return None
+        if s["nonzero"] - s["flushed"] >= keep * s["nonzero"]:
+            return 2.0**k
+    return None
+"""),
+        ("keeps only normal numbers: counts subnormals as lost", """
+def exercise2(values, fmt="float16", keep=0.999):
+    from fpsim.formats.survival import survival
+    for k in range(0, 41):
+        s = survival(values, fmt, 2.0**k)
+        if s["overflow"]:
+            return None
+        if s["normal"] >= keep * s["nonzero"]:
+            return k
+    return None
+"""),
+        ("reads the answer off fpsim.tools.audit.audit_arrays", """
+def exercise2(values, fmt="float16", keep=0.999):
+    from fpsim.tools.audit import audit_arrays
+    r = audit_arrays({"g": values}, formats=(fmt,), keep=keep).overall.formats
+    rng = next(iter(r.values())).scale_range
+    return None if rng is None else max(rng[0], 0)
+"""),
+    ],
+}

@@ -1,0 +1,102 @@
+"""How long a learner waits: each lab notebook run top to bottom, and its slowest cell.
+
+``time_labs()`` runs every notebook in ``labs/`` (or the ``paths`` given) in a fresh kernel with
+nbclient, as the test suite does, and reports for each the wall time from kernel start to the
+last cell and the longest single cell.  The labs' README quotes these numbers; rerun this to
+check them on your own machine.  nbclient and a Jupyter kernel are needed only when this is
+called (they come with ``pip install -e ".[labs]"`` or ``".[test]"``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import NamedTuple
+
+__all__ = ["LabTime", "CellTime", "lab_paths", "time_lab", "time_labs", "timing_table"]
+
+
+class LabTime(NamedTuple):
+    """One lab: its file name, seconds from kernel start to the end of the last cell, and
+    seconds of its slowest cell."""
+
+    name: str
+    seconds: float
+    slowest_cell: float
+
+
+class CellTime(NamedTuple):
+    """One code cell: its index in the notebook, seconds the kernel spent on it, first line."""
+
+    index: int
+    seconds: float
+    first_line: str
+
+
+def lab_paths(directory=None) -> list[Path]:
+    """The lab notebooks (``NN_*.ipynb``) in ``directory``, by number.  Default: the ``labs``
+    folder next to the ``fpsim`` package (a source checkout)."""
+    d = Path(directory) if directory is not None else Path(__file__).resolve().parents[2] / "labs"
+    return sorted(d.glob("[0-9][0-9]_*.ipynb"))
+
+
+def _seconds(meta: dict) -> float | None:
+    t = meta.get("execution", {})
+    start, end = t.get("iopub.execute_input"), t.get("shell.execute_reply")
+    if not (start and end):
+        return None
+    parse = lambda s: datetime.fromisoformat(s.replace("Z", "+00:00"))
+    return (parse(end) - parse(start)).total_seconds()
+
+
+def time_lab(path, timeout: int = 600, kernel_name: str = "python3") -> tuple[LabTime, list[CellTime]]:
+    """Run one notebook top to bottom in a fresh kernel (its folder as working directory) and
+    time it.  Returns the :class:`LabTime` and one :class:`CellTime` per code cell.  A cell
+    that raises stops the run with nbclient's ``CellExecutionError``."""
+    import nbclient
+    import nbformat
+
+    path = Path(path)
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, record_timing=True,
+                                     resources={"metadata": {"path": str(path.parent)}})
+    # The kernel inherits the environment: no display (Agg), and sliders run their plain-code
+    # fallback once, as the tests run them.  Restored afterwards.
+    saved = {k: os.environ.get(k) for k in ("MPLBACKEND", "FPSIM_LABS_NO_WIDGETS")}
+    os.environ.update({"MPLBACKEND": saved["MPLBACKEND"] or "Agg", "FPSIM_LABS_NO_WIDGETS": "1"})
+    try:
+        t0 = time.perf_counter()
+        client.execute()
+        total = time.perf_counter() - t0
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    cells = []
+    for i, c in enumerate(nb.cells):
+        if c.cell_type != "code":
+            continue
+        s = _seconds(c.get("metadata", {}))
+        first = next((ln for ln in c.source.splitlines() if ln.strip()), "")
+        cells.append(CellTime(i, s if s is not None else float("nan"), first[:60]))
+    slowest = max((c.seconds for c in cells if c.seconds == c.seconds), default=0.0)
+    return LabTime(path.name, total, slowest), cells
+
+
+def time_labs(paths=None, timeout: int = 600, kernel_name: str = "python3") -> list[LabTime]:
+    """(lab name, seconds, slowest cell seconds) for every lab notebook, run one after the
+    other.  ``paths``: notebook files; default :func:`lab_paths`."""
+    paths = lab_paths() if paths is None else [Path(p) for p in paths]
+    return [time_lab(p, timeout=timeout, kernel_name=kernel_name)[0] for p in paths]
+
+
+def timing_table(times) -> str:
+    """A plain-text table of :class:`LabTime` rows."""
+    from ..textable import text_table
+
+    rows = [[t.name, f"{t.seconds:.1f} s", f"{t.slowest_cell:.2f} s"] for t in times]
+    return "\n".join(text_table(["lab", "whole notebook", "slowest cell"], rows, right=(1, 2)))

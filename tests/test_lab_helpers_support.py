@@ -1,0 +1,372 @@
+"""The labs' support code: the self-check helpers (expect, forbid, selfcheck), the bit explorer
+(against numpy / ml_dtypes), the memory table, the recipe panels and tables, the classifier and
+PyTorch-bridge runs, the lab timer, the BLAS thread limit."""
+
+import math
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fpsim
+from fpsim.examples import smallest_surviving_update
+from fpsim.experiments import ReferenceTask
+from fpsim.labs import (
+    CheckFailed,
+    Unanswered,
+    blas_thread_count,
+    blas_threads,
+    expect,
+    fail,
+    forbid,
+    selfcheck,
+    slider,
+    widgets_available,
+)
+from fpsim.labs.explorer import EXPLORER_FORMATS, BitExplorer, explore
+
+# ---------------------------------------------------------------------------- self-checks
+
+
+def test_expect_passes_and_returns_the_result():
+    assert expect(lambda x: x * 2, 3, want=6) == 6
+    assert expect(lambda: 0.1 + 0.2, want=0.3, rel=1e-12) == 0.1 + 0.2
+    expect(lambda: np.float32([1, 2]), want=np.float32([1, 2]))
+    expect(lambda: (1.0, 2), want=(1.0, 2))
+    expect(lambda: None, want=None)
+    expect(lambda: "zero", want="zero")
+
+
+@pytest.mark.parametrize("got, want, text", [
+    (0.5, 0.25, "expected 0.25, got 0.5"),
+    ("normal", "subnormal", "expected 'subnormal', got 'normal'"),
+    (2.0, None, "expected None, got 2.0"),
+    (np.float64([1, 2]), np.float32([1, 2]), "float32"),
+    (np.float32([1, 3, 3]), np.float32([1, 2, 3]), "1 of 3 values differ; at index 1 expected float32(2.0), got float32(3.0)"),
+    ([1.0] * 7 + [2.0], [1.0] * 8, "first difference at index 7: expected 1.0, got 2.0"),
+    (True, 1, "expected 1, got True"),
+])
+def test_expect_fails_in_one_line_with_what_was_expected(got, want, text):
+    def exercise9(x):
+        return got
+
+    with pytest.raises(CheckFailed) as e:
+        expect(exercise9, 1.5, want=want, why="the reason")
+    msg = str(e.value)
+    assert msg.startswith("exercise9(1.5): expected") and text in msg and msg.endswith(" - the reason")
+    assert "\n" not in msg
+
+
+def test_expect_names_an_exception_and_lets_unanswered_through():
+    def exercise1():
+        return {}["missing"]
+
+    with pytest.raises(CheckFailed, match=r"exercise1\(\): expected 3, but it raised KeyError: 'missing'"):
+        expect(exercise1, want=3)
+
+    def unanswered():
+        raise Unanswered
+
+    with pytest.raises(Unanswered):
+        expect(unanswered, want=3)
+
+
+def test_forbid_trips_on_the_learners_call_but_not_the_librarys():
+    def exercise1(w):
+        return float(fpsim.ulp(w, "float16")) / 2  # the learner's own call
+
+    def legit(w):
+        return float(smallest_surviving_update(w, "float16"))  # ulp is called inside fpsim
+
+    with pytest.raises(CheckFailed, match="it called fpsim.ulp, which this exercise asks you to write yourself"):
+        expect(exercise1, 1.0, want=2.0**-11, forbid=[fpsim.ulp])
+    assert expect(legit, 1.0, want=2.0**-11, forbid=[fpsim.ulp]) == 2.0**-11
+    with forbid(fpsim.ulp):
+        tripped = fpsim.ulp
+    assert fpsim.ulp is fpsim.formats.ulp and tripped is not fpsim.ulp  # restored afterwards
+    assert fpsim.ulp(1.0, "float16") == 2.0**-10
+
+
+def test_forbid_covers_a_method_given_as_class_and_name():
+    class Thing:
+        def answer(self):
+            return 42
+
+    with forbid((Thing, "answer")), pytest.raises(CheckFailed, match="Thing.answer"):
+        Thing().answer()
+    assert Thing().answer() == 42
+
+
+def test_selfcheck_reports_passes_unanswered_and_failures(capsys):
+    assert selfcheck("Try it 1", lambda: None) is True
+    assert "Try it 1: passed" in capsys.readouterr().out
+
+    def unanswered():
+        raise Unanswered
+
+    assert selfcheck("Try it 2", unanswered) is False
+    assert "not attempted yet" in capsys.readouterr().out
+    with pytest.raises(CheckFailed, match="^Try it 3: expected 1, got 2$"):
+        selfcheck("Try it 3", lambda: fail("expected 1, got 2"))
+
+    def bare():
+        raise AssertionError  # a check written without a message
+
+    with pytest.raises(CheckFailed, match="Try it 4: a check failed without saying why"):
+        selfcheck("Try it 4", bare)
+
+
+def test_slider_falls_back_to_one_call(monkeypatch, capsys):
+    monkeypatch.setenv("FPSIM_LABS_NO_WIDGETS", "1")
+    assert not widgets_available()
+    assert slider(lambda v: print("ran", v), default=3, values=range(5)) is None
+    assert capsys.readouterr().out == "ran 3\n"
+
+
+def test_blas_threads():
+    blas_threads(1)
+    assert blas_thread_count() in (1, None)  # None where the thread count cannot be read
+    with pytest.raises(ValueError, match="integer >= 1"):
+        blas_threads(0)
+
+
+# ---------------------------------------------------------------------------- bit explorer
+
+
+def _dtype(fmt):
+    return fpsim.get_format(fmt).dtype
+
+
+@pytest.mark.parametrize("fmt", EXPLORER_FORMATS)
+def test_explorer_number_to_bits_matches_the_cast(fmt):
+    for x in (0.1, -3.5, 1e-3, 2.0**-20, 65504.0, 1e5, 0.0, -0.0):
+        e = BitExplorer(fmt, x)
+        with np.errstate(over="ignore"):
+            stored = np.float32(x).astype(_dtype(fmt))
+        if math.isfinite(float(stored)):
+            assert e.value == float(stored) or (math.isnan(e.value) and math.isnan(float(stored)))
+            assert e.bits == int(np.asarray(stored).view({8: np.uint8, 16: np.uint16, 32: np.uint32}[e.format.bits]))
+
+
+@pytest.mark.parametrize("fmt", ["float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"])
+def test_explorer_toggling_every_bit_matches_numpy(fmt):
+    """From 1.0 and from a subnormal, flip each bit: the value is numpy's / ml_dtypes' decoding of
+    the flipped pattern, the category and the neighbours agree with ml_dtypes (np.nextafter)."""
+    f = fpsim.get_format(fmt)
+    uint = {8: np.uint8, 16: np.uint16}[f.bits]
+    for start in (1.0, f.smallest_subnormal * 3):
+        for i in range(f.bits):
+            e = BitExplorer(fmt, start).toggle(i)
+            pattern = int(np.array(start, np.float32).astype(f.dtype).view(uint)) ^ (1 << (f.bits - 1 - i))
+            v = np.array(pattern, uint).view(f.dtype)
+            ref = float(v)
+            assert e.bits == pattern
+            assert e.value == ref or (math.isnan(ref) and math.isnan(e.value))
+            if math.isnan(ref):
+                assert e.category == "nan" and e.neighbours == (None, None)
+                continue
+            if math.isinf(ref):
+                assert e.category == "inf"
+                continue
+            want_cat = "zero" if ref == 0 else "subnormal" if abs(ref) < f.tiny else "normal"
+            assert e.category == want_cat
+            below, above = e.neighbours
+            up = float(np.nextafter(v, np.array(np.inf, np.float32).astype(f.dtype) if f.has_inf else v.dtype.type(f.max)))
+            down = float(np.nextafter(v, np.array(-np.inf, np.float32).astype(f.dtype) if f.has_inf else v.dtype.type(-f.max)))
+            if ref == f.max:
+                assert above is None
+            else:
+                assert above == up, (fmt, i, ref)
+            if ref == -f.max:
+                assert below is None
+            else:
+                assert below == down, (fmt, i, ref)
+            assert e.ulp == float(fpsim.ulp(ref, fmt))
+
+
+def test_explorer_float32_and_the_ends():
+    e = BitExplorer("float32", 1.0)
+    assert e.neighbours == (float(np.nextafter(np.float32(1), np.float32(0))), float(np.nextafter(np.float32(1), np.float32(2))))
+    top = BitExplorer("float16", 65504.0)
+    assert top.neighbours == (65472.0, None) and top.ulp == 32.0
+    assert BitExplorer("float8_e4m3fn", 448.0).neighbours[1] is None  # 0x7F is NaN, not a number
+    z = BitExplorer("float16", 0.0)
+    assert z.neighbours == (-(2.0**-24), 2.0**-24) and z.category == "zero"
+    assert BitExplorer("float16", 1.0).toggle(15).value == 1 + 2.0**-10
+
+
+def test_explorer_format_switch_number_entry_and_text():
+    e = BitExplorer("float32", 0.1)
+    assert e.hex == "0x3DCCCCCD"
+    e.set_format("bfloat16")
+    assert (e.hex, e.value) == ("0x3DCD", float(ml_dtypes.bfloat16(0.1)))
+    e.set_value(70000.0).set_format("float16")
+    assert e.category == "inf"
+    assert e.set_bits(0x0001).value == 2.0**-24 and e.category == "subnormal"
+    text = e.describe()
+    for part in ("0 00000 0000000001", "0x0001", "subnormal, 1 significant bits", "neighbours", "ulp"):
+        assert part in text
+    with pytest.raises(ValueError, match="bit index"):
+        e.toggle(16)
+    with pytest.raises(ValueError, match="pattern"):
+        e.set_bits(1 << 16)
+
+
+def test_explore_falls_back_to_the_printed_description(monkeypatch, capsys):
+    monkeypatch.setenv("FPSIM_LABS_NO_WIDGETS", "1")
+    assert explore(0.1, "bfloat16") is None
+    out = capsys.readouterr().out
+    assert BitExplorer("bfloat16", 0.1).describe() in out and "toggle(i)" in out
+
+
+def test_explore_builds_its_widget(monkeypatch):
+    """The widget path, without a kernel: one toggle button per bit, and clicking one flips it."""
+    pytest.importorskip("ipywidgets")
+    from fpsim.labs import explorer
+
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda w: shown.append(w))
+    model = BitExplorer("float8_e5m2", 1.0)
+    explorer._widget(model)
+    (box,) = shown
+    controls, row, out = box.children
+    assert len(row.children) == 8 and "1.0" in out.value
+    row.children[7].value = not row.children[7].value  # click the last mantissa bit
+    assert model.value == 1.25 and "1.25" in box.children[2].value
+
+
+# ---------------------------------------------------------------------------- memory
+
+
+def test_memory_per_parameter_is_measured_from_the_storage_dtypes():
+    from fpsim.labs.memory import measure_bytes, memory_table
+
+    fp32 = measure_bytes("fp32")
+    assert (fp32["weights"], fp32["gradients"], fp32["Adam moments"], fp32["total"]) == (4, 4, 8, 16)
+    master = measure_bytes("fp16-master")
+    assert (master["weights"], master["master weights"], master["master gradients"], master["total"]) == (2, 4, 4, 20)
+    assert measure_bytes("bf16-pure")["total"] == 8
+    assert measure_bytes("bf16-kahan")["Kahan buffer"] == 2
+    assert measure_bytes("fp16-amp")["total"] == 16
+    table = memory_table(("fp32", "bf16-pure"), n_params=1e9)
+    assert "16 GB" in table and "8 GB" in table
+
+
+# ---------------------------------------------------------------------------- recipe runs
+
+
+def test_runs_train_table_and_panels():
+    from fpsim.labs import runs
+
+    res = runs.train(["fp32", "fp16-pure", "fp16-master", "fp16-dynamic"], ReferenceTask(n=256), steps=4)
+    assert all(len(res[k].act_grad_flushed) == 4 for k in ("fp32", "fp16-master", "fp16-dynamic"))  # every step
+    ratios = runs.ratios(res)
+    assert set(ratios) == {"fp16-pure", "fp16-master", "fp16-dynamic"}
+    assert np.all(np.isnan(ratios["fp16-pure"])) and np.all(np.isfinite(ratios["fp16-master"]))
+    text = runs.table(res)
+    assert "NaN from step 0" in text and "65536" in text
+    fig = runs.panels(res, ["ratio", "flushed", "stalled", "scale"], title="t")
+    assert len(fig.axes) == 4 and fig.legends and "fp16-pure: NaN from step 0" in fig._suptitle.get_text()
+    with pytest.raises(ValueError, match="choose from"):
+        runs.panels(res, ["losses"])
+
+
+def test_classifier_runs_and_table():
+    from fpsim.labs.classifier import classifier_table, train_classifier
+
+    a = train_classifier("fp32", steps=3, n=128)
+    b = train_classifier("fp16-dynamic", steps=3, n=128)
+    assert len(a.losses) == len(b.flushed) == 3 and a.flushed == [0.0, 0.0, 0.0]
+    assert b.scales[0] == 2.0**16
+    assert "fp16-dynamic" in classifier_table({"fp32": a, "fp16-dynamic": b})
+    with pytest.raises(ValueError, match="float16 / bfloat16"):
+        train_classifier("fp8-delayed", steps=1)
+
+
+def test_gradient_totals():
+    from fpsim import nn
+    from fpsim.labs.gradients import audit_totals, capture_totals, monitor_totals
+    from fpsim.capture import capture_gradients
+
+    task = ReferenceTask(n=256)
+    x = task.data()
+    cap = capture_gradients(task.model(0), nn.mse_loss, x, x, formats=["float16"])
+    text = capture_totals(cap, layers=True)
+    assert "activation gradients, all layers" in text and "layer 6's output" in text
+    nz = np.concatenate([v.ravel() for k, v in cap.grads.items() if k[1] == "activation"])
+    nz = nz[nz != 0]
+    flushed = 100 * np.mean(nz.astype(np.float16) == 0)
+    assert f"{flushed:.1f}%" in text.splitlines()[2]
+    from fpsim.tools.audit import audit_arrays
+
+    report = audit_arrays({"/".join(k): v for k, v in cap.grads.items()}, formats=("float16",))
+    assert "2^" in audit_totals(report)
+    m16 = task.model(0).to("float16")
+    with fpsim.monitor() as m:
+        nn.mse_loss(m16(fpsim.tensor(x, "float16")).to("float32"), fpsim.tensor(x, "float32")).backward()
+    assert "backward: gradients between layers" in monitor_totals(m)
+
+
+def test_histogram_legend_below_and_scale_named():
+    from fpsim.labs.figures import histogram
+    from fpsim.labs.fp8 import scaled_histogram
+
+    g = np.random.default_rng(0).lognormal(-15, 1.0, 2000).astype(np.float32)
+    fig = histogram(g, formats=("float16",), scale=1024.0)
+    assert fig.axes[0].get_legend() is None and fig.legends
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "x 2^10 (loss scale)" in labels
+    assert "scaled x 2^10" in fig.axes[0].texts[0].get_text()
+    fig8 = scaled_histogram(g, "e4m3")
+    assert any("(per-tensor fp8 scale)" in t.get_text() for t in fig8.legends[0].get_texts())
+
+
+# ---------------------------------------------------------------------------- PyTorch bridge
+
+
+def test_torch_available_without_torch(monkeypatch):
+    from fpsim.labs import torch_bridge
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
+    assert torch_bridge.torch_available() is False
+
+
+def test_fpsim_and_pytorch_amp_runs_agree_step_by_step():
+    pytest.importorskip("torch")
+    from fpsim.labs.torch_bridge import compare_with_torch
+
+    b = compare_with_torch("float16", steps=12, task=ReferenceTask(n=256), init_scale=2.0**24, growth_interval=3)
+    assert b.same_scales and b.same_skips and any(b.ours.skipped)
+    assert b.rel_diff[0] < 1e-6 and b.rel_diff.max() < 1e-3
+    assert "steps, autocast float16" in b.summary() and "both" in b.table()
+
+
+def test_fpsim_import_does_not_import_torch():
+    import subprocess
+
+    code = "import sys, fpsim, fpsim.labs, fpsim.labs.torch_bridge; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# ---------------------------------------------------------------------------- lab timer
+
+
+def test_time_labs_on_a_small_notebook(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    pytest.importorskip("nbclient")
+    from fpsim.labs.timing import lab_paths, time_lab, time_labs, timing_table
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# t"), nbformat.v4.new_code_cell("x = 1"),
+                nbformat.v4.new_code_cell("import time\ntime.sleep(0.3)")]
+    path = tmp_path / "99_tiny.ipynb"
+    nbformat.write(nb, path)
+    assert lab_paths(tmp_path) == [path]
+    t, cells = time_lab(path)  # one kernel start; time_labs runs this for every path
+    assert t.name == "99_tiny.ipynb" and t.seconds >= t.slowest_cell >= 0.3
+    assert [c.index for c in cells] == [1, 2] and cells[1].first_line == "import time"
+    assert time_labs([]) == []
+    assert "99_tiny.ipynb" in timing_table([t])
+    assert len(lab_paths()) >= 8  # the repository's own labs
