@@ -286,8 +286,8 @@ def test_classifier_runs_and_table():
 
 def test_gradient_totals():
     from fpsim import nn
-    from fpsim.labs.gradients import audit_totals, capture_totals, monitor_totals
     from fpsim.capture import capture_gradients
+    from fpsim.labs.gradients import audit_totals, capture_totals, monitor_totals
 
     task = ReferenceTask(n=256)
     x = task.data()
