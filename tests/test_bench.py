@@ -139,3 +139,20 @@ def test_bad_arguments():
         cli.main(["bench", "--sections", "everything"])
     with pytest.raises(ValueError, match="unknown bench section"):
         bench.run_bench(bench.BenchSettings.quick_settings(), sections=["rounding", "nope"], progress=False)
+
+
+def test_bench_labs_times_the_named_notebooks(tmp_path, capsys):
+    """``fpsim bench --labs NOTEBOOK``: one row per notebook, as JSON too (parsed strictly)."""
+    nbformat = pytest.importorskip("nbformat")
+    pytest.importorskip("nbclient")
+    import json
+
+    from fpsim.tools.cli import main
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1")]
+    path = tmp_path / "98_tiny.ipynb"
+    nbformat.write(nb, path)
+    assert main(["bench", "--labs", str(path), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
+    assert [r["name"] for r in rows] == ["98_tiny.ipynb"] and rows[0]["seconds"] >= rows[0]["slowest_cell"] >= 0

@@ -18,14 +18,10 @@ expected) and with the reference solution (it must pass).
 
 from __future__ import annotations
 
-from .checks import CheckFailed, expect, fail, forbid
+from .checks import CheckFailed, Unanswered, expect, fail, forbid
 
 __all__ = ["Unanswered", "CheckFailed", "selfcheck", "expect", "fail", "forbid", "slider", "widgets_available",
            "blas_threads", "blas_thread_count"]
-
-
-class Unanswered(Exception):
-    """Raised by an exercise the learner has not written yet."""
 
 
 def selfcheck(name: str, test) -> bool:

@@ -30,6 +30,10 @@ _LIBRARY = ("numpy", "ml_dtypes", "fpsim", "matplotlib")
 _NOT_LIBRARY = ("fpsim.labs.solutions",)
 
 
+class Unanswered(Exception):
+    """Raised by an exercise the learner has not written yet."""
+
+
 class CheckFailed(AssertionError):
     """A self-check found a wrong answer; the message says what was expected and what came back."""
 
@@ -105,8 +109,6 @@ def expect(fn: Callable, *args, want, rel: float = 0.0, abs: float = 0.0, why: s
     Returns the result.  An exception from ``fn`` other than ``Unanswered`` fails the check with
     the expected value and the exception named.
     """
-    from . import Unanswered
-
     label = call or f"{getattr(fn, '__name__', 'your function')}(" + ", ".join(
         [describe(a) for a in args] + [f"{k}={describe(v)}" for k, v in kwargs.items()]) + ")"
     expected = show(want)

@@ -67,10 +67,12 @@ def check_exercise1(exercise1) -> None:
     Past it the row is NaN (exp overflowed: inf / inf) or all 0 (only the sum overflowed)."""
     for fmt, n in (("float16", 1), ("float16", 2), ("float16", 32), ("bfloat16", 4), ("float32", 3)):
         got = exercise1(fmt, n)
-        assert isinstance(got, int | np.integer), f"exercise1({fmt!r}, {n}) should be an integer, got {got!r}"
-        assert _naive_softmax_right(got, n, fmt), f"{fmt}, n={n}: a row of {got}s is already wrong (NaN or 0)"
+        assert isinstance(got, int | np.integer), f"exercise1({fmt!r}, {n}): expected an integer, got {got!r}"
+        assert _naive_softmax_right(got, n, fmt), (
+            f"exercise1({fmt!r}, {n}): expected a score whose naive softmax still gives 1/n, got {got}, "
+            f"where it is already wrong (NaN or 0)")
         assert not _naive_softmax_right(got + 1, n, fmt), (
-            f"{fmt}, n={n}: a row of {got + 1}s still gives 1/n - the limit is higher")
+            f"exercise1({fmt!r}, {n}): expected the largest such score, got {got}, but {got + 1} still gives 1/n")
 
 
 def _mask_sum(m: float, fmt: str) -> float:
@@ -94,11 +96,12 @@ def check_exercise2(exercise2) -> None:
         m = float(exercise2(fmt))
         f = get_format(fmt)
         assert m > 0 and float(np.asarray([m]).astype(f.dtype).astype(np.float64)[0]) == m, (
-            f"{fmt}: {m!r} is not a positive number of {fmt}")
-        assert _mask_sum(m, fmt) == -math.inf, f"{fmt}: -{m:g} + finfo.min is still finite"
+            f"exercise2({fmt!r}): expected a positive number of {fmt}, got {m!r}")
+        assert _mask_sum(m, fmt) == -math.inf, (
+            f"exercise2({fmt!r}): expected an m for which -m + finfo.min is -inf, got {m:g}, where it is still finite")
         below = _next_below(m, fmt)
         assert _mask_sum(below, fmt) > -math.inf, (
-            f"{fmt}: -{below:g} + finfo.min is -inf too, so {m:g} is not the smallest")
+            f"exercise2({fmt!r}): expected the smallest such m, got {m:g}, but -{below:g} + finfo.min is -inf too")
 
 
 def _ln_right(a: int, n: int) -> bool:
@@ -116,6 +119,9 @@ def check_exercise3(exercise3) -> None:
     of squares is inf: the row comes out NaN or all 0 (1 / sqrt(inf) = 0)."""
     for n in (64, 16, 100, 7):
         got = exercise3(n)
-        assert isinstance(got, int | np.integer), f"exercise3({n}) should be an integer, got {got!r}"
-        assert _ln_right(got, n), f"n={n}: activations of {got} already come out wrong (NaN or 0)"
-        assert not _ln_right(got + 1, n), f"n={n}: activations of {got + 1} are still fine - the limit is higher"
+        assert isinstance(got, int | np.integer), f"exercise3({n}): expected an integer, got {got!r}"
+        assert _ln_right(got, n), (
+            f"exercise3({n}): expected activations that float16 statistics still normalise, got {got}, "
+            f"which already come out wrong (NaN or 0)")
+        assert not _ln_right(got + 1, n), (
+            f"exercise3({n}): expected the largest such activation, got {got}, but {got + 1} is still fine")

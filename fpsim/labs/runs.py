@@ -126,42 +126,11 @@ def panels(results: dict[str, RunResult], which=("ratio", "flushed", "stalled"),
         axes = fig.subplots(1, len(which), squeeze=False)[0]
         for ax, kind in zip(axes, which):
             if kind == "ratio":
-                ax.axhline(1.0, color=plots.recipe_color(baseline) or "black", lw=1.5)
-                handles.setdefault(baseline, ax.lines[-1])
-                for name, y in ratios(results, baseline).items():
-                    if np.any(np.isfinite(y)):
-                        (h,) = ax.plot(y, **style[name])
-                        handles.setdefault(name, h)
-                ax.set_ylabel(f"loss / {baseline} loss")
-                ax.set_title("loss relative to " + baseline)
+                _ratio_panel(ax, results, baseline, style, handles)
             elif kind in ("flushed", "stalled"):
-                for name in names:
-                    r = results[name]
-                    y = 100 * _series(r.act_grad_flushed if kind == "flushed" else r.stalled, n)
-                    d = died_at(r)
-                    if d is not None:
-                        y[d:] = np.nan
-                    if np.nansum(y) > 0:
-                        (h,) = ax.plot(y, **style[name])
-                        handles.setdefault(name, h)
-                ax.set_ylabel("% of activation gradients" if kind == "flushed" else "% of weights")
-                ax.set_title("flushed to 0 in the backward pass" if kind == "flushed" else "left unchanged by the step")
-                ax.set_ylim(bottom=0)
+                _share_panel(ax, kind, results, n, style, handles)
             else:
-                for name in names:
-                    r = results[name]
-                    s = np.asarray(r.scales, dtype=np.float64)
-                    if r.steps_skipped == 0 and np.all(s == 1.0):
-                        continue
-                    (h,) = ax.step(np.arange(s.size), s, where="post", **style[name])
-                    handles.setdefault(name, h)
-                    idx = np.flatnonzero(np.asarray(r.skipped, dtype=bool))
-                    if idx.size:
-                        x = ax.plot(idx, s[idx], "X", ms=10, color=plots.BAND_COLORS["flush"], ls="none")[0]
-                        handles.setdefault("skipped step", x)
-                ax.set_yscale("log", base=2)
-                ax.set_ylabel("loss scale")
-                ax.set_title("loss scale (X: step skipped)")
+                _scale_panel(ax, results, style, handles)
             ax.set_xlabel("step")
         died = [f"{name}: NaN from step {died_at(r)}" for name, r in results.items() if died_at(r) is not None]
         labels = list(handles)
@@ -171,3 +140,48 @@ def panels(results: dict[str, RunResult], which=("ratio", "flushed", "stalled"),
             fig.suptitle((title or "") + ("   (" + "; ".join(died) + ")" if died else ""), fontsize=14)
         fig.tight_layout(rect=(0, 0.1, 1, 1))
     return plots._finish(fig, path)
+
+
+def _ratio_panel(ax, results, baseline, style, handles) -> None:
+    from ..tools import plots
+
+    ax.axhline(1.0, color=plots.recipe_color(baseline) or "black", lw=1.5)
+    handles.setdefault(baseline, ax.lines[-1])
+    for name, y in ratios(results, baseline).items():
+        if np.any(np.isfinite(y)):
+            (h,) = ax.plot(y, **style[name])
+            handles.setdefault(name, h)
+    ax.set_ylabel(f"loss / {baseline} loss")
+    ax.set_title("loss relative to " + baseline)
+
+
+def _share_panel(ax, kind, results, n, style, handles) -> None:
+    for name, r in results.items():
+        y = 100 * _series(r.act_grad_flushed if kind == "flushed" else r.stalled, n)
+        d = died_at(r)
+        if d is not None:
+            y[d:] = np.nan
+        if np.nansum(y) > 0:
+            (h,) = ax.plot(y, **style[name])
+            handles.setdefault(name, h)
+    ax.set_ylabel("% of activation gradients" if kind == "flushed" else "% of weights")
+    ax.set_title("flushed to 0 in the backward pass" if kind == "flushed" else "left unchanged by the step")
+    ax.set_ylim(bottom=0)
+
+
+def _scale_panel(ax, results, style, handles) -> None:
+    from ..tools import plots
+
+    for name, r in results.items():
+        s = np.asarray(r.scales, dtype=np.float64)
+        if r.steps_skipped == 0 and np.all(s == 1.0):
+            continue
+        (h,) = ax.step(np.arange(s.size), s, where="post", **style[name])
+        handles.setdefault(name, h)
+        idx = np.flatnonzero(np.asarray(r.skipped, dtype=bool))
+        if idx.size:
+            x = ax.plot(idx, s[idx], "X", ms=10, color=plots.BAND_COLORS["flush"], ls="none")[0]
+            handles.setdefault("skipped step", x)
+    ax.set_yscale("log", base=2)
+    ax.set_ylabel("loss scale")
+    ax.set_title("loss scale (X: step skipped)")

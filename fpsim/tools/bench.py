@@ -456,6 +456,9 @@ def add_arguments(p) -> None:
                    help=f"which sections to run (default all: {' '.join(SECTIONS)})")
     p.add_argument("--repeats", type=int, default=None, help="timed samples per measurement (default 9)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--labs", nargs="*", metavar="NOTEBOOK", default=None,
+                   help="instead of the table: run every lab notebook (or the ones named) in a fresh kernel and "
+                        "print how long each took and its slowest cell (needs nbclient, from [labs] or [test])")
     p.add_argument("--profile", action="store_true",
                    help="instead of the table: where one training step's time goes, per recipe (GEMMs, rounding, "
                         "widening, reductions, optimizer, scaler, Python), as shares of the step")
@@ -468,6 +471,8 @@ def main(args) -> int:
         if args.repeats < 1:
             raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
         s = BenchSettings(**{**asdict(s), "repeats": args.repeats})
+    if getattr(args, "labs", None) is not None:
+        return _labs_main(args)
     if getattr(args, "profile", False):
         prof = profile_recipes(batch=s.batch, steps=5 if s.quick else 50, warmup=s.warmup)
         print(dumps(finite(prof), indent=1) if args.json else format_profile(prof))
@@ -480,4 +485,16 @@ def main(args) -> int:
         print(dumps(finite(result), indent=1))
     else:
         print(format_report(result))
+    return 0
+
+
+def _labs_main(args) -> int:
+    """``fpsim bench --labs``: the time a learner waits for each lab, whole notebook and slowest cell."""
+    from .labtime import time_labs, timing_table
+
+    times = time_labs(args.labs or None)
+    if args.json:
+        print(dumps([t._asdict() for t in times], indent=1))
+    else:
+        print(timing_table(times))
     return 0

@@ -1,7 +1,11 @@
 """Reference solutions for lab 09 (where half precision overflows), and the plausible wrong
-answers the tests hold against the self-checks (``WRONG_ANSWERS``: each must fail)."""
+answers the tests hold against the self-checks (``WRONG``: exercise -> [(the mistake, code), ...],
+as every lab has them; ``WRONG_ANSWERS``: the same mistakes as functions)."""
 
 from __future__ import annotations
+
+import inspect
+import re
 
 
 def exercise1(fmt, n):
@@ -106,8 +110,31 @@ def _power_of_two_limit(n):
     return int(math.sqrt(2.0**16 / n))
 
 
+def _bfloat16_half_ulp(fmt):
+    """Takes bfloat16's max whatever the format (the wrong format)."""
+    import fpsim
+
+    return float(fpsim.ulp(fpsim.get_format("bfloat16").max, "bfloat16")) / 2
+
+
+def _float32_statistics(n):
+    """Sums the squares in float32 (what layer_norm does by default, not what the lab asks)."""
+    import math
+
+    return math.isqrt(int(3.4028234663852886e38) // n)
+
+
 WRONG_ANSWERS = {
     "exercise1": (_exp_only, _float32_range, _rounded_log),
-    "exercise2": (_full_ulp, _any_negative),
-    "exercise3": (_square_only, _power_of_two_limit),
+    "exercise2": (_full_ulp, _any_negative, _bfloat16_half_ulp),
+    "exercise3": (_square_only, _power_of_two_limit, _float32_statistics),
 }
+
+
+def _as_exercise(fn, name: str) -> str:
+    """The wrong answer's source, renamed to the exercise it answers (what a learner would type)."""
+    return re.sub(r"^def \w+\(", f"def {name}(", inspect.getsource(fn), count=1)
+
+
+WRONG = {int(ex.removeprefix("exercise")): [(fn.__doc__.strip().split("\n")[0], _as_exercise(fn, ex)) for fn in fns]
+         for ex, fns in WRONG_ANSWERS.items()}

@@ -1,4 +1,5 @@
-"""How long a learner waits: each lab notebook run top to bottom, and its slowest cell.
+"""How long a learner waits (``fpsim bench --labs``): each lab notebook run top to bottom, and its
+slowest cell.
 
 ``time_labs()`` runs every notebook in ``labs/`` (or the ``paths`` given) in a fresh kernel with
 nbclient, as the test suite does, and reports for each the wall time from kernel start to the
