@@ -145,7 +145,10 @@ def test_float64_to_bfloat16_rounds_once_at_every_midpoint_crossing():
         naive = x.astype(ml_dtypes.bfloat16).astype(np.float64)
     got = cast(x, "bfloat16").astype(np.float64)
     assert np.array_equal(got, want, equal_nan=True)
-    assert (naive != want).sum() > 10_000  # the inputs do hit the double-rounding cases
+    if tuple(int(v) for v in ml_dtypes.__version__.split(".")[:2]) < (0, 7):
+        # ml_dtypes before 0.7 casts float64 -> float32 -> bfloat16, rounding twice: the inputs do
+        # hit those cases (0.7 rounds once, as fpsim does)
+        assert (naive != want).sum() > 10_000
 
 
 def test_to_odd_f32_sets_the_sticky_bit():

@@ -1,9 +1,9 @@
 """Exact reference rounding: ``cast``, ``round_to``, ``ulp`` and ``classify``.
 
 Rounding is done ONCE, correctly, from float32 and from float64 input.  Where numpy or
-ml_dtypes already round correctly we use them (they are fast); where they do not - ml_dtypes
-casts float64 to bfloat16/fp8 by way of float32, rounding twice - we first round float64 to
-float32 *to odd*, which makes the second rounding correct (Boldo & Melquiond, 2008: rounding
+ml_dtypes already round correctly we use them (they are fast); where they may not - ml_dtypes
+before 0.7 casts float64 to bfloat16/fp8 by way of float32, rounding twice - we first round
+float64 to float32 *to odd*, which makes the second rounding correct whichever ml_dtypes runs (Boldo & Melquiond, 2008: rounding
 to odd with at least two extra bits of precision is innocuous).  The other modes
 (``toward_zero``, ``stochastic``) use one exact float64 algorithm.
 """
