@@ -477,7 +477,9 @@ def main(args) -> int:
             raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
         s = BenchSettings(**{**asdict(s), "repeats": args.repeats})
     if getattr(args, "labs", None) is not None:
-        return _labs_main(args)
+        from .labtime import print_lab_times
+
+        return print_lab_times(args.labs or None, as_json=args.json)
     if getattr(args, "profile", False):
         prof = profile_recipes(batch=s.batch, steps=5 if s.quick else 50, warmup=s.warmup)
         print(dumps(finite(prof), indent=1) if args.json else format_profile(prof))
@@ -490,16 +492,4 @@ def main(args) -> int:
         print(dumps(finite(result), indent=1))
     else:
         print(format_report(result))
-    return 0
-
-
-def _labs_main(args) -> int:
-    """``fpsim bench --labs``: the time a learner waits for each lab, whole notebook and slowest cell."""
-    from .labtime import time_labs, timing_table
-
-    times = time_labs(args.labs or None)
-    if args.json:
-        print(dumps([t._asdict() for t in times], indent=1))
-    else:
-        print(timing_table(times))
     return 0

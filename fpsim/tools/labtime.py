@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["LabTime", "CellTime", "lab_paths", "time_lab", "time_labs", "timing_table"]
+__all__ = ["LabTime", "CellTime", "lab_paths", "time_lab", "time_labs", "timing_table", "print_lab_times"]
 
 
 class LabTime(NamedTuple):
@@ -101,3 +101,12 @@ def timing_table(times) -> str:
 
     rows = [[t.name, f"{t.seconds:.1f} s", f"{t.slowest_cell:.2f} s"] for t in times]
     return "\n".join(text_table(["lab", "whole notebook", "slowest cell"], rows, right=(1, 2)))
+
+
+def print_lab_times(paths=None, as_json: bool = False) -> int:
+    """``fpsim bench --labs``: time every lab (or ``paths``) and print the table, or strict JSON."""
+    from .jsonout import dumps
+
+    times = time_labs(paths)
+    print(dumps([t._asdict() for t in times], indent=1) if as_json else timing_table(times))
+    return 0
