@@ -14,10 +14,11 @@ from fpsim.experiments import (
     TinyGPTTask,
     compare,
     format_table,
+    get_recipe,
     run_recipe,
     run_tinygpt,
 )
-from fpsim.experiments.tinygpt import SEP
+from fpsim.experiments.tinygpt import SEP, _GPTRun
 from fpsim.trace import FORWARD
 
 SMALL = TinyGPTTask(n_digits=5, batch=8, steps=3, d_model=16, n_layers=1, n_heads=2, eval_size=16, warmup=2)
@@ -51,6 +52,19 @@ def test_every_recipe_runs_through_compare():
     assert out["fp8-delayed"].fp8  # its Linears ran in fp8 (the attention products did not)
     assert out["fp32"].nonfinite is None and np.isfinite(out["fp32"].final_loss)
     assert run_recipe("fp32", SMALL, steps=2).accuracy >= 0
+
+
+def test_block_recipes_swap_every_linear_of_the_gpt_and_reseed_their_rounding():
+    """The block recipes run on the transformer too: every nn.Linear becomes a BlockLinear (the
+    attention products stay in the model's format), and a run with stochastic rounding is the
+    same twice (its draws come from the run's seed)."""
+    from fpsim import lowp, nn
+
+    run = _GPTRun.build(get_recipe("nvfp4"), SMALL, 0, SMALL.lr, None)
+    kinds = [type(m) for _, m in run.model.named_modules()]
+    assert lowp.BlockLinear in kinds and kinds.count(nn.Linear) == 2  # nvfp4 keeps the first and last Linear
+    a, b = (run_tinygpt("mxfp4-sr-rht", SMALL, steps=2) for _ in range(2))
+    assert a.losses == b.losses and np.isfinite(a.losses).all()
 
 
 def _loud(task):

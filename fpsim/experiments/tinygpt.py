@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .. import fp8, nn, state
+from .. import fp8, lowp, nn, state
 from ..optim import Adam
 from ..trace import FORWARD, NonFiniteTracer
 from .recipes import Recipe, get_recipe
@@ -171,6 +171,8 @@ class _GPTRun:
             model.to(backend=backend)
         model.to(r.params)
         scaling = fp8.convert(model, r.fp8, skip=r.fp8_skip) if r.fp8 is not None else None
+        if r.block is not None:
+            lowp.convert_blocks(model, r.block, skip=r.block_skip)  # the block recipes: every nn.Linear
         opt = Adam(model.parameters(), lr=lr, master_weights=r.master, update_rounding=r.update_rounding, seed=seed)
         return cls(r, task, model, opt, _make_scaler(r), scaling)
 
@@ -216,7 +218,7 @@ def run_tinygpt(recipe="fp32", task: TinyGPTTask | None = None, *, steps: int | 
     out = TinyGPTResult(r.name)
     tracer = NonFiniteTracer()
     t0 = time.perf_counter()
-    with state.hooked(tracer):
+    with state.hooked(tracer), state.seeded(seed):  # stochastic rounding in the run is the seed's own
         for step in range(steps):
             tracer.set_step(step)
             run.opt.lr = task.lr_at(step, steps, lr)
