@@ -31,7 +31,7 @@ from .. import fp8, lowp, nn, state
 from ..optim import Adam
 from ..trace import FORWARD, NonFiniteTracer
 from .recipes import Recipe, get_recipe
-from .train import FlushCounter, RunResult, _make_scaler, measured_steps
+from .train import FlushCounter, RunResult, _make_scaler, measured_steps, optimizer_step
 
 __all__ = ["TinyGPTTask", "TinyGPTResult", "OVERFLOW", "TINYGPT_RECIPES", "run_tinygpt"]
 
@@ -182,15 +182,7 @@ class _GPTRun:
         loss = self.task.loss(self.model, seq, self.recipe.autocast)
         scale = self.scaler.get_scale() if self.scaler is not None else 1.0
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
-        if self.scaler is not None:
-            self.scaler.step(self.opt)
-            self.scaler.update()
-            skipped = self.scaler.last_step_skipped(self.opt)
-        else:
-            self.opt.step()
-            skipped = False
-        if self.scaling is not None:
-            self.scaling.update()
+        skipped = optimizer_step(self.opt, self.scaler, self.scaling)
         return loss.item(), float(scale), skipped
 
 

@@ -160,16 +160,22 @@ class _Run:
 
     def update(self) -> bool:
         """The optimizer step (through the scaler, if any); whether it was skipped."""
-        if self.scaler is not None:
-            self.scaler.step(self.opt)
-            self.scaler.update()
-            skipped = self.scaler.last_step_skipped(self.opt)
-        else:
-            self.opt.step()
-            skipped = False
-        if self.scaling is not None:  # delayed scaling: this step's amaxes set the next step's scales
-            self.scaling.update()
-        return skipped
+        return optimizer_step(self.opt, self.scaler, self.scaling)
+
+
+def optimizer_step(opt, scaler, scaling) -> bool:
+    """One update: through the loss scaler when there is one (step, then update), then the fp8
+    scaling states (this step's amaxes set the next step's scales).  Whether it was skipped."""
+    if scaler is not None:
+        scaler.step(opt)
+        scaler.update()
+        skipped = scaler.last_step_skipped(opt)
+    else:
+        opt.step()
+        skipped = False
+    if scaling is not None:
+        scaling.update()
+    return skipped
 
 
 def _train_step(run: _Run, out: RunResult, step: int, measured: bool) -> float:

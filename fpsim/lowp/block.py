@@ -35,7 +35,7 @@ import numpy as np
 from .. import nn
 from ..formats import get_block_format, get_format, quantize, round_to
 from ..tensor import Tensor, promote, round_result
-from .swap import linears_to_swap
+from .swap import linears_to_swap, share_linear
 
 __all__ = ["BlockScaling", "BlockLinear", "block_linear", "convert_blocks", "hadamard_matrix", "hadamard_transform"]
 
@@ -228,17 +228,10 @@ class BlockLinear(nn.Module):
 
     def __init__(self, layer: nn.Linear, recipe: BlockScaling | None = None):
         super().__init__()
-        if not isinstance(layer, nn.Linear):
-            raise TypeError(f"BlockLinear wraps an nn.Linear, got {type(layer).__name__}")
         recipe = recipe if recipe is not None else BlockScaling()
         if not isinstance(recipe, BlockScaling):
             raise TypeError(f"recipe must be a BlockScaling, got {type(recipe).__name__}")
-        self.in_features, self.out_features = layer.in_features, layer.out_features
-        self.weight = layer.weight
-        if layer.bias is not None:
-            self.bias = layer.bias
-        else:
-            object.__setattr__(self, "bias", None)
+        share_linear(self, layer, "BlockLinear")
         object.__setattr__(self, "recipe", recipe)
 
     def forward(self, x: Tensor) -> Tensor:

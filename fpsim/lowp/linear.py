@@ -23,7 +23,7 @@ from ..tensor import Tensor, promote, round_result
 from .quant import quantize
 from .recipes import DelayedScaling
 from .scaling import ScalingGroup, ScalingState
-from .swap import linears_to_swap
+from .swap import linears_to_swap, share_linear
 
 __all__ = ["LinearScaling", "linear", "Linear", "convert"]
 
@@ -93,14 +93,7 @@ class Linear(nn.Module):
 
     def __init__(self, layer: nn.Linear, recipe: DelayedScaling | None = None, name: str = ""):
         super().__init__()
-        if not isinstance(layer, nn.Linear):
-            raise TypeError(f"fp8.Linear wraps an nn.Linear, got {type(layer).__name__}")
-        self.in_features, self.out_features = layer.in_features, layer.out_features
-        self.weight = layer.weight
-        if layer.bias is not None:
-            self.bias = layer.bias
-        else:
-            object.__setattr__(self, "bias", None)
+        share_linear(self, layer, "fp8.Linear")
         object.__setattr__(self, "meta", LinearScaling(name, recipe if recipe is not None else DelayedScaling()))
 
     def forward(self, x: Tensor) -> Tensor:

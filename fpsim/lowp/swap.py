@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .. import nn
 
-__all__ = ["linears_to_swap"]
+__all__ = ["linears_to_swap", "share_linear"]
 
 
 def linears_to_swap(model: nn.Module, skip, who: str) -> list[tuple]:
@@ -35,3 +35,16 @@ def linears_to_swap(model: nn.Module, skip, who: str) -> list[tuple]:
     if keep >= set(names):
         raise ValueError(f"{who}(skip=...) leaves no Linear to convert (Linear layers: {', '.join(names)})")
     return [lin for lin in linears if lin[2] not in keep]
+
+
+def share_linear(module: nn.Module, layer: nn.Linear, who: str) -> None:
+    """Give ``module`` (a low-precision Linear being built) the sizes and the very weight and bias
+    tensors of ``layer``, so that an optimizer holding them keeps working after the swap."""
+    if not isinstance(layer, nn.Linear):
+        raise TypeError(f"{who} wraps an nn.Linear, got {type(layer).__name__}")
+    module.in_features, module.out_features = layer.in_features, layer.out_features
+    module.weight = layer.weight
+    if layer.bias is not None:
+        module.bias = layer.bias
+    else:
+        object.__setattr__(module, "bias", None)
