@@ -7,6 +7,8 @@ format - the single rounding every op performs.  ``fpsim.ops`` reaches arrays on
 On numpy, storage is the real low-precision dtype (``np.float16``, ``ml_dtypes.bfloat16``,
 fp8), and rounding is numpy's / ml_dtypes' own float32 -> low cast, which is correct
 round-to-nearest-even from float32 (the tests check every case against exact rationals).
+``numpy-f32`` is the same arithmetic with the values held in float32 arrays (exactly the format's
+values): the same numbers bit for bit, faster, at 2-4x the memory (:class:`NumpyF32Backend`).
 
 On cupy, float16 is native (CuPy's float32 -> float16 cast rounds to nearest even).  bfloat16
 and fp8 are rounded on the device by one elementwise kernel (``formats.kernels.rne_round``'s algorithm) and
@@ -26,9 +28,11 @@ import ml_dtypes
 import numpy as np
 
 from .formats import Format
-from .formats.kernels import F16_BITS_MIN_SIZE, RNE_KERNEL_SRC, f16_to_f32, f32_to_f16, f32_to_fp8, rne_round
+from .formats.kernels import (F16_BITS_MIN_SIZE, RNE_KERNEL_SRC, f16_to_f32, f32_to_f16, f32_to_fp8, fp8_to_f32,
+                              rne_round, snap_f16)
 
-__all__ = ["Backend", "NumpyBackend", "CupyBackend", "get_backend", "available", "BACKENDS"]
+__all__ = ["Backend", "NumpyBackend", "NumpyF32Backend", "CupyBackend", "get_backend", "available", "BACKENDS",
+           "DEFAULT_ENV"]
 
 
 class Backend(ABC):
@@ -110,6 +114,40 @@ class NumpyBackend(Backend):
     def to_f32(self, x):
         if x.dtype == np.float16:
             return f16_to_f32(x)
+        if x.dtype.itemsize == 1:
+            return fp8_to_f32(x)  # a table look-up: ml_dtypes' own cast costs ~20 ns a value
+        return x.astype(np.float32, copy=False)
+
+
+class NumpyF32Backend(NumpyBackend):
+    """numpy, with every format's values held in float32 arrays: ``backend="numpy-f32"``.
+
+    The values are exactly the format's - each rounding is the same round-to-nearest-even into
+    float16 / bfloat16 / fp8 as on ``numpy``, kept in float32 (for float16 the nine-pass
+    :func:`~fpsim.formats.kernels.snap_f16`, no bit assembly) - so every result is the same bit
+    for bit; but reading a tensor costs nothing, where ``numpy`` widens its float16 / bfloat16 /
+    fp8 storage to float32 for every op.  ``Tensor.nbytes`` still reports the format's size;
+    ``Tensor.numpy()`` returns the real storage dtype.  What is given up: ``Tensor.data`` is a
+    float32 array, and the process holds 2x (16-bit) or 4x (fp8) the memory.  The CuPy backend
+    stores bfloat16 (older CuPy) and fp8 the same way.
+    """
+
+    name = "numpy-f32"
+
+    def storage_dtype(self, fmt: Format):
+        return np.dtype(np.float32)
+
+    def round(self, x32, fmt: Format):
+        if fmt.name == "float32":
+            return x32.astype(np.float32, copy=False)
+        if fmt.name == "float16" and x32.dtype == np.float32:
+            return snap_f16(x32)
+        return NumpyBackend.to_f32(self, NumpyBackend.round(self, x32, fmt))  # into the storage dtype and back: exact
+
+    def round_saturating(self, x32, fmt: Format):
+        return NumpyBackend.to_f32(self, NumpyBackend.round_saturating(self, x32, fmt))
+
+    def to_f32(self, x):
         return x.astype(np.float32, copy=False)
 
 
@@ -233,13 +271,21 @@ class CupyBackend(Backend):
             self.xp.add.at(z, idx, g)
 
 
-BACKENDS: dict[str, Backend] = {"numpy": NumpyBackend(), "cupy": CupyBackend()}
+BACKENDS: dict[str, Backend] = {"numpy": NumpyBackend(), "numpy-f32": NumpyF32Backend(), "cupy": CupyBackend()}
+DEFAULT_ENV = "FPSIM_BACKEND"
+_DEFAULT = os.environ.get(DEFAULT_ENV, "").strip() or "numpy"  # read once: get_backend is on the hot path
+if _DEFAULT not in BACKENDS:
+    raise ValueError(f"{DEFAULT_ENV}={_DEFAULT!r} is not a backend; known: {', '.join(BACKENDS)}")
 
 
 def get_backend(backend=None) -> Backend:
-    """A backend by name (``numpy``, ``cupy``) or the object itself; None means numpy."""
+    """A backend by name (``numpy``, ``numpy-f32``, ``cupy``) or the object itself; None means
+    the default: numpy, or the backend named by the environment variable ``FPSIM_BACKEND`` when
+    the process started."""
     if backend is None:
-        return BACKENDS["numpy"]
+        if _DEFAULT == "numpy":
+            return BACKENDS["numpy"]
+        backend = _DEFAULT
     if isinstance(backend, Backend):
         return backend
     if backend not in BACKENDS:

@@ -135,7 +135,9 @@ class Tensor:
 
     @property
     def nbytes(self) -> int:
-        return int(self.data.nbytes)
+        """The bytes the values take in the format (2 per float16 value, 1 per fp8 value), also
+        where a backend holds them in float32 arrays (``numpy-f32``; fp8 on CuPy)."""
+        return self.size * self.fmt.bits // 8
 
     @property
     def is_leaf(self) -> bool:

@@ -57,9 +57,10 @@ def host(be, x):
 def test_available_and_lookup():
     names = B.available()
     assert "numpy" in names
-    assert B.get_backend() is B.get_backend("numpy") is B.BACKENDS["numpy"]
+    assert B.get_backend("numpy") is B.BACKENDS["numpy"] and B.get_backend("numpy-f32") is B.BACKENDS["numpy-f32"]
+    assert B.get_backend() is B.BACKENDS[B._DEFAULT]
     assert B.get_backend(STANDIN) is STANDIN and STANDIN.available() and STANDIN.stand_in
-    with pytest.raises(ValueError, match="unknown backend 'tpu'; known: numpy, cupy"):
+    with pytest.raises(ValueError, match="unknown backend 'tpu'; known: numpy, numpy-f32, cupy"):
         B.get_backend("tpu")
     if "cupy" not in names:
         with pytest.raises(RuntimeError, match="not available"):
@@ -74,7 +75,7 @@ def test_import_never_needs_cupy():
             "print(fpsim.backend.available())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "['numpy']"
+    assert out.stdout.strip() == "['numpy', 'numpy-f32']"
 
 
 # ------------------------------------------------------------------------------ storage and rounding
@@ -344,7 +345,7 @@ def test_move_between_backends():
     assert all(np.array_equal(bits(a), bits(p.numpy())) for a, p in zip(before, model.parameters()))
     model.to(backend="numpy")
     assert all(p.data.dtype == ml_dtypes.bfloat16 for p in model.parameters())
-    t = tensor([1.5, 2.0], "float16", requires_grad=True)
+    t = tensor([1.5, 2.0], "float16", requires_grad=True, backend="numpy")
     moved = t.to(backend=STANDIN)
     assert moved.backend is STANDIN and moved.numpy().tolist() == [1.5, 2.0] and moved.requires_grad
     with pytest.raises(ValueError, match="different backends: numpy and cupy"):

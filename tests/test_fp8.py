@@ -80,6 +80,7 @@ def test_compute_scale_unrounded_pinned_and_clamped():
     assert fp8.compute_scale(float("nan"), "e5m2", previous=4.0, power_2=False) == 4.0
 
 
+@pytest.mark.real_storage  # reads the fp8 codes' bytes
 def test_unrounded_scale_casts_counts_and_table():
     """A tensor cast with a scale that is not a power of two: x * scale rounds in float32, then
     once into fp8 with saturation; the counts and the table follow the scaled values."""
@@ -132,6 +133,7 @@ def test_saturation_counted_from_the_float32_product_with_any_scale(name):
     assert np.all(np.abs(codes.astype(np.float32)[~np.isfinite(plain)]) == MAX[name])
 
 
+@pytest.mark.real_storage  # reads the fp8 codes' bytes
 def test_current_scaling_scales_every_cast_by_its_own_amax():
     st = fp8.ScalingState("t", "e4m3", fp8.CurrentScaling())
     be = fpsim.backend.get_backend(None)
@@ -176,6 +178,7 @@ def test_amax_init_waits_for_a_non_zero_amax():
     assert g0.scale > 2.0**20 and g0.last["underflow"] == 0  # initialised at step 1, nothing flushed
 
 
+@pytest.mark.real_storage  # reads the fp8 codes' bytes
 def test_delayed_scaling_matches_a_hand_computed_amax_history_step_by_step():
     """History 3, margin 1, e4m3fn (max 448); each step casts one tensor with the scale the
     previous steps set, then update() pushes that step's amax and recomputes the scale."""
@@ -245,6 +248,7 @@ def test_saturation_and_underflow_counted_by_the_state_and_the_monitor():
     assert codes[0] == 57344 and codes[1] == -57344 and np.isnan(codes[2])
 
 
+@pytest.mark.real_storage  # reads the fp8 codes' bytes
 def test_fp8_tensor_stores_one_byte_per_value_and_widens_with_the_scale():
     st = fp8.ScalingState("w", "e4m3", fp8.DelayedScaling(), init_scale=16.0)
     x = np.float32([0.1, -0.3, 2.0])
@@ -405,6 +409,7 @@ def test_first_step_gradients_flush_at_scale_one_then_delayed_scaling_rescues_th
     np.testing.assert_allclose(model[0].weight.grad.f32(), gq.T @ xq, rtol=1e-6)
 
 
+@pytest.mark.real_storage  # reads the fp8 codes' bytes
 def test_amax_init_takes_the_first_scale_from_the_first_tensor():
     """torchao's enable_amax_init: the first cast of a tensor uses the scale its own amax gives;
     later casts in that step and later steps follow the delayed rule as before."""

@@ -4,7 +4,8 @@
 runs one Adam step and adds up the bytes of the arrays the step holds: the weights and their
 gradients in the model's format, the float32 master weights and the float32 gradients the
 update reads from them, Adam's two moments, and the Kahan buffer - each divided by the number
-of parameters.  Nothing is looked up in a table; the storage dtypes decide.  Activations (the
+of parameters.  Nothing is looked up in a table; the tensors' formats decide (``Tensor.nbytes``: 2 bytes
+a float16 value, also on the ``numpy-f32`` backend, which holds the values in float32).  Activations (the
 other large consumer, proportional to batch size and depth) are not counted here.
 """
 
@@ -24,7 +25,7 @@ COMPONENTS = ("weights", "gradients", "master weights", "master gradients", "Ada
 
 
 def _nbytes(tensors) -> int:
-    return sum(int(t.data.nbytes) for t in tensors if t is not None)
+    return sum(t.nbytes for t in tensors if t is not None)
 
 
 def measure_bytes(recipe="fp32") -> dict[str, float]:
