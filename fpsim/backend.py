@@ -28,8 +28,16 @@ import ml_dtypes
 import numpy as np
 
 from .formats import Format
-from .formats.kernels import (F16_BITS_MIN_SIZE, RNE_KERNEL_SRC, f16_to_f32, f32_to_f16, f32_to_fp8, fp8_to_f32,
-                              rne_round, snap_f16)
+from .formats.kernels import (
+    F16_BITS_MIN_SIZE,
+    RNE_KERNEL_SRC,
+    f16_to_f32,
+    f32_to_f16,
+    f32_to_fp8,
+    fp8_to_f32,
+    rne_round,
+    snap_f16,
+)
 
 __all__ = ["Backend", "NumpyBackend", "NumpyF32Backend", "CupyBackend", "get_backend", "available", "BACKENDS",
            "DEFAULT_ENV"]
