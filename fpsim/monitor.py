@@ -57,8 +57,10 @@ def _finite_counts(fmt, exact32, stored) -> list[int] | None:
     value was not 0 (an exact 0 always stores 0), a subnormal is below ``tiny`` and not 0.
     None (count it all, :func:`_event_counts`) whenever the four reductions see anything else."""
     x = np.asarray(exact32)
-    if fmt.name == "float32" or x.dtype != np.float32 or x.size == 0:
+    if x.dtype != np.float32 or x.size == 0:
         return None
+    if fmt.name == "float32":
+        return _float32_counts(fmt, x, stored)
     thr = fmt.overflow_threshold
     if not (np.maximum.reduce(x, axis=None) < thr and np.minimum.reduce(x, axis=None) > -thr):  # NaN: False
         return None
@@ -71,6 +73,18 @@ def _finite_counts(fmt, exact32, stored) -> list[int] | None:
     under = zero_r - int(np.count_nonzero(x == 0))
     sub = int(np.count_nonzero(a < fmt.tiny)) - zero_r
     return [int(x.size), inexact, under, sub, 0, 0, 0, 0]
+
+
+def _float32_counts(fmt, x, stored) -> list[int] | None:
+    """:func:`_finite_counts` for a "rounding" into float32 of float32 values (unscaling, an
+    update): nothing changes, and if every value is finite the only events are the float32
+    subnormals: the values below ``tiny`` that are not 0.  Three passes instead of ~10."""
+    if np.asarray(stored) is not x:  # an op that gave its stored result apart (relu): the general count
+        return None
+    if not (np.isfinite(np.maximum.reduce(x, axis=None)) and np.isfinite(np.minimum.reduce(x, axis=None))):
+        return None
+    sub = int(np.count_nonzero(np.abs(x) < fmt.tiny)) - int(np.count_nonzero(x == 0))
+    return [int(x.size), 0, 0, sub, 0, 0, 0, 0]
 
 
 def _event_counts(fmt, exact32, stored, xp):

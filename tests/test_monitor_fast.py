@@ -65,5 +65,22 @@ def test_fast_count_steps_aside():
     with np.errstate(all="ignore"):
         assert mon._finite_counts(f, x, BE.round(x, f)) is None
     x = np.array([1.0, 2.0], np.float32)
-    assert mon._finite_counts(get_format("float32"), x, x) is None
+    assert mon._finite_counts(get_format("float32"), x, x.copy()) is None  # float32: see the next test
     assert mon._finite_counts(f, x.astype(np.float16), x.astype(np.float16)) is None
+
+
+def test_float32_fast_count_equals_full_count():
+    """An update or an unscale "rounds" float32 into float32: the fast count's float32 subnormals
+    are the full count's, and it steps aside for inf / NaN and for a stored array given apart."""
+    f = get_format("float32")
+    rng = np.random.default_rng(5)
+    x = (2.0 ** rng.uniform(-155, 20, 4000) * rng.choice([-1.0, 1.0], 4000)).astype(np.float32)
+    x[::9] = 0.0
+    x[1] = -0.0
+    fast = mon._finite_counts(f, x, x)
+    assert fast == _full(f, x, x) and fast[3] == int(np.count_nonzero((np.abs(x) < f.tiny) & (x != 0))) > 100
+    for bad in (np.inf, np.nan):
+        y = np.concatenate([x, np.array([bad], np.float32)])
+        assert mon._finite_counts(f, y, y) is None
+        assert mon._count_rounding(f, y, y, np) == _full(f, y, y)
+    assert mon._finite_counts(f, x, x.copy()) is None

@@ -30,8 +30,9 @@ def _widen(codes, fmt: Format, backend: Backend):
 class Fp8Tensor:
     """fp8 numbers and the float32 scale they were cast with: ``value = codes * (1 / scale)``.
 
-    ``codes`` is in the format's storage dtype (``ml_dtypes.float8_e4m3fn`` / ``float8_e5m2``
-    on numpy: one byte per value).
+    ``codes`` is in the backend's storage for the format: ``ml_dtypes.float8_e4m3fn`` /
+    ``float8_e5m2`` on numpy (one byte per value), float32 arrays holding exactly the fp8 values
+    on ``numpy-f32`` and CuPy; ``numpy()`` gives the fp8 dtype on every backend.
     """
 
     codes: object

@@ -265,8 +265,9 @@ def _add_compare(sub) -> None:
     sp.add_argument("--jobs", type=_positive_int, default=1,
                     help="run the recipes and seeds in this many processes (default 1); the results are the "
                          "serial run's, number for number")
-    sp.add_argument("--backend", type=_backend_arg, default=None, metavar="{numpy,cupy}",
-                    help="array backend (default numpy; cupy needs CuPy and a CUDA GPU)")
+    sp.add_argument("--backend", type=_backend_arg, default=None, metavar="{numpy,numpy-f32,cupy}",
+                    help="array backend (default numpy, or $FPSIM_BACKEND; numpy-f32 holds the values in float32 "
+                         "arrays: the same numbers, faster; cupy needs CuPy and a CUDA GPU)")
     sp.add_argument("--figure", default=None,
                     help="where to write the figure: loss, loss / fp32 loss, and flushed gradients, loss scale and "
                          "stalled updates per step; a directory gets compare_loss.png inside it ('none' for no "
