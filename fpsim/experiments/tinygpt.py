@@ -33,7 +33,7 @@ from ..trace import FORWARD, NonFiniteTracer
 from .recipes import Recipe, get_recipe
 from .train import FlushCounter, RunResult, _make_scaler, measured_steps, optimizer_step
 
-__all__ = ["TinyGPTTask", "TinyGPTResult", "OVERFLOW", "TINYGPT_RECIPES", "run_tinygpt"]
+__all__ = ["TinyGPTTask", "TinyGPTResult", "OVERFLOW", "TINYGPT_RECIPES", "run_tinygpt", "training_step"]
 
 SEP = 10  # the separator token; digits are 0-9
 # What ``fpsim compare --task tinygpt`` runs by default.
@@ -184,6 +184,17 @@ class _GPTRun:
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         skipped = optimizer_step(self.opt, self.scaler, self.scaling)
         return loss.item(), float(scale), skipped
+
+
+def training_step(recipe="fp32", task: TinyGPTTask | None = None, *, step: int = 0, seed: int = 0, backend=None):
+    """A callable doing one training step of :func:`run_tinygpt` (the same model, Adam, loss
+    and loss scaler, built the same way) on the batch of ``step`` at that step's learning rate;
+    each call trains on it again.  ``fpsim bench`` times it; it returns (loss, scale, skipped)."""
+    task = task or TinyGPTTask()
+    run = _GPTRun.build(get_recipe(recipe), task, seed, task.lr, backend)
+    run.opt.lr = task.lr_at(step, task.steps, task.lr)
+    seq = task.batch_at(step)
+    return lambda: run.step(seq)
 
 
 def _dead(model) -> list[str]:

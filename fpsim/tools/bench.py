@@ -10,9 +10,14 @@ Five sections, each row one thing fpsim does and the peer it is held against:
    float32 -> float16 cast is ~25x slower on results in float16's subnormal range.
 2. matmul - ``ops.matmul`` of two float16 tensors (float32 accumulation, one rounding of the
    float16 result) against ``np.matmul`` of float32 arrays of the same size: raw BLAS.
-3. step - one SGD training step of an MLP 784-256-256-10 (batch 128, cross-entropy) under the
-   recipes fp32, fp16-dynamic and bf16-master, against PyTorch CPU float32 and float16
-   (``model.half()``, the same step) at the same thread count.
+3. step (``benchrows.py``) - one SGD training step of an MLP 784-256-256-10 (batch 128,
+   cross-entropy) under the recipes fp32, fp16-dynamic and bf16-master on the numpy backend,
+   and fp16-dynamic and bf16-master again on ``numpy-f32`` (rows marked ``[numpy-f32]``: the
+   same numbers, held in float32 arrays); the low-precision steps against fpsim's fp32 step on
+   numpy, fp16-dynamic also against PyTorch CPU float16 (``model.half()``, the same step), and
+   fpsim fp32 against PyTorch CPU float32, at the same thread count.  Then one Adam step of the
+   tiny GPT of ``fpsim compare --task tinygpt`` (its defaults) under fp16-amp (autocast +
+   GradScaler, float32 parameters), on numpy and on numpy-f32, against its fp32 step on numpy.
 4. monitor - the fp16-dynamic step with one no-op rounding hook against none (an upper bound
    on what the ``if HOOKS:`` check costs when no monitor runs), and inside ``fpsim.monitor()``.
 5. gpu - the step on the cupy backend against PyTorch CUDA autocast + GradScaler, when a GPU
@@ -21,9 +26,10 @@ Five sections, each row one thing fpsim does and the peer it is held against:
 Timing (``benchtime.py``): ``time.perf_counter``; each callable runs untimed first (warm-up),
 then is timed in samples of enough calls to last ``min_time``; the callables of one row are
 timed interleaved (A B, B A, A B, ...) so that a drift in machine load hits both, and a row's
-ratio is the median of the per-sample ratios.  Times are medians per call.  The training steps
-timed are in ``benchsteps.py``; ``--profile`` (``benchprofile.py``) splits one step of each
-recipe into GEMMs, rounding, widening, reductions, optimizer, scaler and Python.
+ratio is the median of the per-sample ratios.  Times are medians per call.  The MLP steps
+timed are in ``benchsteps.py``; ``--profile`` (``benchprofile.py``) splits one MLP step of each
+recipe (fp16-dynamic and bf16-master on numpy-f32 too) into GEMMs, rounding, widening,
+reductions, optimizer, scaler and Python.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import math
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import ml_dtypes
 import numpy as np
@@ -48,45 +54,17 @@ from ..tensor import no_grad, tensor
 from ..textable import text_table
 from . import torchref
 from .benchprofile import format_profile, profile_recipes
-from .benchsteps import MLP_SIZES, fpsim_step, torch_step, torch_threads
+from .benchrows import Row, step_rows
+from .benchsteps import fpsim_step, torch_step
 from .benchtime import machine_info, median_ratio, time_interleaved
 from .jsonout import dumps, finite
 
 __all__ = ["Row", "BenchSettings", "machine_info", "run_bench", "format_report", "main"]
 
 ROUND_FORMATS = LOW_FORMATS
-STEP_RECIPES = ("fp32", "fp16-dynamic", "bf16-master")
 SECTIONS = ("rounding", "matmul", "step", "monitor", "gpu")
 _GFLOAT_FORMATS = {"float16": "format_info_binary16", "bfloat16": "format_info_bfloat16",
                    "float8_e4m3fn": "format_info_ocp_e4m3", "float8_e5m2": "format_info_ocp_e5m2"}
-
-
-@dataclass
-class Row:
-    """One measurement: ``seconds`` per call of what fpsim does, ``peer_seconds`` of the peer,
-    ``ratio`` (fpsim / peer, so below 1 means fpsim is faster) and, where there is a target,
-    the largest ratio that meets it (``limit``) and whether it was met."""
-
-    section: str
-    name: str
-    peer: str
-    seconds: float | None = None
-    peer_seconds: float | None = None
-    ratio: float | None = None
-    target: str = ""
-    limit: float | None = None
-    met: bool | None = None
-    note: str = ""
-    skipped: str = ""  # why the row was not measured (then every number is None)
-    others: dict = field(default_factory=dict)  # further peers: label -> seconds
-
-    def judge(self, stretch: float | None = None) -> Row:
-        if self.limit is not None and self.ratio is not None:
-            self.met = self.ratio <= self.limit
-            if stretch is not None:
-                self.note = ("stretch target " if self.ratio <= stretch else "stretch target NOT ") + \
-                            f"<= {stretch:g}x met" + (f"; {self.note}" if self.note else "")
-        return self
 
 
 @dataclass(frozen=True)
@@ -210,55 +188,7 @@ def _matmul_rows(s: BenchSettings, tick) -> list[Row]:
     return rows
 
 
-# ------------------------------------------------------------------------------------- training step
-
-
-def _step_rows(s: BenchSettings, tick, threads: int) -> list[Row]:
-    torch = torchref.import_torch()
-    rows = []
-    b = s.batch
-    label = f"MLP {'-'.join(map(str, MLP_SIZES))} batch {b} SGD step"
-    tick(f"step {label}")
-    steps = {r: fpsim_step(r, b) for r in STEP_RECIPES}
-    names = list(steps)
-    fns = [steps[n] for n in names]
-    if torch is not None:
-        with torch_threads(torch, threads):
-            names += ["torch-float32", "torch-float16"]
-            fns += [torch_step(torch, "float32", b), torch_step(torch, "float16", b)]
-            groups = ["numpy"] * len(STEP_RECIPES) + ["torch"] * 2
-            samples = dict(zip(names, time_interleaved(fns, s.repeats, s.warmup, s.min_time, groups, s.settle)))
-    else:
-        samples = dict(zip(names, time_interleaved(fns, s.repeats, s.warmup, s.min_time)))
-    med = {k: statistics.median(v) for k, v in samples.items()}
-
-    def row(name, a, peer, pb, **kw):
-        r = Row("step", name, peer, med[a], med[pb], median_ratio(samples[a], samples[pb]),
-                kw.get("target", ""), kw.get("limit"), note=kw.get("note", ""))
-        return r.judge(kw.get("stretch"))
-
-    skip = "PyTorch not installed"
-    if torch is not None:
-        rows.append(row(f"fpsim fp32 {label}", "fp32", "PyTorch CPU float32", "torch-float32",
-                        target="<= 1.0x", limit=1.0))
-    else:
-        rows.append(Row("step", f"fpsim fp32 {label}", "PyTorch CPU float32", med["fp32"], skipped=skip))
-    rows.append(row(f"fpsim fp16-dynamic {label}", "fp16-dynamic", "fpsim fp32", "fp32",
-                    target="<= 2.0x (stretch 1.5x)", limit=2.0, stretch=1.5))
-    if torch is not None:
-        rows.append(row(f"fpsim fp16-dynamic {label}", "fp16-dynamic", "PyTorch CPU float16 (model.half())",
-                        "torch-float16", target=">= 6x faster (<= 0.167x; stretch 10x)", limit=1 / 6,
-                        stretch=0.1))
-    else:
-        rows.append(Row("step", f"fpsim fp16-dynamic {label}", "PyTorch CPU float16 (model.half())",
-                        med["fp16-dynamic"], skipped=skip))
-    rows.append(row(f"fpsim bf16-master {label}", "bf16-master", "fpsim fp32", "fp32", target="<= 1.3x", limit=1.3))
-    if torch is not None:
-        rows.append(row(f"PyTorch CPU float16 {label}", "torch-float16", "PyTorch CPU float32", "torch-float32",
-                        note="PyTorch's own float16 CPU kernels"))
-    else:
-        rows.append(Row("step", f"PyTorch CPU float16 {label}", "PyTorch CPU float32", skipped=skip))
-    return rows
+# ------------------------------------------------------------------------------------- training step: benchrows.py
 
 
 # ------------------------------------------------------------------------------------- monitor
@@ -346,7 +276,7 @@ def run_bench(settings: BenchSettings | None = None, *, sections=SECTIONS, progr
         raise ValueError(f"unknown bench section(s) {unknown}; known: {', '.join(SECTIONS)}")
     info = machine_info()
     threads = info["blas_threads"]
-    counts = {"rounding": 2 * 2 * len(ROUND_FORMATS) + 1, "matmul": len(s.matmul_sizes), "step": 1, "monitor": 2,
+    counts = {"rounding": 2 * 2 * len(ROUND_FORMATS) + 1, "matmul": len(s.matmul_sizes), "step": 2, "monitor": 2,
               "gpu": 2}
     bar = None
     if progress:
@@ -377,7 +307,7 @@ def run_bench(settings: BenchSettings | None = None, *, sections=SECTIONS, progr
                 elif sec == "matmul":
                     rows += _matmul_rows(s, tick)
                 elif sec == "step":
-                    rows += _step_rows(s, tick, threads)
+                    rows += step_rows(s, tick, threads)
                 elif sec == "monitor":
                     rows += _monitor_rows(s, tick)
                 else:

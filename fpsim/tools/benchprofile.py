@@ -1,14 +1,19 @@
 """``fpsim bench --profile``: where one training step's time goes.
 
-For each recipe of the bench's step section, the step runs ``steps`` times under a profile hook
-(``sys.setprofile``, installed only here: the engine itself has no timers and pays nothing) that
-charges the time between two events to the category of the innermost categorised call:
+For each recipe of the bench's step section on the numpy backend, and for fp16-dynamic and
+bf16-master on ``numpy-f32`` too (columns ``"fp16-dynamic [numpy-f32]"``: the same numbers
+held in float32 arrays, so nothing is ever widened), the MLP step runs ``steps`` times under a
+profile hook (``sys.setprofile``, installed only here: the engine itself has no timers and pays
+nothing) that charges the time between two events to the category of the innermost
+categorised call:
 
 - ``gemm``        ``Backend.matmul`` (BLAS sgemm on float32 operands)
 - ``rounding``    ``Backend.round`` / ``round_saturating`` and the stochastic-rounding path:
                   float32 -> the stored format (float16: ``formats.kernels``; bfloat16 / fp8:
                   ml_dtypes or the fp8 table)
-- ``widening``    ``Backend.to_f32``: stored format -> float32
+- ``widening``    ``Backend.to_f32``: stored format -> float32 (numpy-f32's ``to_f32`` converts
+                  nothing - its arrays are float32 already, ``astype(copy=False)`` returns them -
+                  so it is not counted: there the category is 0)
 - ``reductions``  numpy reductions (``ufunc.reduce``, ``ndarray.sum`` / ``max`` / ...) called
                   by the ops, their backwards and the loss - not those inside another category
 - ``optimizer``   ``Optimizer.step``'s own work (the float32 update arithmetic and its Python)
@@ -18,10 +23,12 @@ charges the time between two events to the category of the innermost categorised
                   float32 elementwise arithmetic (bias add, relu select, softmax), which numpy
                   runs without a Python-visible call to time it by
 
-Innermost wins: the rounding an optimizer does is ``rounding``.  The hook's own time is charged
-to nothing (it reads the clock on entry and again on exit), so the categories add up to the
-profiled step less the hook; the shares printed are of that sum, and the table also shows the
-step's unprofiled time, measured just before, so the distortion is visible.
+Innermost wins: the rounding an optimizer does is ``rounding``.  But rounding is a leaf: what
+a rounding calls is rounding too (numpy-f32 rounds into bfloat16 / fp8 and widens the result
+back into its float32 array: that widening is part of its rounding).  The hook's own time is
+charged to nothing (it reads the clock on entry and again on exit), so the categories add up
+to the profiled step less the hook; the shares printed are of that sum, and the table also
+shows the step's unprofiled time, measured just before, so the distortion is visible.
 """
 
 from __future__ import annotations
@@ -39,9 +46,10 @@ from ..tensor import _round_special
 from ..textable import text_table
 from .benchsteps import MLP_SIZES, fpsim_step
 
-__all__ = ["CATEGORIES", "profile_step", "profile_recipes", "format_profile"]
+__all__ = ["CATEGORIES", "COLUMNS", "column", "profile_step", "profile_recipes", "format_profile"]
 
 CATEGORIES = ("gemm", "rounding", "widening", "reductions", "optimizer", "scaler", "python")
+COLUMNS = ("fp32", "fp16-dynamic", "bf16-master", "fp16-dynamic [numpy-f32]", "bf16-master [numpy-f32]")
 _REDUCTION_METHODS = frozenset({"reduce", "sum", "max", "min", "mean", "any", "all", "argmax", "argmin", "prod"})
 _OUTER = frozenset({"python"})  # reductions count as such only when called from uncategorised code
 
@@ -49,11 +57,11 @@ _OUTER = frozenset({"python"})  # reductions count as such only when called from
 def _code_categories() -> dict:
     """code object -> category, for every backend's methods and the optimizer / scaler phases."""
     cats = {}
-    for be_cls in (_backend.Backend, _backend.NumpyBackend, _backend.CupyBackend):
+    for be_cls in (_backend.Backend, _backend.NumpyBackend, _backend.NumpyF32Backend, _backend.CupyBackend):
         for name, cat in (("matmul", "gemm"), ("round", "rounding"), ("round_saturating", "rounding"),
                           ("to_f32", "widening"), ("rne_round", "rounding")):
             fn = be_cls.__dict__.get(name)
-            if fn is not None:
+            if fn is not None and not (be_cls is _backend.NumpyF32Backend and name == "to_f32"):  # a no-op
                 cats[fn.__code__] = cat
     cats[_round_special.__code__] = "rounding"
     cats[optim.Optimizer.step.__code__] = "optimizer"
@@ -80,10 +88,10 @@ class _Profiler:
         now = time.perf_counter()
         stack = self.stack
         self.acc[stack[-1]] += now - self.last
+        top = stack[-1]
         if event == "call":
-            stack.append(self.codes.get(frame.f_code, stack[-1]))
+            stack.append(top if top == "rounding" else self.codes.get(frame.f_code, top))
         elif event == "c_call":
-            top = stack[-1]
             stack.append("reductions" if top in _OUTER and _is_reduction(arg) else top)
         elif len(stack) > 1:  # return, c_return, c_exception (the outermost frame's return keeps the base)
             stack.pop()
@@ -122,11 +130,23 @@ def profile_step(step, steps: int = 50, warmup: int = 3) -> dict:
             "step_seconds": statistics.median(plain), "steps": steps}
 
 
-def profile_recipes(recipes=("fp32", "fp16-dynamic", "bf16-master"), batch: int = 128, steps: int = 50,
-                    warmup: int = 3) -> dict:
-    """``profile_step`` of the bench's MLP step under each recipe."""
+def column(spec: str) -> tuple[str, str]:
+    """A column's (recipe, backend): ``"fp16-dynamic [numpy-f32]"``, or a plain recipe on numpy."""
+    if spec.endswith("]") and " [" in spec:
+        recipe, be = spec[:-1].rsplit(" [", 1)
+        return recipe, be
+    return spec, "numpy"
+
+
+def profile_recipes(recipes=COLUMNS, batch: int = 128, steps: int = 50, warmup: int = 3) -> dict:
+    """``profile_step`` of the bench's MLP step for each column (see :func:`column`), keyed by
+    the column, each with its ``recipe`` and ``backend``."""
+    out = {}
     with np.errstate(all="ignore"):
-        out = {r: profile_step(fpsim_step(r, batch), steps, warmup) for r in recipes}
+        for spec in recipes:
+            recipe, be = column(spec)
+            out[spec] = {**profile_step(fpsim_step(recipe, batch, backend=be), steps, warmup), "recipe": recipe,
+                         "backend": be}
     return {"model": f"MLP {'-'.join(map(str, MLP_SIZES))} batch {batch} SGD step", "recipes": out}
 
 
@@ -154,5 +174,6 @@ def format_profile(result: dict) -> str:
     rows += [total, plain]
     steps = next(iter(result["recipes"].values()))["steps"] if recipes else 0
     head = [f"where one training step's time goes: {result['model']}, {steps} profiled steps per recipe",
-            "(innermost category wins; 'python' = graph, dispatch and the ops' own float32 elementwise work)", ""]
+            "(innermost category wins; 'python' = graph, dispatch and the ops' own float32 elementwise work; "
+            "columns without [backend] run on numpy)", ""]
     return "\n".join(head + text_table(cols, rows))

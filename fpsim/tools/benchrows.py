@@ -1,0 +1,135 @@
+"""``fpsim bench``'s ``Row`` and its step section: training steps held against a peer.
+
+The MLP step (``benchsteps.py``): fpsim under fp32, fp16-dynamic and bf16-master on the numpy
+backend, fp16-dynamic and bf16-master once more on ``numpy-f32`` (the same numbers, every
+format held in float32 arrays: nothing to widen), and PyTorch CPU float32 and float16
+(``model.half()``).  The low-precision steps are held against fpsim's fp32 step on numpy.
+
+The tiny-GPT step: one training step of ``fpsim compare --task tinygpt``'s model (its defaults,
+its Adam and loss: ``experiments.tinygpt.training_step``) under fp16-amp (autocast + GradScaler,
+float32 parameters) on numpy and on numpy-f32, against the same step under fp32 on numpy.
+
+All the steps of one model are timed interleaved in one set of samples, so that every row's
+ratio comes from the same rounds.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from ..experiments.tinygpt import TinyGPTTask, training_step
+from . import torchref
+from .benchsteps import MLP_SIZES, fpsim_step, torch_step, torch_threads
+from .benchtime import median_ratio, time_interleaved
+
+__all__ = ["Row", "STEP_RECIPES", "CARRIER", "CARRIER_RECIPES", "step_rows"]
+
+STEP_RECIPES = ("fp32", "fp16-dynamic", "bf16-master")  # on numpy
+CARRIER = "numpy-f32"
+CARRIER_RECIPES = ("fp16-dynamic", "bf16-master")  # timed on CARRIER as well
+_FP16_TARGET = {"target": "<= 2.0x (stretch 1.5x)", "limit": 2.0, "stretch": 1.5}
+_TORCH16_TARGET = {"target": ">= 6x faster (<= 0.167x; stretch 10x)", "limit": 1 / 6, "stretch": 0.1}
+_BF16_TARGET = {"target": "<= 1.3x", "limit": 1.3}
+_GPT_TARGET = {"target": "<= 2.5x", "limit": 2.5}
+_NO_TORCH = "PyTorch not installed"
+
+
+@dataclass
+class Row:
+    """One measurement: ``seconds`` per call of what fpsim does, ``peer_seconds`` of the peer,
+    ``ratio`` (fpsim / peer, so below 1 means fpsim is faster) and, where there is a target,
+    the largest ratio that meets it (``limit``) and whether it was met."""
+
+    section: str
+    name: str
+    peer: str
+    seconds: float | None = None
+    peer_seconds: float | None = None
+    ratio: float | None = None
+    target: str = ""
+    limit: float | None = None
+    met: bool | None = None
+    note: str = ""
+    skipped: str = ""  # why the row was not measured (then every number is None)
+    others: dict = field(default_factory=dict)  # further peers: label -> seconds
+
+    def judge(self, stretch: float | None = None) -> Row:
+        if self.limit is not None and self.ratio is not None:
+            self.met = self.ratio <= self.limit
+            if stretch is not None:
+                self.note = ("stretch target " if self.ratio <= stretch else "stretch target NOT ") + \
+                            f"<= {stretch:g}x met" + (f"; {self.note}" if self.note else "")
+        return self
+
+
+class _Samples:
+    """The interleaved samples of named callables, and the rows held between two of them."""
+
+    def __init__(self, fns: dict, s, groups=None):
+        self.samples = dict(zip(fns, time_interleaved(list(fns.values()), s.repeats, s.warmup, s.min_time, groups,
+                                                      s.settle)))
+
+    def median(self, key):
+        return statistics.median(self.samples[key]) if key in self.samples else None
+
+    def row(self, name, key, peer, peer_key, *, target="", limit=None, stretch=None, note="", skip="") -> Row:
+        """``key`` against ``peer_key``; skipped (with ``skip``) when the peer was not timed."""
+        if peer_key not in self.samples:
+            return Row("step", name, peer, self.median(key), skipped=skip)
+        a, b = self.samples[key], self.samples[peer_key]
+        return Row("step", name, peer, statistics.median(a), statistics.median(b), median_ratio(a, b), target,
+                   limit, note=note).judge(stretch)
+
+
+def _mlp_rows(s, tick, threads: int) -> list[Row]:
+    torch = torchref.import_torch()
+    label = f"MLP {'-'.join(map(str, MLP_SIZES))} batch {s.batch} SGD step"
+    tick(f"step {label}")
+    fns = {r: fpsim_step(r, s.batch, backend="numpy") for r in STEP_RECIPES}
+    fns.update({f"{r} [{CARRIER}]": fpsim_step(r, s.batch, backend=CARRIER) for r in CARRIER_RECIPES})
+    groups = ["numpy"] * len(fns)
+    with torch_threads(torch, threads):
+        if torch is not None:
+            fns.update({f"torch-{d}": torch_step(torch, d, s.batch) for d in ("float32", "float16")})
+            groups += ["torch"] * 2
+        t = _Samples(fns, s, groups)
+    c = f" [{CARRIER}]"
+    return [
+        t.row(f"fpsim fp32 {label}", "fp32", "PyTorch CPU float32", "torch-float32", target="<= 1.0x", limit=1.0,
+              skip=_NO_TORCH),
+        t.row(f"fpsim fp16-dynamic {label}", "fp16-dynamic", "fpsim fp32", "fp32", **_FP16_TARGET),
+        t.row(f"fpsim fp16-dynamic {label}{c}", f"fp16-dynamic{c}", "fpsim fp32", "fp32", **_FP16_TARGET),
+        t.row(f"fpsim fp16-dynamic {label}", "fp16-dynamic", "PyTorch CPU float16 (model.half())", "torch-float16",
+              **_TORCH16_TARGET, skip=_NO_TORCH),
+        t.row(f"fpsim fp16-dynamic {label}{c}", f"fp16-dynamic{c}", "PyTorch CPU float16 (model.half())",
+              "torch-float16", **_TORCH16_TARGET, skip=_NO_TORCH),
+        t.row(f"fpsim bf16-master {label}", "bf16-master", "fpsim fp32", "fp32", **_BF16_TARGET),
+        t.row(f"fpsim bf16-master {label}{c}", f"bf16-master{c}", "fpsim fp32", "fp32", **_BF16_TARGET),
+        t.row(f"PyTorch CPU float16 {label}", "torch-float16", "PyTorch CPU float32", "torch-float32",
+              note="PyTorch's own float16 CPU kernels", skip=_NO_TORCH),
+    ]
+
+
+def gpt_label(task: TinyGPTTask) -> str:
+    return (f"tiny GPT ({task.n_layers} layers, d_model {task.d_model}, context {task.context}) "
+            f"batch {task.batch} Adam step")
+
+
+def _gpt_rows(s, tick) -> list[Row]:
+    task = TinyGPTTask()
+    label = gpt_label(task)
+    tick(f"step {label}")
+    fns = {"fp32": training_step("fp32", task, backend="numpy"),
+           "fp16-amp": training_step("fp16-amp", task, backend="numpy"),
+           "fp16-amp-carrier": training_step("fp16-amp", task, backend=CARRIER)}
+    t = _Samples(fns, s)
+    note = "autocast + GradScaler, float32 parameters"
+    return [t.row(f"fpsim fp16-amp {label}", "fp16-amp", "fpsim fp32", "fp32", note=note, **_GPT_TARGET),
+            t.row(f"fpsim fp16-amp {label} [{CARRIER}]", "fp16-amp-carrier", "fpsim fp32", "fp32", note=note,
+                  **_GPT_TARGET)]
+
+
+def step_rows(s, tick, threads: int) -> list[Row]:
+    """The step section's rows (``s``: the run's ``BenchSettings``; ``tick`` as each model starts)."""
+    return _mlp_rows(s, tick, threads) + _gpt_rows(s, tick)
