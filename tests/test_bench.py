@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 
 import numpy as np
 import pytest
 
 from fpsim import backend as fb
-from fpsim.tools import bench, cli
+from fpsim.experiments.tinygpt import TinyGPTTask
+from fpsim.tools import bench, benchrows, cli
+from fpsim.tools.benchsteps import MLP_SIZES
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 HAS_GFLOAT = importlib.util.find_spec("gfloat") is not None
@@ -75,22 +78,88 @@ def test_matmul_rows(quick):
     assert all(r["seconds"] > 0 and r["peer"].startswith("np.matmul") for r in rows)
 
 
-def test_step_rows_torch_present_or_skipped(quick):
+def _step_expected(quick) -> dict:
+    """(name, peer) -> (target, limit) of every step row, in the order of the table."""
+    mlp = f"MLP {'-'.join(map(str, MLP_SIZES))} batch {quick['settings']['batch']} SGD step"
+    gpt = benchrows.gpt_label(TinyGPTTask())
+    fp16 = ("<= 2.0x (stretch 1.5x)", 2.0)
+    torch16 = (">= 6x faster (<= 0.167x; stretch 10x)", 1 / 6)
+    return {
+        (f"fpsim fp32 {mlp}", "PyTorch CPU float32"): ("<= 1.0x", 1.0),
+        (f"fpsim fp16-dynamic {mlp}", "fpsim fp32"): fp16,
+        (f"fpsim fp16-dynamic {mlp} [numpy-f32]", "fpsim fp32"): fp16,
+        (f"fpsim fp16-dynamic {mlp}", "PyTorch CPU float16 (model.half())"): torch16,
+        (f"fpsim fp16-dynamic {mlp} [numpy-f32]", "PyTorch CPU float16 (model.half())"): torch16,
+        (f"fpsim bf16-master {mlp}", "fpsim fp32"): ("<= 1.3x", 1.3),
+        (f"fpsim bf16-master {mlp} [numpy-f32]", "fpsim fp32"): ("<= 1.3x", 1.3),
+        (f"PyTorch CPU float16 {mlp}", "PyTorch CPU float32"): ("", None),
+        (f"fpsim fp16-amp {gpt}", "fpsim fp32"): ("<= 2.5x", 2.5),
+        (f"fpsim fp16-amp {gpt} [numpy-f32]", "fpsim fp32"): ("<= 2.5x", 2.5),
+    }
+
+
+def test_step_rows_names_peers_and_targets(quick):
+    """Issue 18's goals: every row, its peer and its target (the numpy-f32 rows next to numpy's)."""
     rows = _rows(quick, "step")
-    assert len(rows) == 5
-    by_peer = {(r["name"].split(" MLP")[0], r["peer"]): r for r in rows}
-    assert ("fpsim fp16-dynamic", "fpsim fp32") in by_peer
-    assert ("fpsim bf16-master", "fpsim fp32") in by_peer
+    expected = _step_expected(quick)
+    assert [(r["name"], r["peer"]) for r in rows] == list(expected)
+    for r in rows:
+        target, limit = expected[(r["name"], r["peer"])]
+        assert r["target"] == target and r["limit"] == limit, r["name"]
+        assert ("stretch" in r["note"]) == ("stretch" in target and not r["skipped"]), r["name"]
+
+
+def test_step_rows_measured_or_skipped(quick):
+    rows = _rows(quick, "step")
     torch_rows = [r for r in rows if "PyTorch" in r["peer"] or r["name"].startswith("PyTorch")]
-    assert len(torch_rows) == 3
-    for r in torch_rows:
-        if HAS_TORCH:
-            assert r["skipped"] == "" and r["peer_seconds"] > 0 and r["met"] in (True, False, None)
-        else:
-            assert "PyTorch not installed" in r["skipped"]
-    fp16 = by_peer[("fpsim fp16-dynamic", "fpsim fp32")]
-    assert fp16["limit"] == 2.0 and "stretch" in fp16["note"]  # issue 18's goals
-    assert by_peer[("fpsim bf16-master", "fpsim fp32")]["limit"] == 1.3
+    assert len(torch_rows) == 4
+    for r in rows:
+        if r in torch_rows and not HAS_TORCH:
+            assert "PyTorch not installed" in r["skipped"] and r["ratio"] is None
+            continue
+        assert r["skipped"] == ""
+        assert isinstance(r["ratio"], float) and math.isfinite(r["ratio"]) and r["ratio"] > 0, r["name"]
+        assert r["seconds"] > 0 and r["peer_seconds"] > 0
+        assert r["met"] in ((True, False) if r["limit"] is not None else (None,))
+
+
+def test_step_rows_share_their_peer_samples(quick):
+    """The rows held against fpsim fp32 use one fp32 step (the MLP's on numpy, the GPT's): the
+    same samples, so the same median to the bit, which is also the fp32 row's own time."""
+    rows = _rows(quick, "step")
+    mlp = [r for r in rows if r["peer"] == "fpsim fp32" and "MLP" in r["name"]]
+    gpt = [r for r in rows if r["peer"] == "fpsim fp32" and "tiny GPT" in r["name"]]
+    assert len(mlp) == 4 and len(gpt) == 2
+    assert {r["peer_seconds"] for r in mlp} == {rows[0]["seconds"]}
+    assert len({r["peer_seconds"] for r in gpt}) == 1
+    f32 = [r for r in rows if r["name"].endswith("[numpy-f32]")]
+    for r in f32:  # a [numpy-f32] row and its numpy twin time different steps against one peer
+        twin = next(x for x in rows if x["name"] == r["name"].removesuffix(" [numpy-f32]") and x["peer"] == r["peer"])
+        assert twin["peer_seconds"] == r["peer_seconds"]
+
+
+def test_step_rows_run_on_the_backends_they_name(monkeypatch):
+    """What each step row times: the recipe and backend its name says, the tiny GPT with the
+    task's defaults (no timing: the steps are stand-ins)."""
+    built = []
+
+    def mlp(recipe, batch, backend=None):
+        built.append(("mlp", recipe, backend))
+        return lambda: None
+
+    def gpt(recipe, task, backend=None):
+        assert task == TinyGPTTask()
+        built.append(("gpt", recipe, backend))
+        return lambda: None
+
+    monkeypatch.setattr(benchrows, "fpsim_step", mlp)
+    monkeypatch.setattr(benchrows, "training_step", gpt)
+    monkeypatch.setattr(benchrows.torchref, "import_torch", lambda: None)
+    rows = benchrows.step_rows(bench.BenchSettings.quick_settings(), lambda what: None, 1)
+    assert built == [("mlp", "fp32", "numpy"), ("mlp", "fp16-dynamic", "numpy"), ("mlp", "bf16-master", "numpy"),
+                     ("mlp", "fp16-dynamic", "numpy-f32"), ("mlp", "bf16-master", "numpy-f32"),
+                     ("gpt", "fp32", "numpy"), ("gpt", "fp16-amp", "numpy"), ("gpt", "fp16-amp", "numpy-f32")]
+    assert len(rows) == 10 and sum(bool(r.skipped) for r in rows) == 4  # the PyTorch rows, without PyTorch
 
 
 def test_monitor_rows(quick):

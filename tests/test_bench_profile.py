@@ -11,7 +11,6 @@ import sys
 
 import pytest
 
-from fpsim.backend import get_backend
 from fpsim.tools import benchprofile, cli
 
 
@@ -23,9 +22,15 @@ def prof():
     return json.loads(buf.getvalue())
 
 
+COLUMNS = {"fp32": ("fp32", "numpy"), "fp16-dynamic": ("fp16-dynamic", "numpy"),
+           "bf16-master": ("bf16-master", "numpy"), "fp16-dynamic [numpy-f32]": ("fp16-dynamic", "numpy-f32"),
+           "bf16-master [numpy-f32]": ("bf16-master", "numpy-f32")}
+
+
 def test_every_recipe_and_category(prof):
-    assert set(prof["recipes"]) == {"fp32", "fp16-dynamic", "bf16-master"}
-    for p in prof["recipes"].values():
+    assert list(prof["recipes"]) == list(COLUMNS)
+    for col, p in prof["recipes"].items():
+        assert (p["recipe"], p["backend"]) == COLUMNS[col] == benchprofile.column(col)
         assert set(p["shares"]) == set(benchprofile.CATEGORIES) == set(p["seconds"])
         assert all(v >= 0 for v in p["seconds"].values())
         assert math.isclose(sum(p["shares"].values()), 1.0, rel_tol=1e-9)
@@ -38,17 +43,29 @@ def test_categories_seen_where_they_must_be(prof):
     r = prof["recipes"]
     for p in r.values():
         assert p["seconds"]["gemm"] > 0 and p["seconds"]["optimizer"] > 0 and p["seconds"]["python"] > 0
-    assert r["fp16-dynamic"]["seconds"]["rounding"] > 0
-    widening = r["fp16-dynamic"]["seconds"]["widening"]
-    assert widening > 0 if get_backend().name == "numpy" else widening == 0  # numpy-f32 never widens
-    assert r["fp16-dynamic"]["seconds"]["scaler"] > 0
-    assert r["fp32"]["seconds"]["scaler"] == 0 and r["bf16-master"]["seconds"]["scaler"] == 0
+    for col in ("fp16-dynamic", "bf16-master", "fp16-dynamic [numpy-f32]", "bf16-master [numpy-f32]"):
+        assert r[col]["seconds"]["rounding"] > 0, col
+    assert r["fp16-dynamic"]["seconds"]["widening"] > 0 and r["bf16-master"]["seconds"]["widening"] > 0
+    # numpy-f32 never widens; its bfloat16 rounding widens the rounded values back, counted as rounding
+    assert r["fp16-dynamic [numpy-f32]"]["seconds"]["widening"] == 0
+    assert r["bf16-master [numpy-f32]"]["seconds"]["widening"] == 0
+    assert r["fp16-dynamic"]["seconds"]["scaler"] > 0 and r["fp16-dynamic [numpy-f32]"]["seconds"]["scaler"] > 0
+    for col in ("fp32", "bf16-master", "bf16-master [numpy-f32]"):
+        assert r[col]["seconds"]["scaler"] == 0, col
 
 
-def test_hook_removed_and_table_printed():
+def test_column_names():
+    assert benchprofile.column("fp16-dynamic [numpy-f32]") == ("fp16-dynamic", "numpy-f32")
+    assert benchprofile.column("bf16-master") == ("bf16-master", "numpy")
+    assert benchprofile.profile_recipes(("bf16-master [numpy-f32]",), batch=4, steps=1, warmup=0)["recipes"][
+        "bf16-master [numpy-f32]"]["backend"] == "numpy-f32"
+
+
+def test_hook_removed_and_table_printed(prof):
     res = benchprofile.profile_recipes(("fp16-dynamic",), batch=4, steps=2, warmup=1)
     assert sys.getprofile() is None
     text = benchprofile.format_profile(res)
     for c in benchprofile.CATEGORIES:
         assert c in text
+    assert "fp16-dynamic [numpy-f32] share" in benchprofile.format_profile(prof)
     assert "100.0%" in text
