@@ -59,8 +59,8 @@ def _finite_counts(fmt, exact32, stored) -> list[int] | None:
     x = np.asarray(exact32)
     if x.dtype != np.float32 or x.size == 0:
         return None
-    if fmt.name == "float32":
-        return _float32_counts(fmt, x, stored)
+    if fmt.name == "float32" or np.asarray(stored) is x:
+        return _unrounded_counts(fmt, x, stored)
     thr = fmt.overflow_threshold
     if not (np.maximum.reduce(x, axis=None) < thr and np.minimum.reduce(x, axis=None) > -thr):  # NaN: False
         return None
@@ -75,10 +75,11 @@ def _finite_counts(fmt, exact32, stored) -> list[int] | None:
     return [int(x.size), inexact, under, sub, 0, 0, 0, 0]
 
 
-def _float32_counts(fmt, x, stored) -> list[int] | None:
-    """:func:`_finite_counts` for a "rounding" into float32 of float32 values (unscaling, an
-    update): nothing changes, and if every value is finite the only events are the float32
-    subnormals: the values below ``tiny`` that are not 0.  Three passes instead of ~10."""
+def _unrounded_counts(fmt, x, stored) -> list[int] | None:
+    """:func:`_finite_counts` where nothing was rounded: a "rounding" into float32 of float32
+    values (unscaling, an update), or an exact op's result (relu) given as ``stored`` alone.
+    If every value is finite the only events are the subnormals of ``fmt``: the values below
+    ``tiny`` that are not 0.  Three passes instead of ~10."""
     if np.asarray(stored) is not x:  # an op that gave its stored result apart (relu): the general count
         return None
     if not (np.isfinite(np.maximum.reduce(x, axis=None)) and np.isfinite(np.minimum.reduce(x, axis=None))):
@@ -164,14 +165,16 @@ class Monitor:
     def _record(self, ev: state.RoundingEvent) -> None:
         key = (ev.direction, ev.scope, ev.op, ev.target, ev.fmt.name)
         xp = ev.backend.xp
-        exact32 = ev.stored if ev.exact32 is None else ev.exact32
+        exact32, stored = ev.exact32, ev.stored
+        if exact32 is None:  # an exact result: its float32 value is the exact one
+            exact32 = stored = ev.backend.to_f32(stored) if xp is np else stored
         if xp is not np:  # add on the device: no host synchronisation per op
-            n, events = _event_counts(ev.fmt, exact32, ev.stored, xp)
+            n, events = _event_counts(ev.fmt, exact32, stored, xp)
             p = self._pending.get(key)
             self._pending[key] = [n, events] if p is None else [p[0] + n, p[1] + events]
             self._pending_xp = xp
         else:
-            self._add(key, _count_rounding(ev.fmt, exact32, ev.stored, xp))
+            self._add(key, _count_rounding(ev.fmt, exact32, stored, xp))
         if self._capture is not None and self._capture(ev):
             arr = ev.backend.to_numpy(ev.backend.to_f32(exact32))
             self.captured.append((key, np.array(arr, dtype=np.float32, copy=True)))

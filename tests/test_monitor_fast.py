@@ -84,3 +84,20 @@ def test_float32_fast_count_equals_full_count():
         assert mon._finite_counts(f, y, y) is None
         assert mon._count_rounding(f, y, y, np) == _full(f, y, y)
     assert mon._finite_counts(f, x, x.copy()) is None
+
+
+def test_an_exact_result_is_counted_from_its_stored_value():
+    """relu rounds nothing: its event carries no exact32, and the counts come from the stored
+    values - the subnormal that passes through is counted, the negative tiny value that becomes
+    0 is not a flush (max(x, 0) = 0 exactly)."""
+    import fpsim
+
+    x = fpsim.tensor([-1.0, 2.0**-20, 0.5, -2.0**-24, 0.0, 3.0], "float16")
+    seen = []
+    with fpsim.monitor() as m, fpsim.state.hooked(seen.append):
+        fpsim.ops.relu(x)
+    assert [ev.exact32 for ev in seen] == [None]
+    assert m.counts[("forward", "", "relu", "", "float16")] == [6, 0, 0, 1, 0, 0, 0, 0]
+    with fpsim.monitor() as m:
+        fpsim.ops.relu(fpsim.tensor([np.inf, -np.inf, np.nan, 2.0**-20], "float16"))
+    assert m.counts[("forward", "", "relu", "", "float16")] == [4, 0, 0, 1, 0, 1, 1, 1]

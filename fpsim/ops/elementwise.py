@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from numpy import broadcast_shapes as _broadcast_shapes  # shape arithmetic only
 
-from ..state import HOOKS
 from ..tensor import Tensor
 from .core import _autocast, _make, _quiet
 
@@ -71,8 +70,8 @@ def relu(x: Tensor) -> Tensor:
     pos = x32 > 0
     keep = x32 < 0
     keep ^= True  # not below 0: -0 and NaN stay
-    out32 = _select(x32, keep) if HOOKS else None  # monitors are shown the (exact) float32 result
-    return _make(out32, x.fmt, (x,), lambda g, out: (_select(g, pos),), "relu", stored=_select(x.data, keep))
+    # exact: monitors are shown only the stored result (RoundingEvent.exact32 is None)
+    return _make(None, x.fmt, (x,), lambda g, out: (_select(g, pos),), "relu", stored=_select(x.data, keep))
 
 
 _GELU_C = 0.7978845608028654  # sqrt(2 / pi)
