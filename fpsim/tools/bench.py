@@ -9,7 +9,8 @@ Five sections, each row one thing fpsim does and the peer it is held against:
    where it does not (ml_dtypes before 0.7 rounds float64 -> bfloat16/fp8 twice), and numpy's
    float32 -> float16 cast is ~25x slower on results in float16's subnormal range.
 2. matmul - ``ops.matmul`` of two float16 tensors (float32 accumulation, one rounding of the
-   float16 result) against ``np.matmul`` of float32 arrays of the same size: raw BLAS.
+   float16 result) against ``np.matmul`` of float32 arrays of the same size: raw BLAS; the
+   largest size also on ``numpy-f32`` (nothing to widen there).
 3. step (``benchrows.py``) - one SGD training step of an MLP 784-256-256-10 (batch 128,
    cross-entropy) under the recipes fp32, fp16-dynamic and bf16-master on the numpy backend,
    and fp16-dynamic and bf16-master again on ``numpy-f32`` (rows marked ``[numpy-f32]``: the
@@ -171,20 +172,23 @@ def _matmul_rows(s: BenchSettings, tick) -> list[Row]:
     rows = []
     rng = np.random.default_rng(1)
     for i, n in enumerate(s.matmul_sizes):
-        tick(f"matmul n={n}")
-        a = tensor(rng.standard_normal((n, n)), "float16")
-        b = tensor(rng.standard_normal((n, n)), "float16")
-        a32, b32 = a.f32().copy(), b.f32().copy()
-
-        def emulated(a=a, b=b):
-            with no_grad():
-                return ops.matmul(a, b)
-
         last = i == len(s.matmul_sizes) - 1
-        rows.append(_compare("matmul", f"float16 @ float16 -> float16 (f32 accumulate), n={n}", emulated,
-                             "np.matmul float32 (BLAS)", lambda a32=a32, b32=b32: np.matmul(a32, b32), s,
-                             target=">= 0.8x throughput (<= 1.25x time)" if last else "",
-                             limit=1.25 if last else None))
+        x, y = rng.standard_normal((n, n)), rng.standard_normal((n, n))
+        for backend in ("numpy", "numpy-f32") if last else ("numpy",):
+            tick(f"matmul n={n}" + ("" if backend == "numpy" else f" [{backend}]"))
+            a, b = tensor(x, "float16", backend=backend), tensor(y, "float16", backend=backend)
+            a32, b32 = a.f32().copy(), b.f32().copy()
+
+            def emulated(a=a, b=b):
+                with no_grad():
+                    return ops.matmul(a, b)
+
+            name = f"float16 @ float16 -> float16 (f32 accumulate), n={n}" + ("" if backend == "numpy" else
+                                                                               f" [{backend}]")
+            rows.append(_compare("matmul", name, emulated, "np.matmul float32 (BLAS)",
+                                 lambda a32=a32, b32=b32: np.matmul(a32, b32), s,
+                                 target=">= 0.8x throughput (<= 1.25x time)" if last else "",
+                                 limit=1.25 if last else None))
     return rows
 
 
@@ -276,7 +280,7 @@ def run_bench(settings: BenchSettings | None = None, *, sections=SECTIONS, progr
         raise ValueError(f"unknown bench section(s) {unknown}; known: {', '.join(SECTIONS)}")
     info = machine_info()
     threads = info["blas_threads"]
-    counts = {"rounding": 2 * 2 * len(ROUND_FORMATS) + 1, "matmul": len(s.matmul_sizes), "step": 2, "monitor": 2,
+    counts = {"rounding": 2 * 2 * len(ROUND_FORMATS) + 1, "matmul": len(s.matmul_sizes) + 1, "step": 2, "monitor": 2,
               "gpu": 2}
     bar = None
     if progress:
