@@ -110,7 +110,8 @@ class Optimizer:
             return
         for p, m in zip(self.params, self.master):
             if m.grad is None and p.grad is not None:
-                m.grad = Tensor(p.grad.f32().astype(p.backend.xp.float32, copy=True), F32, backend=p.backend)
+                g = p.grad.f32()  # a fresh array, unless the gradient is held in float32 already: then copied
+                m.grad = Tensor(g.copy() if g is p.grad.data else g, F32, backend=p.backend)
 
     def step(self) -> None:
         self.step_count += 1

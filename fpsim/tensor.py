@@ -23,7 +23,7 @@ from .backend import Backend, get_backend
 from .formats import Format, cast, get_format
 from .state import HOOKS, RoundingEvent, backward_scope, event_scope, is_grad_enabled, no_grad
 
-__all__ = ["Tensor", "tensor", "no_grad", "is_grad_enabled", "promote", "round_result"]
+__all__ = ["Tensor", "tensor", "no_grad", "is_grad_enabled", "promote", "round_result", "Exact"]
 
 _WIDTH_RANK = {"float8_e4m3fn": 0, "float8_e5m2": 0, "float16": 1, "bfloat16": 1, "float32": 2}
 
@@ -73,6 +73,19 @@ def _round_special(x32, fmt: Format, backend: Backend, saturate: bool, rounding:
         x32 = backend.clip_to_max(x32, fmt)
     vals = cast(backend.to_numpy(x32), fmt, rounding, rng=rng).astype(np.float32)
     return backend.round(backend.asarray(vals), fmt)  # already on fmt's grid: stored exactly
+
+
+class Exact:
+    """What an op's backward returns for an input whose gradient is the incoming one moved or
+    selected (reshape, transpose, relu, masked_fill): ``fn`` of the *stored* incoming gradient is
+    the input's gradient, exactly, in the same format - so when the input's gradient format is
+    the output's, nothing is rounded (hooks still see the value).  ``fn`` must work on any storage
+    dtype: views, and selections on the bits (``ops.elementwise._select``)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
 
 
 class Tensor:
@@ -248,7 +261,15 @@ def _propagate(node: Tensor, g, grads: dict, be: Backend) -> None:
     for p, pg in zip(node._parents, parent_grads):
         if pg is None or not p.requires_grad:
             continue
-        if pg is g32 and (p.grad_fmt is node.grad_fmt or p.grad_fmt == node.grad_fmt):
+        same = p.grad_fmt is node.grad_fmt or p.grad_fmt == node.grad_fmt
+        if isinstance(pg, Exact):
+            if same:  # moved or selected from the stored gradient: exact, nothing to round
+                r = pg.fn(g)
+                r = round_result(be.to_f32(r) if HOOKS else None, p.grad_fmt, be, node._op, "backward", p.name,
+                                 stored=r, inputs=ins)
+            else:
+                r = round_result(pg.fn(g32), p.grad_fmt, be, node._op, "backward", p.name, inputs=ins)
+        elif pg is g32 and same:
             r = g  # passed through unchanged (add, cast to the same format): no rounding
         else:
             r = round_result(pg, p.grad_fmt, be, node._op, "backward", p.name, inputs=ins)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from numpy import broadcast_shapes as _broadcast_shapes  # shape arithmetic only
 
-from ..tensor import Tensor
+from ..tensor import Exact, Tensor
 from .core import _autocast, _make, _quiet
 
 __all__ = ['exp', 'log', 'sqrt', 'tanh', 'sigmoid', 'relu', 'gelu', 'abs', 'masked_fill']
@@ -71,7 +71,8 @@ def relu(x: Tensor) -> Tensor:
     keep = x32 < 0
     keep ^= True  # not below 0: -0 and NaN stay
     # exact: monitors are shown only the stored result (RoundingEvent.exact32 is None)
-    return _make(None, x.fmt, (x,), lambda g, out: (_select(g, pos),), "relu", stored=_select(x.data, keep))
+    return _make(None, x.fmt, (x,), lambda g, out: (Exact(lambda gs: _select(gs, pos)),), "relu",
+                 stored=_select(x.data, keep))
 
 
 _GELU_C = 0.7978845608028654  # sqrt(2 / pi)
@@ -127,5 +128,5 @@ def masked_fill(x: Tensor, mask, value) -> Tensor:
     keep = ~m
     out32 = xp.where(m, xp.float32(value), x.f32())
     # the fill value is an input too: a -inf written on purpose is not an overflow (fpsim.trace)
-    return _make(out32, x.fmt, (x,), lambda g, out: (_select(g, keep),), "masked_fill",  # 0, even where g is inf
+    return _make(out32, x.fmt, (x,), lambda g, out: (Exact(lambda gs: _select(gs, keep)),), "masked_fill",  # 0, even where g is inf
                  inputs=(x, xp.float32(value)))

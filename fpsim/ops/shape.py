@@ -5,7 +5,7 @@ the only place gradients are summed over broadcast axes.
 
 from __future__ import annotations
 
-from ..tensor import Tensor, promote
+from ..tensor import Exact, Tensor, promote
 from .core import _make, _quiet, _view
 
 __all__ = ['reshape', 'transpose', 'getitem', 'concat', 'embedding']
@@ -17,7 +17,7 @@ def reshape(x: Tensor, shape) -> Tensor:
         data = x.data.reshape(shape)
     except ValueError:
         raise ValueError(f"cannot reshape shape {x.shape} into {shape}") from None
-    return _view(data, x.fmt, (x,), lambda g, out: (g.reshape(x.shape),), "reshape")
+    return _view(data, x.fmt, (x,), lambda g, out: (Exact(lambda gs: gs.reshape(x.shape)),), "reshape")
 
 
 def transpose(x: Tensor, axes=None) -> Tensor:
@@ -29,7 +29,8 @@ def transpose(x: Tensor, axes=None) -> Tensor:
         raise ValueError(f"transpose: {axes} is not a permutation of the axes of shape {x.shape}")
     axes = tuple(a % x.ndim for a in axes)  # the inverse permutation below needs them non-negative
     inv = tuple(sorted(range(len(axes)), key=axes.__getitem__))  # on the host: no device round trip
-    return _view(xp.transpose(x.data, axes), x.fmt, (x,), lambda g, out: (xp.transpose(g, inv),), "transpose")
+    return _view(xp.transpose(x.data, axes), x.fmt, (x,), lambda g, out: (Exact(lambda gs: xp.transpose(gs, inv)),),
+                 "transpose")
 
 
 def getitem(x: Tensor, idx) -> Tensor:
