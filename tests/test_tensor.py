@@ -271,3 +271,30 @@ def test_basic_properties():
     assert "bfloat16" in repr(t) and "requires_grad=True" in repr(t)
     assert isinstance(t.numpy(), np.ndarray) and t.numpy().dtype == BF16
     assert Tensor(np.zeros(2, np.float32)).fmt.name == "float32"
+
+
+@pytest.mark.parametrize("op", ["relu", "reshape", "transpose", "masked_fill"])
+def test_moved_gradients_are_not_rounded_again_unless_the_format_changes(op):
+    """The backward of an op that only moves or selects values hands on the stored gradient
+    (tensor.Exact): nothing is rounded when the input's gradient format is the output's; into
+    another gradient format it is rounded once, like any gradient - and hooks see it either way."""
+    eye = np.eye(3, 4, dtype=bool)
+    fwd = {"relu": ops.relu, "reshape": lambda t: t.reshape(4, 3), "transpose": lambda t: t.transpose(),
+           "masked_fill": lambda t: ops.masked_fill(t, eye, 0.0)}[op]
+    back = {"relu": lambda a: np.where(vals > 0, a, 0.0), "reshape": lambda a: a.reshape(3, 4),
+            "transpose": lambda a: a.T, "masked_fill": lambda a: np.where(eye, 0.0, a)}[op]
+    vals = np.linspace(-1.5, 2.0, 12).reshape(3, 4)
+    shape = (4, 3) if op in ("reshape", "transpose") else (3, 4)
+    g = ((1 + 2.0**-10) * np.arange(1, 13)).reshape(shape).astype(np.float16).astype(np.float64)  # not bfloat16's
+    for grad_fmt, dtype in (("float16", np.float16), ("bfloat16", ml_dtypes.bfloat16)):
+        x = tensor(vals, "float16", requires_grad=True, grad_fmt=grad_fmt)
+        y = fwd(x)
+        events = []
+        with hooked(events.append):
+            y.backward(tensor(g, "float16"))
+        ours = [e for e in events if e.op == y._op]
+        assert len(ours) == 1 and ours[0].direction == "backward" and ours[0].fmt.name == grad_fmt
+        want = back(g).astype(dtype)  # g is exact in float16: one rounding, into grad_fmt
+        assert x.grad.fmt.name == grad_fmt and np.array_equal(bits(x.grad.numpy()), bits(want))
+        assert np.array_equal(bits(x.grad.f32()), bits(want.astype(np.float32)))  # the values held, not just shown
+        assert np.array_equal(np.asarray(ours[0].exact32) == back(g), np.ones(vals.shape, bool))
