@@ -61,8 +61,10 @@ def test_snap_f16_is_numpys_cast_on_every_edge():
 
 def test_snap_f16_on_random_bit_patterns_and_shapes():
     rng = np.random.default_rng(0)
-    x = rng.integers(0, 2**32, 2**21, dtype=np.uint64).astype(U32).view(np.float32)
+    x = rng.integers(0, 2**32, 2**21 + 3, dtype=np.uint64).astype(U32).view(np.float32)  # chunks and a tail
     assert same_bits(snap_f16(x), numpy_f16(x))
+    big = x[: 3 * 2**16].reshape(3 * 2**8, 2**8)
+    assert same_bits(snap_f16(big.T), numpy_f16(big.T))  # non-contiguous, several chunks
     m = x[: 64 * 48].reshape(64, 48)
     assert same_bits(snap_f16(m.T), numpy_f16(m.T))  # non-contiguous
     assert snap_f16(np.float32(1 + 2.0**-11)).shape == () and float(snap_f16(np.float32(1 + 2.0**-11))) == 1.0
