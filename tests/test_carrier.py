@@ -133,7 +133,7 @@ def test_checkpoint_moves_between_the_two(tmp_path):
     m = nn.MLP([5, 7, 3], fmt="float16", seed=3).to(backend="numpy-f32")
     assert all(p.data.dtype == np.float32 for p in m.parameters())
     checkpoint.save(tmp_path / "c.npz", m)
-    n = nn.MLP([5, 7, 3], fmt="float16", seed=4)  # on numpy: real float16 storage
+    n = nn.MLP([5, 7, 3], fmt="float16", seed=4).to(backend="numpy")  # real float16 storage
     checkpoint.load(tmp_path / "c.npz", n)
     for p, q in zip(m.parameters(), n.parameters()):
         assert q.data.dtype == np.float16 and np.array_equal(p.numpy().view(np.uint16), q.data.view(np.uint16))
