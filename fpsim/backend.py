@@ -36,7 +36,6 @@ from .formats.kernels import (
     f32_to_fp8,
     fp8_to_f32,
     rne_round,
-    snap_bf16,
     snap_f16,
 )
 
@@ -128,15 +127,12 @@ class NumpyBackend(Backend):
         return x.astype(np.float32, copy=False)
 
 
-_SNAPS = {"float16": snap_f16, "bfloat16": snap_bf16}  # float32 onto the format's grid, kept in float32
-
-
 class NumpyF32Backend(NumpyBackend):
     """numpy, with every format's values held in float32 arrays: ``backend="numpy-f32"``.
 
     The values are exactly the format's - each rounding is the same round-to-nearest-even into
-    float16 / bfloat16 / fp8 as on ``numpy``, kept in float32 (:func:`~fpsim.formats.kernels.snap_f16`
-    and ``snap_bf16``: a few passes, no bit assembly) - so every result is the same bit
+    float16 / bfloat16 / fp8 as on ``numpy``, kept in float32 (float16: :func:`~fpsim.formats.kernels.snap_f16`,
+    eight passes and no bit assembly; the others: the storage cast and back) - so every result is the same bit
     for bit; but reading a tensor costs nothing, where ``numpy`` widens its float16 / bfloat16 /
     fp8 storage to float32 for every op.  ``Tensor.nbytes`` still reports the format's size;
     ``Tensor.numpy()`` returns the real storage dtype.  What is given up: ``Tensor.data`` is a
@@ -152,8 +148,10 @@ class NumpyF32Backend(NumpyBackend):
     def round(self, x32, fmt: Format):
         if fmt.name == "float32":
             return x32.astype(np.float32, copy=False)
-        if x32.dtype == np.float32 and fmt.name in _SNAPS:
-            return _SNAPS[fmt.name](x32)
+        if fmt.name == "float16" and x32.dtype == np.float32:
+            return snap_f16(x32)
+        # bfloat16 / fp8: the storage cast and back.  (A five-pass integer rounding of bfloat16 kept in
+        # float32 was slower in a training step than ml_dtypes' cast, whose result is 2 bytes a value.)
         return NumpyBackend.to_f32(self, NumpyBackend.round(self, x32, fmt))  # into the storage dtype and back: exact
 
     def round_saturating(self, x32, fmt: Format):

@@ -15,7 +15,7 @@ import numpy as np
 
 from .table import ELEMENT_FORMATS, Format, get_format
 
-__all__ = ["F16_BITS_MIN_SIZE", "f16_to_f32", "f32_to_f16", "snap_f16", "snap_bf16", "f32_to_fp8", "narrow_cast", "fp8_to_f32", "rne_round",
+__all__ = ["F16_BITS_MIN_SIZE", "f16_to_f32", "f32_to_f16", "snap_f16", "f32_to_fp8", "narrow_cast", "fp8_to_f32", "rne_round",
            "RNE_KERNEL_SRC", "widening_table"]
 
 _F16_TINY = 2.0**-14
@@ -221,38 +221,6 @@ def _snap_scratch() -> np.ndarray:
     if buf is None:
         buf = _SCRATCH.snap = np.empty(_SNAP_CHUNK, _U32)
     return buf
-
-
-_BF16_HALF = _U32(0x7FFF)
-_BF16_KEEP = _U32(0xFFFF0000)
-
-
-def snap_bf16(x: np.ndarray) -> np.ndarray:
-    """float32 -> float32 on bfloat16's grid (round to nearest even; subnormals, overflow to inf,
-    -0 and NaN as ml_dtypes' cast gives them), kept in a float32 array: the ``numpy-f32``
-    backend's bfloat16 rounding, in five integer passes and one allocation (ml_dtypes' cast and
-    the widening back take two of each).
-
-    bfloat16 is float32's top 16 bits, so rounding to nearest even is an integer add of 0x7FFF
-    plus the last kept bit (the tie then carries only if that bit is odd) and clearing the low
-    16 bits; a carry out of the mantissa steps the exponent, up to inf.  A NaN (found by one max
-    reduction, which NaN wins) could carry into inf or wrap past the sign: each becomes the quiet
-    NaN of its sign, as ml_dtypes' cast makes it.
-    """
-    x = np.asarray(x)
-    if x.ndim == 0:
-        return snap_bf16(x.reshape(1)).reshape(())
-    bits = x.view(_U32)
-    t = np.right_shift(bits, _U32(16))
-    t &= _U32(1)
-    t += _BF16_HALF
-    t += bits
-    t &= _BF16_KEEP
-    out = t.view(np.float32)
-    if x.size and np.isnan(np.maximum.reduce(x, axis=None)):
-        nan = np.isnan(x)
-        t[nan] = (bits[nan] & _SIGN_MASK) | _U32(0x7FC00000)  # ml_dtypes' NaN: quiet, the sign kept
-    return out
 
 
 # --------------------------------------------------------------------------------------------
