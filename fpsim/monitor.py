@@ -55,7 +55,7 @@ def _finite_counts(fmt, exact32, stored) -> list[int] | None:
     value finite and below the format's overflow threshold, every stored value finite.  Then
     nothing overflowed and no inf or NaN is there; a flushed value is a stored 0 whose exact
     value was not 0 (an exact 0 always stores 0), a subnormal is below ``tiny`` and not 0.
-    None (count it all, :func:`_event_counts`) whenever the four reductions see anything else."""
+    None (count it all, :func:`_event_counts`) whenever the three reductions see anything else."""
     x = np.asarray(exact32)
     if x.dtype != np.float32 or x.size == 0:
         return None
@@ -65,9 +65,9 @@ def _finite_counts(fmt, exact32, stored) -> list[int] | None:
     if not (np.maximum.reduce(x, axis=None) < thr and np.minimum.reduce(x, axis=None) > -thr):  # NaN: False
         return None
     r = _NUMPY.to_f32(np.asarray(stored))
-    if not (np.isfinite(np.maximum.reduce(r, axis=None)) and np.isfinite(np.minimum.reduce(r, axis=None))):
-        return None
     a = np.abs(r)
+    if not np.isfinite(np.maximum.reduce(a, axis=None)):  # inf or NaN stored (a NaN wins the max)
+        return None
     zero_r = int(np.count_nonzero(a == 0))
     inexact = int(np.count_nonzero(r != x))
     under = zero_r - int(np.count_nonzero(x == 0))
@@ -82,9 +82,10 @@ def _unrounded_counts(fmt, x, stored) -> list[int] | None:
     ``tiny`` that are not 0.  Three passes instead of ~10."""
     if np.asarray(stored) is not x:  # an op that gave its stored result apart (relu): the general count
         return None
-    if not (np.isfinite(np.maximum.reduce(x, axis=None)) and np.isfinite(np.minimum.reduce(x, axis=None))):
+    a = np.abs(x)
+    if not np.isfinite(np.maximum.reduce(a, axis=None)):  # a NaN wins the max
         return None
-    sub = int(np.count_nonzero(np.abs(x) < fmt.tiny)) - int(np.count_nonzero(x == 0))
+    sub = int(np.count_nonzero(a < fmt.tiny)) - int(np.count_nonzero(a == 0))
     return [int(x.size), 0, 0, sub, 0, 0, 0, 0]
 
 
