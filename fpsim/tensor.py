@@ -264,9 +264,7 @@ def _propagate(node: Tensor, g, grads: dict, be: Backend) -> None:
         same = p.grad_fmt is node.grad_fmt or p.grad_fmt == node.grad_fmt
         if isinstance(pg, Exact):
             if same:  # moved or selected from the stored gradient: exact, nothing to round
-                r = pg.fn(g)
-                r = round_result(be.to_f32(r) if HOOKS else None, p.grad_fmt, be, node._op, "backward", p.name,
-                                 stored=r, inputs=ins)
+                r = round_result(None, p.grad_fmt, be, node._op, "backward", p.name, stored=pg.fn(g), inputs=ins)
             else:
                 r = round_result(pg.fn(g32), p.grad_fmt, be, node._op, "backward", p.name, inputs=ins)
         elif pg is g32 and same:

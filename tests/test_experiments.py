@@ -213,3 +213,7 @@ def test_flush_counter_counts_what_the_cast_lost(fmt):
     c(state.RoundingEvent("linear", "forward", "", "", f, x, stored, be))  # forward roundings are not counted
     assert [int(v) for v in c.act] == [int(v) for v in c.weight] == [expected, int(np.count_nonzero(x))]
     assert ex.train.FlushCounter.fraction(c.act) == expected / np.count_nonzero(x)
+    # a moved gradient (tensor.Exact: relu, reshape...) comes without exact32: its non-zeros count, none lost
+    c(state.RoundingEvent("relu", "backward", "", "", f, None, stored, be))
+    nz = int(np.count_nonzero(wide))
+    assert [int(v) for v in c.act] == [expected, int(np.count_nonzero(x)) + nz]

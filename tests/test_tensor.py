@@ -297,4 +297,7 @@ def test_moved_gradients_are_not_rounded_again_unless_the_format_changes(op):
         want = back(g).astype(dtype)  # g is exact in float16: one rounding, into grad_fmt
         assert x.grad.fmt.name == grad_fmt and np.array_equal(bits(x.grad.numpy()), bits(want))
         assert np.array_equal(bits(x.grad.f32()), bits(want.astype(np.float32)))  # the values held, not just shown
-        assert np.array_equal(np.asarray(ours[0].exact32) == back(g), np.ones(vals.shape, bool))
+        if grad_fmt == "float16":  # nothing rounded: the hooks get the stored value alone
+            assert ours[0].exact32 is None and np.array_equal(x.grad.f32(), back(g))
+        else:  # the moved float32 gradient, rounded once
+            assert np.array_equal(np.asarray(ours[0].exact32), back(g))

@@ -77,11 +77,14 @@ class FlushCounter:
         self.weight = [0, 0]
 
     def __call__(self, ev: state.RoundingEvent) -> None:
-        if ev.direction != "backward" or ev.fmt.name == "float32" or ev.op == "accumulate" or ev.exact32 is None:
+        if ev.direction != "backward" or ev.fmt.name == "float32" or ev.op == "accumulate":
             return
         xp = ev.backend.xp
-        n_nz = xp.count_nonzero(ev.exact32)
-        lost = n_nz - _count_nonzero(xp, ev.stored)
+        if ev.exact32 is None:  # a gradient moved, not rounded (tensor.Exact): nothing lost
+            n_nz, lost = _count_nonzero(xp, ev.stored), 0
+        else:
+            n_nz = xp.count_nonzero(ev.exact32)
+            lost = n_nz - _count_nonzero(xp, ev.stored)
         bucket = self.weight if ev.target in ("weight", "bias") else self.act
         bucket[0] = bucket[0] + lost
         bucket[1] = bucket[1] + n_nz
