@@ -284,8 +284,6 @@ class CupyBackend(Backend):
 BACKENDS: dict[str, Backend] = {"numpy": NumpyBackend(), "numpy-f32": NumpyF32Backend(), "cupy": CupyBackend()}
 DEFAULT_ENV = "FPSIM_BACKEND"
 _DEFAULT = os.environ.get(DEFAULT_ENV, "").strip() or "numpy"  # read once: get_backend is on the hot path
-if _DEFAULT not in BACKENDS:
-    raise ValueError(f"{DEFAULT_ENV}={_DEFAULT!r} is not a backend; known: {', '.join(BACKENDS)}")
 
 
 def get_backend(backend=None) -> Backend:
@@ -295,6 +293,9 @@ def get_backend(backend=None) -> Backend:
     if backend is None:
         if _DEFAULT == "numpy":
             return BACKENDS["numpy"]
+        if _DEFAULT not in BACKENDS:  # said here, not at import: `import fpsim` and `fpsim formats` still work
+            raise ValueError(f"the environment variable {DEFAULT_ENV}={_DEFAULT!r} names no backend; "
+                             f"known: {', '.join(BACKENDS)}")
         backend = _DEFAULT
     if isinstance(backend, Backend):
         return backend

@@ -6,6 +6,7 @@ natively, as CuPy >= 14 can), and on real CuPy when it imports and sees a GPU (s
 otherwise).  References: ml_dtypes / numpy casts from float32, exact values written out,
 and the numpy backend's own results for the stand-ins (the same numbers are the contract)."""
 
+import os
 import subprocess
 import sys
 
@@ -355,3 +356,18 @@ def test_move_between_backends():
     model.to(backend=GUARDED)
     assert all(isinstance(p.data, GuardArray) and p.data.dtype == np.float32 for p in model.parameters())
     assert all(np.array_equal(bits(a), bits(p.numpy())) for a, p in zip(before, model.parameters()))
+
+
+def test_the_default_backend_comes_from_the_environment():
+    code = ("import fpsim, fpsim.backend as B\n"
+            "try:\n    t = fpsim.tensor([1.5], 'float16')\n"
+            "    print(B.get_backend().name, t.data.dtype, t.numpy().dtype, t.nbytes)\n"
+            "except ValueError as e:\n    print('ValueError', e)\n")
+    env = {**os.environ, "FPSIM_BACKEND": "numpy-f32"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0 and out.stdout.split() == ["numpy-f32", "float32", "float16", "2"], out.stderr
+    env["FPSIM_BACKEND"] = "tpu"  # importing still works; the first use says what is wrong
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ("ValueError the environment variable FPSIM_BACKEND='tpu' names no backend; "
+                                  "known: numpy, numpy-f32, cupy")
