@@ -21,7 +21,7 @@ import numpy as np
 
 from . import ops, state
 from .checks import is_integer, is_real
-from .formats import F32, Format, get_format
+from .formats import F32, Format, tensor_format
 from .state import autocast_format
 from .statedict import Problems
 from .tensor import Tensor, round_result
@@ -55,7 +55,7 @@ class autocast(contextlib.ContextDecorator):  # noqa: N801 - PyTorch's name
     """
 
     def __init__(self, dtype="float16", enabled: bool = True):
-        fmt = get_format(dtype)
+        fmt = tensor_format(dtype)
         if fmt.name not in _AUTOCAST_FORMATS:
             raise ValueError(f"autocast dtype must be float16 or bfloat16, got {fmt.name} "
                              "(float32 everywhere is autocast(enabled=False))")

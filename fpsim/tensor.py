@@ -20,7 +20,7 @@ import numpy as np
 
 from . import state
 from .backend import Backend, get_backend
-from .formats import Format, cast, get_format
+from .formats import Format, cast, get_format, tensor_format
 from .state import HOOKS, RoundingEvent, backward_scope, event_scope, is_grad_enabled, no_grad
 
 __all__ = ["Tensor", "tensor", "no_grad", "is_grad_enabled", "promote", "round_result", "Exact"]
@@ -102,8 +102,8 @@ class Tensor:
     def __init__(self, data, fmt=None, *, requires_grad=False, backend=None, grad_fmt=None, name=""):
         be = get_backend(backend)
         self.backend = be
-        self.fmt = get_format(fmt) if fmt is not None else get_format("float32")
-        self.grad_fmt = get_format(grad_fmt) if grad_fmt is not None else self.fmt
+        self.fmt = tensor_format(fmt) if fmt is not None else get_format("float32")
+        self.grad_fmt = tensor_format(grad_fmt) if grad_fmt is not None else self.fmt
         self.data = data
         self.grad: Tensor | None = None
         self.requires_grad = bool(requires_grad)
@@ -330,11 +330,11 @@ def tensor(data, fmt=None, *, requires_grad=False, backend=None, grad_fmt=None, 
     if fmt is None:
         dt = getattr(data, "dtype", None)
         try:
-            f = get_format(dt) if dt is not None else get_format("float32")
+            f = tensor_format(dt) if dt is not None else get_format("float32")
         except ValueError:
             f = get_format("float32")
     else:
-        f = get_format(fmt)
+        f = tensor_format(fmt)
     if be.name != "numpy" and hasattr(data, "__cuda_array_interface__"):
         data = be.to_numpy(data)
     stored = cast(data, f, rounding)  # numpy, in the format's real dtype

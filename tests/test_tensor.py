@@ -301,3 +301,20 @@ def test_moved_gradients_are_not_rounded_again_unless_the_format_changes(op):
             assert ours[0].exact32 is None and np.array_equal(x.grad.f32(), back(g))
         else:  # the moved float32 gradient, rounded once
             assert np.array_equal(np.asarray(ours[0].exact32), back(g))
+
+
+@pytest.mark.parametrize("fmt", ["fp4", "float6_e2m3fn", "e3m2", "e8m0"])
+def test_block_element_formats_are_not_tensor_formats(fmt):
+    """fp6 / fp4 / e8m0 exist only inside block-scaled formats: a tensor, a cast, a model or a
+    gradient format in one of them is refused, naming it and the tensor formats."""
+    import fpsim
+
+    x = tensor([1.0, 2.5])
+    msg = "is not a tensor format but an element or scale format of the block-scaled formats"
+    for make in (lambda: tensor([1.0, 2.5], fmt), lambda: Tensor(np.ones(2, np.float32), fmt),
+                 lambda: tensor([1.0], "float16", grad_fmt=fmt), lambda: x.to(fmt), lambda: ops.to_format(x, fmt),
+                 lambda: nn.Linear(2, 2).to(fmt), lambda: fpsim.autocast(fmt)):
+        with pytest.raises(ValueError, match=msg) as e:
+            make()
+        assert "float32, float16, bfloat16, float8_e4m3fn, float8_e5m2" in str(e.value)
+    assert fpsim.quantize(np.ones(32, np.float32), "mxfp4").elements.dtype.name == "float4_e2m1fn"  # their place

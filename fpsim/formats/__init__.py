@@ -32,6 +32,7 @@ from .table import (
     Format,
     format_names,
     get_format,
+    tensor_format,
 )
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "ROUNDING_MODES",
     "CATEGORIES",
     "get_format",
+    "tensor_format",
     "format_names",
     "cast",
     "round_to",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
-__all__ = ["Format", "ALL_FORMATS", "FORMATS", "TENSOR_FORMATS", "ELEMENT_FORMATS", "FP8_FORMATS", "LOW_FORMATS",
+__all__ = ["Format", "ALL_FORMATS", "FORMATS", "TENSOR_FORMATS", "tensor_format", "ELEMENT_FORMATS", "FP8_FORMATS", "LOW_FORMATS",
            "F32", "get_format", "format_names"]
 
 
@@ -192,6 +192,17 @@ def get_format(fmt) -> Format:
     if dt in _BY_DTYPE:
         return _BY_DTYPE[dt]
     raise ValueError(f"unknown format {fmt!r} (dtype {dt}); known: {format_names()}")
+
+
+def tensor_format(fmt) -> Format:
+    """:func:`get_format`, for what a Tensor may be stored in (``FORMATS``): a ValueError names an
+    fp6 / fp4 / e8m0 format as what it is - an element or scale format of the block-scaled formats."""
+    f = get_format(fmt)
+    if f.name not in FORMATS:
+        raise ValueError(f"{f.name} is not a tensor format but an element or scale format of the block-scaled "
+                         f"formats (fpsim.quantize, lowp.BlockLinear); a tensor is stored in one of "
+                         f"{', '.join(TENSOR_FORMATS)}")
+    return f
 
 
 FP8_FORMATS = ("float8_e4m3fn", "float8_e5m2")

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import ops
 from ..backend import get_backend
-from ..formats import get_format
+from ..formats import tensor_format
 from ..state import scope
 from ..statedict import Problems
 from ..tensor import Tensor, move, tensor
@@ -84,7 +84,7 @@ class Module:
 
         In place, so tensors an optimizer already holds follow along.  Gradients are dropped.
         """
-        f = get_format(fmt) if fmt is not None else None
+        f = tensor_format(fmt) if fmt is not None else None
         be = get_backend(backend) if backend is not None else None
         for p in self.parameters():
             moved = move(p, be) if be is not None and be is not p.backend else p

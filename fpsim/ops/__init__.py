@@ -31,7 +31,7 @@ is float16, computed as float32(x) * float32(1e-8) and rounded once, as PyTorch 
 from __future__ import annotations
 
 from ..backend import get_backend
-from ..formats import get_format
+from ..formats import tensor_format
 from ..tensor import Tensor, move
 from .arith import add, div, linear, matmul, mul, neg, pow, sub
 from .attention import causal_mask, scaled_dot_product_attention
@@ -58,8 +58,8 @@ def _to(self: Tensor, fmt=None, *, backend=None) -> Tensor:
     out = self
     if backend is not None and get_backend(backend) is not self.backend:
         out = move(out, get_backend(backend))
-    if fmt is not None and get_format(fmt) != out.fmt:
-        out = to_format(out, get_format(fmt))
+    if fmt is not None and tensor_format(fmt) != out.fmt:
+        out = to_format(out, tensor_format(fmt))
     return out
 
 

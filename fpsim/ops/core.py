@@ -19,7 +19,7 @@ from numpy import broadcast_shapes as _broadcast_shapes  # shape arithmetic only
 from numpy import errstate as _np_errstate  # only the warning switch; arrays go through the backend
 
 from .. import state
-from ..formats import F32, Format, get_format
+from ..formats import F32, Format, tensor_format
 from ..tensor import Tensor, promote, round_result
 
 __all__ = ['AUTOCAST_POLICY', 'to_format', 'broadcast_to']
@@ -127,7 +127,7 @@ def _unbroadcast(g, shape, xp):
 @_quiet
 def to_format(x: Tensor, fmt) -> Tensor:
     """Round into ``fmt`` (``Tensor.to``); the gradient is rounded back into x's gradient format."""
-    fmt = get_format(fmt)
+    fmt = tensor_format(fmt)
     return _make(x.f32(), fmt, (x,), lambda g, out: (g,), "cast")
 
 
