@@ -1,5 +1,6 @@
 """Program-wide state, owned here and nowhere else: grad mode, the autocast format, the module
-scope, the rounding hooks, and the generator stochastic rounding draws from.
+scope, the rounding hooks, the generator stochastic rounding draws from - and, for what fpsim
+starts (worker processes, notebook kernels), environment variables set for a while (:func:`environment`).
 
 Every other module reads and changes this state through the functions below (context managers
 restore it on the way out, exceptions included); nothing else keeps a global of its own.
@@ -12,6 +13,7 @@ did: the engine's one rounding point (``tensor.round_result``) calls each hook w
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import NamedTuple
 
 import numpy as np
@@ -206,3 +208,23 @@ def seeded(seed: int):
 def default_rng() -> np.random.Generator:
     """The generator stochastic rounding uses when no ``seed``/``rng`` is passed."""
     return _rng
+
+
+# --------------------------------------------------------------------------------- environment
+
+
+@contextlib.contextmanager
+def environment(values: dict):
+    """The environment variables ``values`` set inside the block, so that a process started there
+    inherits them (BLAS threads of ``compare --jobs`` workers, a lab's kernel); each comes back as
+    it was - or is removed again - on exit, exceptions included."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from fpsim.tools.labtime import kernel_environment
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
@@ -100,18 +102,8 @@ def _execute(path: Path) -> LabRun:
     checks = _exercise_of_each_check(nb)
     client = nbclient.NotebookClient(nb, timeout=240, kernel_name="python3",
                                      resources={"metadata": {"path": str(path.parent)}})
-    # The kernel inherits the environment: Agg for figures, and the plain-code fallback of every
-    # slider and of the bit explorer (a widget would swallow an error the test must see).
-    saved = {k: os.environ.get(k) for k in ("MPLBACKEND", "FPSIM_LABS_NO_WIDGETS")}
-    os.environ.update({"MPLBACKEND": saved["MPLBACKEND"] or "Agg", "FPSIM_LABS_NO_WIDGETS": "1"})
-    try:
+    with kernel_environment():  # Agg, and no widgets: one would swallow an error the test must see
         return _execute_in_kernel(client, nb, path, lab, wrong, checks)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _execute_in_kernel(client, nb, path, lab, wrong, checks) -> LabRun:
@@ -262,17 +254,8 @@ def test_the_pytorch_lab_skips_cleanly_without_pytorch(tmp_path):
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=240, kernel_name="python3",
                                      resources={"metadata": {"path": str(path.parent)}})
-    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "MPLBACKEND", "FPSIM_LABS_NO_WIDGETS")}
-    os.environ.update({"PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path), saved["PYTHONPATH"]) if p),
-                       "MPLBACKEND": "Agg", "FPSIM_LABS_NO_WIDGETS": "1"})
-    try:
+    with kernel_environment(PYTHONPATH=os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)):
         client.execute()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     text = "".join(_outputs_text(c.get("outputs", [])) for c in nb.cells if c.cell_type == "code")
     assert "skipped: PyTorch is not installed here" in text
     assert "PyTorch found" not in text

@@ -458,3 +458,19 @@ def test_audit_figure_that_fails_half_way_leaves_no_file(tmp_path, capsys, monke
     rc, out, err = run(capsys, "audit", path, "--formats", "fp16", "--out", tmp_path / "g.png")
     assert rc == 0 and (tmp_path / "g.png").read_bytes()[:4] == b"\x89PNG"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.npz", "g.png"]
+
+
+def test_environment_is_restored_exceptions_included(monkeypatch):
+    """state.environment: set inside (a child process would inherit it), as it was afterwards -
+    a variable that was not set is removed again - also when the block raises."""
+    import os
+
+    from fpsim import state
+
+    monkeypatch.setenv("FPSIM_TEST_KEPT", "before")
+    monkeypatch.delenv("FPSIM_TEST_NEW", raising=False)
+    with pytest.raises(KeyError):
+        with state.environment({"FPSIM_TEST_KEPT": "inside", "FPSIM_TEST_NEW": "1"}):
+            assert os.environ["FPSIM_TEST_KEPT"] == "inside" and os.environ["FPSIM_TEST_NEW"] == "1"
+            raise KeyError("boom")
+    assert os.environ["FPSIM_TEST_KEPT"] == "before" and "FPSIM_TEST_NEW" not in os.environ

@@ -387,9 +387,7 @@ def _run_parallel(runs, jobs, task, steps, lr, backend, measure_at, bar, done, n
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     threads = str(max(1, cores // jobs))
     names = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-    saved = {k: os.environ.get(k) for k in names}
-    os.environ.update(dict.fromkeys(names, threads))  # the workers inherit it when they start
-    try:
+    with state.environment(dict.fromkeys(names, threads)):  # the workers inherit it when they start
         with ProcessPoolExecutor(max_workers=min(jobs, len(runs)),
                                  mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = {pool.submit(run_recipe, rec, task, steps=steps, seed=int(seed), lr=lr, backend=be,
@@ -401,9 +399,3 @@ def _run_parallel(runs, jobs, task, steps, lr, backend, measure_at, bar, done, n
                 done(seed, rec, fut.result())
                 if bar is not None:
                     bar.update(n_steps)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v

@@ -16,7 +16,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["LabTime", "CellTime", "lab_paths", "time_lab", "time_labs", "timing_table", "print_lab_times"]
+from .. import state
+
+__all__ = ["LabTime", "CellTime", "lab_paths", "time_lab", "time_labs", "timing_table", "print_lab_times",
+           "kernel_environment"]
 
 
 class LabTime(NamedTuple):
@@ -34,6 +37,14 @@ class CellTime(NamedTuple):
     index: int
     seconds: float
     first_line: str
+
+
+def kernel_environment(**extra):
+    """What a lab's kernel inherits (the tests run the labs the same way): no display (Agg, unless
+    ``MPLBACKEND`` says otherwise), and the plain-code fallback of every slider and of the bit
+    explorer (a widget would swallow an error); plus ``extra``.  Restored afterwards."""
+    return state.environment({"MPLBACKEND": os.environ.get("MPLBACKEND") or "Agg", "FPSIM_LABS_NO_WIDGETS": "1",
+                              **extra})
 
 
 def lab_paths(directory=None) -> list[Path]:
@@ -63,20 +74,10 @@ def time_lab(path, timeout: int = 600, kernel_name: str = "python3") -> tuple[La
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, record_timing=True,
                                      resources={"metadata": {"path": str(path.parent)}})
-    # The kernel inherits the environment: no display (Agg), and sliders run their plain-code
-    # fallback once, as the tests run them.  Restored afterwards.
-    saved = {k: os.environ.get(k) for k in ("MPLBACKEND", "FPSIM_LABS_NO_WIDGETS")}
-    os.environ.update({"MPLBACKEND": saved["MPLBACKEND"] or "Agg", "FPSIM_LABS_NO_WIDGETS": "1"})
-    try:
+    with kernel_environment():
         t0 = time.perf_counter()
         client.execute()
         total = time.perf_counter() - t0
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     cells = []
     for i, c in enumerate(nb.cells):
         if c.cell_type != "code":
