@@ -68,11 +68,11 @@ def _finite_counts(fmt, exact32, stored) -> list[int] | None:
     a = np.abs(r)
     if not np.isfinite(np.maximum.reduce(a, axis=None)):  # inf or NaN stored (a NaN wins the max)
         return None
-    zero_r = int(np.count_nonzero(a == 0))
+    small = int(np.count_nonzero(a < fmt.tiny))  # stored zeros and subnormals
+    zero_r = int(np.count_nonzero(a == 0)) if small else 0  # (an exact 0 always stores 0: x's zeros are
+    zero_x = int(np.count_nonzero(x == 0)) if zero_r else 0  # among r's, so none in r means none in x)
     inexact = int(np.count_nonzero(r != x))
-    under = zero_r - int(np.count_nonzero(x == 0))
-    sub = int(np.count_nonzero(a < fmt.tiny)) - zero_r
-    return [int(x.size), inexact, under, sub, 0, 0, 0, 0]
+    return [int(x.size), inexact, zero_r - zero_x, small - zero_r, 0, 0, 0, 0]
 
 
 def _unrounded_counts(fmt, x, stored) -> list[int] | None:
@@ -85,7 +85,8 @@ def _unrounded_counts(fmt, x, stored) -> list[int] | None:
     a = np.abs(x)
     if not np.isfinite(np.maximum.reduce(a, axis=None)):  # a NaN wins the max
         return None
-    sub = int(np.count_nonzero(a < fmt.tiny)) - int(np.count_nonzero(a == 0))
+    small = int(np.count_nonzero(a < fmt.tiny))
+    sub = small - int(np.count_nonzero(a == 0)) if small else 0
     return [int(x.size), 0, 0, sub, 0, 0, 0, 0]
 
 
