@@ -51,7 +51,7 @@ def _count_rounding(fmt, exact32, stored, xp) -> list[int]:
 
 
 def _finite_counts(fmt, exact32, stored) -> list[int] | None:
-    """The COUNTERS in the common case, on numpy, in five passes instead of ~25: every exact
+    """The COUNTERS in the common case, on numpy, in three to five passes instead of ~25: every exact
     value finite and below the format's overflow threshold, every stored value finite.  Then
     nothing overflowed and no inf or NaN is there; a flushed value is a stored 0 whose exact
     value was not 0 (an exact 0 always stores 0), a subnormal is below ``tiny`` and not 0.
