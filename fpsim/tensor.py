@@ -50,8 +50,8 @@ def round_result(x32, fmt: Format, backend: Backend, op: str, direction: str, ta
     rounds with numpy generator ``rng`` (see ``fpsim.formats.cast``) - both used by fp8 and the optimizers.
     ``stored``: the result already in fmt's storage, for ops whose result is exact (relu picks
     stored values): nothing is rounded, monitors still see it; ``x32`` may then be None (the
-    hooks get ``exact32=None``: the stored value is the exact one).  ``inputs``: what ``x32`` was computed from, handed to the hooks only
-    (``RoundingEvent.inputs``).
+    hooks get ``exact32=None``: the stored value is the exact one).  ``inputs``: what ``x32`` was
+    computed from, handed to the hooks only (``RoundingEvent.inputs``).
     """
     if stored is not None:
         out = stored

@@ -128,5 +128,6 @@ def masked_fill(x: Tensor, mask, value) -> Tensor:
     keep = ~m
     out32 = xp.where(m, xp.float32(value), x.f32())
     # the fill value is an input too: a -inf written on purpose is not an overflow (fpsim.trace)
-    return _make(out32, x.fmt, (x,), lambda g, out: (Exact(lambda gs: _select(gs, keep)),), "masked_fill",  # 0, even where g is inf
+    # backward: the stored gradient where the mask is False, +0 (even where it is inf) where True
+    return _make(out32, x.fmt, (x,), lambda g, out: (Exact(lambda gs: _select(gs, keep)),), "masked_fill",
                  inputs=(x, xp.float32(value)))
