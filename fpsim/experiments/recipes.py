@@ -50,9 +50,11 @@ that GEMM's reduction axis), float32 accumulation; activations between layers st
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from .. import fp8
+from ..amp import autocast
 from ..lowp import BlockScaling
 
 __all__ = ["Recipe", "RECIPES", "DEFAULT_RECIPES", "EXTENDED_RECIPES", "BLOCK_RECIPES", "get_recipe"]
@@ -85,6 +87,10 @@ class Recipe:
         """Format of the gradients flowing between layers (fp8: cast to the backward format
         inside each Linear; they flow between layers in float32)."""
         return self.activations
+
+    def forward_context(self):
+        """What the forward pass runs inside: ``autocast(self.autocast)``, or nothing special."""
+        return autocast(self.autocast) if self.autocast else contextlib.nullcontext()
 
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (

@@ -149,12 +149,7 @@ class _Run:
         """Zero the gradients, run the model and backward through the (scaled) float32 loss;
         returns (loss, loss scale used)."""
         self.opt.zero_grad()
-        if self.recipe.autocast:
-            from ..amp import autocast
-
-            with autocast(self.recipe.autocast):
-                pred = self.model(self.x)
-        else:
+        with self.recipe.forward_context():
             pred = self.model(self.x)
         loss = ops.mse_loss(pred.to("float32"), self.target)  # losses run in float32 (autocast policy)
         scale = self.scaler.get_scale() if self.scaler is not None else 1.0

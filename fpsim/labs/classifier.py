@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import nn
-from ..amp import GradScaler, StaticScaler, autocast
+from ..amp import GradScaler, StaticScaler
 from ..data import classification_blobs
 from ..experiments import get_recipe
 from ..monitor import monitor
@@ -66,10 +66,7 @@ def train_classifier(recipe="fp32", steps: int = 100, *, n: int = 1024, lr: floa
     out = ClassifierRun(r.name)
     for _ in range(steps):
         opt.zero_grad()
-        if r.autocast:
-            with autocast(r.autocast):
-                logits = model(xt)
-        else:
+        with r.forward_context():
             logits = model(xt)
         loss = nn.cross_entropy(logits.to("float32"), y)
         with monitor() as m:  # only the backward pass: what becomes of the gradients

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import nn, ops
-from ..amp import GradScaler, autocast
+from ..amp import GradScaler
 from ..experiments import get_recipe
 from ..optim import Adam
 from ..tensor import tensor
@@ -39,10 +39,7 @@ def measure_bytes(recipe="fp32") -> dict[str, float]:
     x = tensor(np.random.default_rng(0).standard_normal((16, 64)).astype(np.float32) * 0.1, r.params)
     target = tensor(np.zeros((16, 64), np.float32), "float32")
     scaler = GradScaler(init_scale=1024.0) if r.scaler else None
-    if r.autocast:
-        with autocast(r.autocast):
-            pred = model(x)
-    else:
+    with r.forward_context():
         pred = model(x)
     loss = ops.mse_loss(pred.to("float32"), target)
     (scaler.scale(loss) if scaler is not None else loss).backward()
