@@ -19,6 +19,7 @@ from .formats import (
     ulp,
 )
 from .monitor import monitor
+from .state import blas_threads, set_blas_threads
 from .tensor import Tensor, no_grad, tensor  # fpsim.tensor(...) is the factory, as torch.tensor is
 from .trace import trace_nonfinite
 
@@ -48,6 +49,8 @@ __all__ = [
     "quantize",
     "manual_seed",
     "monitor",
+    "blas_threads",
+    "set_blas_threads",
     "trace_nonfinite",
     "round_to",
     "ulp",

@@ -38,6 +38,7 @@ from .formats.kernels import (
     rne_round,
     snap_f16,
 )
+from .state import blas_call
 
 __all__ = ["Backend", "NumpyBackend", "NumpyF32Backend", "CupyBackend", "get_backend", "available", "BACKENDS",
            "DEFAULT_ENV"]
@@ -113,6 +114,11 @@ class NumpyBackend(Backend):
             if fmt.name == "float16":
                 return f32_to_f16(x32)
             return x32.astype(fmt.dtype)
+
+    def matmul(self, a32, b32):
+        """float32 x float32 -> float32 (BLAS sgemm) on fpsim's fixed BLAS thread count
+        (:func:`fpsim.state.blas_threads`): the bits of the K sum depend on it."""
+        return blas_call(np.matmul, a32, b32)
 
     def round_saturating(self, x32, fmt: Format):
         if fmt.bits == 8 and x32.dtype == np.float32:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .state import blas_call
+
 __all__ = ["lowrank_autoencoder", "classification_blobs"]
 
 
@@ -20,7 +22,7 @@ def lowrank_autoencoder(n: int = 16384, dim: int = 64, rank: int = 4, seed: int 
     rng = np.random.default_rng(seed)
     basis = rng.standard_normal((dim, rank)) / 2
     z = rng.standard_normal((n, rank))
-    return (amplitude * np.tanh(z @ basis.T)).astype(np.float32)
+    return (amplitude * np.tanh(blas_call(np.matmul, z, basis.T))).astype(np.float32)
 
 
 def classification_blobs(n: int = 1024, dim: int = 16, classes: int = 4, seed: int = 0):

@@ -1,6 +1,7 @@
 """Program-wide state, owned here and nowhere else: grad mode, the autocast format, the module
 scope, the rounding hooks, the generator stochastic rounding draws from - and, for what fpsim
-starts (worker processes, notebook kernels), environment variables set for a while (:func:`environment`).
+starts (worker processes, notebook kernels), environment variables set for a while (:func:`environment`) -
+and the number of BLAS threads fpsim's own matrix products run on (:func:`blas_threads`, :func:`pinned_blas`).
 
 Every other module reads and changes this state through the functions below (context managers
 restore it on the way out, exceptions included); nothing else keeps a global of its own.
@@ -36,6 +37,10 @@ __all__ = [
     "manual_seed",
     "seeded",
     "default_rng",
+    "blas_threads",
+    "set_blas_threads",
+    "pinned_blas",
+    "blas_call",
 ]
 
 
@@ -228,3 +233,102 @@ def environment(values: dict):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+# --------------------------------------------------------------------------------- BLAS threads
+#
+# An optimised BLAS does not give the same float32 bits for the same ``a @ b`` at every thread
+# count: OpenBLAS picks other kernels and another order of the K sum at 1 thread than at 2 (seven
+# of eight GEMM shapes of the reference task and the MLP step differed here).  So fpsim runs
+# its OWN products on a thread count it fixes - ``FPSIM_BLAS_THREADS`` (default 1) or
+# :func:`set_blas_threads` - and hands the user's count back afterwards: the same run gives
+# the same bits whatever OPENBLAS_NUM_THREADS / OMP_NUM_THREADS say, whatever --jobs or the load.
+# (The bits still depend on the BLAS build and the CPU kernel it picks, e.g. Haswell vs SkylakeX.)
+
+
+def _threads_from_environment() -> int:
+    text = os.environ.get("FPSIM_BLAS_THREADS", "1").strip() or "1"
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"FPSIM_BLAS_THREADS must be a whole number >= 1, got {text!r}")
+    return n
+
+
+_blas = {"threads": None, "depth": 0}  # the pinned count (None: not read yet); how deep inside pinned_blas
+
+
+def blas_threads() -> int:
+    """The BLAS thread count fpsim's own matrix products run on (``FPSIM_BLAS_THREADS``, default 1).
+    The bits of a float32 product depend on it, so it is fixed rather than left to the machine."""
+    if _blas["threads"] is None:
+        _blas["threads"] = _threads_from_environment()
+    return _blas["threads"]
+
+
+def set_blas_threads(n: int) -> None:
+    """Run fpsim's matrix products on ``n`` BLAS threads from now on.  A run gives the same bits at
+    the same ``n`` on one machine; another ``n`` may change the last bits of float32 sums.  The
+    worker processes of ``fpsim compare --jobs`` are handed it; other processes read
+    ``FPSIM_BLAS_THREADS``."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"set_blas_threads: n must be a whole number >= 1, got {n!r}")
+    _blas["threads"] = n
+
+
+def _blas_controllers() -> tuple:
+    """The BLAS libraries loaded in this process that threadpoolctl can set (numpy's OpenBLAS),
+    found once.  Empty when threadpoolctl finds none (a BLAS it cannot control)."""
+    if "libs" not in _blas:
+        try:
+            from threadpoolctl import ThreadpoolController
+
+            _blas["libs"] = tuple(ThreadpoolController().select(user_api="blas").lib_controllers)
+        except Exception:  # threadpoolctl failing to read a library must not stop a computation
+            _blas["libs"] = ()
+    return _blas["libs"]
+
+
+class _PinnedBlas:
+    """The context manager :func:`pinned_blas` returns (a class, not a generator: the engine enters
+    one around every module call, and the nested case must cost next to nothing)."""
+
+    __slots__ = ("_before",)
+
+    def __enter__(self):
+        if _blas["depth"] == 0:
+            n = blas_threads()
+            libs = _blas_controllers()
+            self._before = [lib.get_num_threads() for lib in libs]
+            for lib, old in zip(libs, self._before):
+                if old != n:
+                    lib.set_num_threads(n)
+        _blas["depth"] += 1
+        return self
+
+    def __exit__(self, *exc):
+        _blas["depth"] -= 1
+        if _blas["depth"] == 0:
+            n = blas_threads()
+            for lib, old in zip(_blas_controllers(), self._before):
+                if old is not None and old != n:
+                    lib.set_num_threads(old)
+        return False
+
+
+def pinned_blas() -> _PinnedBlas:
+    """Inside, numpy's BLAS runs on :func:`blas_threads` threads; the count it had before comes back
+    on exit, exceptions included.  Nested uses cost one integer test, so the engine pins once
+    around a module call or a backward walk and every product inside pays nothing more.  (The
+    count is process-wide: Python threads running numpy products of their own meanwhile get it too.)"""
+    return _PinnedBlas()
+
+
+def blas_call(fn, *args):
+    """``fn(*args)`` with numpy's BLAS pinned (:func:`pinned_blas`); inside a pinned block a plain call."""
+    if _blas["depth"]:
+        return fn(*args)
+    with pinned_blas():
+        return fn(*args)

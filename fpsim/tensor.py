@@ -223,15 +223,16 @@ class Tensor:
         if any(node._backward is _freed for node in order):
             raise RuntimeError(_FREED_MESSAGE)
         grads = {id(self): be.round(seed, self.grad_fmt)}
-        for node in order:
-            g = grads.pop(id(node), None)
-            if g is None:
-                continue
-            if node._backward is None:  # a leaf: its gradient is kept
-                _accumulate_leaf(node, g)
-                continue
-            with backward_scope(node._scope):
-                _propagate(node, g, grads, be)
+        with state.pinned_blas():  # one fixed BLAS thread count for every product of the walk
+            for node in order:
+                g = grads.pop(id(node), None)
+                if g is None:
+                    continue
+                if node._backward is None:  # a leaf: its gradient is kept
+                    _accumulate_leaf(node, g)
+                    continue
+                with backward_scope(node._scope):
+                    _propagate(node, g, grads, be)
         if not retain_graph:
             for node in order:
                 if node._backward is not None:

@@ -73,10 +73,13 @@ def test_rounding_rows_cover_every_format_source_and_mix(quick):
 
 def test_matmul_rows(quick):
     rows = _rows(quick, "matmul")
-    assert len(rows) == 3
-    assert [r["limit"] for r in rows] == [None, 1.25, 1.25]  # the target applies to the largest size
+    assert len(rows) == 4
+    assert [r["limit"] for r in rows] == [None, 1.25, 1.25, None]  # the target applies to the largest size
     assert rows[2]["name"] == rows[1]["name"] + " [numpy-f32]"
-    assert all(r["seconds"] > 0 and r["peer"].startswith("np.matmul") for r in rows)
+    assert all(r["seconds"] > 0 and r["peer"].startswith("np.matmul") for r in rows[:3])
+    pin = rows[3]  # the price of pinning fpsim's products to a fixed BLAS thread count
+    assert "pinned BLAS thread" in pin["name"] and pin["peer"].startswith("same step on the process's")
+    assert pin["seconds"] > 0 and pin["peer_seconds"] > 0
 
 
 def _step_expected(quick) -> dict:

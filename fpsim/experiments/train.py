@@ -335,9 +335,10 @@ def compare_seeds(recipes=DEFAULT_RECIPES, seeds=(0, 1, 2, 3), task: ReferenceTa
     seed 0 and 1.116x at seed 5 - so :func:`~fpsim.experiments.format_seed_table` shows every
     seed and the mean.
 
-    ``jobs`` > 1 runs the (seed, recipe) runs in that many worker processes (each with
-    cores / jobs BLAS threads); every run starts from its own seed, so the results are the
-    ones the serial sweep gives, number for number (only ``seconds`` differs).  The workers are
+    ``jobs`` > 1 runs the (seed, recipe) runs in that many worker processes; every run starts
+    from its own seed and computes its products on fpsim's fixed BLAS thread count
+    (:func:`fpsim.state.blas_threads`), so the results are the ones the serial sweep gives, bit
+    for bit (only ``seconds`` differs).  The workers are
     spawned, so the recipes and the task must pickle (a ``Recipe`` defined in a notebook cell
     may not: run those with ``jobs=1``)."""
     recs, seeds = _check_recipes_and_seeds(recipes, seeds)
@@ -382,7 +383,10 @@ def _run_parallel(runs, jobs, task, steps, lr, backend, measure_at, bar, done, n
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     threads = str(max(1, cores // jobs))
     names = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-    with state.environment(dict.fromkeys(names, threads)):  # the workers inherit it when they start
+    # fpsim's own products run on the pinned count in every process (the bits depend on it); the
+    # BLAS pools are sized so that the workers do not oversubscribe the cores between them
+    env = {"FPSIM_BLAS_THREADS": str(state.blas_threads()), **dict.fromkeys(names, threads)}
+    with state.environment(env):  # the workers inherit it when they start
         with ProcessPoolExecutor(max_workers=min(jobs, len(runs)),
                                  mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = {pool.submit(run_recipe, rec, task, steps=steps, seed=int(seed), lr=lr, backend=be,

@@ -34,6 +34,7 @@ import numpy as np
 
 from .. import nn
 from ..formats import get_block_format, get_format, quantize, round_to
+from ..state import blas_call
 from ..tensor import Tensor, promote, round_result
 from .swap import linears_to_swap, share_linear
 
@@ -132,6 +133,7 @@ def hadamard_transform(a32: np.ndarray, h: np.ndarray) -> np.ndarray:
     t, c = a32.shape
     pad = -t % n
     a = np.pad(a32, [(0, pad), (0, 0)]).astype(np.float64).reshape(-1, n, c)
+    # einsum's own loops, not BLAS: the same sum order whatever the thread count
     return np.einsum("ij,gjc->gic", h.astype(np.float64), a).reshape(t + pad, c).astype(np.float32)
 
 
@@ -144,7 +146,7 @@ def gemm(a: np.ndarray, b: np.ndarray, accumulate=None, promote_every: int | Non
     ``accumulate`` (a format name, or mantissa bits with float32's range) one product at a time
     along K, the partial sum added into a float32 total every ``promote_every`` products."""
     if accumulate is None:
-        return np.matmul(a, b)
+        return blas_call(np.matmul, a, b)
     k = a.shape[1]
     total = np.zeros((a.shape[0], b.shape[1]), np.float32)
     part = np.zeros_like(total)

@@ -15,7 +15,7 @@ import numpy as np
 from .. import ops
 from ..backend import get_backend
 from ..formats import tensor_format
-from ..state import scope
+from ..state import pinned_blas, scope
 from ..statedict import Problems
 from ..tensor import Tensor, move, tensor
 
@@ -44,7 +44,7 @@ class Module:
         object.__setattr__(self, key, value)
 
     def __call__(self, *args, **kwargs):
-        with scope(self._name):
+        with scope(self._name), pinned_blas():  # the products inside run on fpsim's fixed BLAS threads
             return self.forward(*args, **kwargs)
 
     def forward(self, *args, **kwargs):

@@ -189,7 +189,29 @@ def _matmul_rows(s: BenchSettings, tick) -> list[Row]:
                                  lambda a32=a32, b32=b32: np.matmul(a32, b32), s,
                                  target=">= 0.8x throughput (<= 1.25x time)" if last else "",
                                  limit=1.25 if last else None))
+    rows.append(_pinning_row(s, tick))
     return rows
+
+
+def _pinning_row(s: BenchSettings, tick) -> Row:
+    """What the same bits on every thread count cost: the fp32 MLP step with its products on fpsim's
+    pinned BLAS thread count against the same step on the process's own BLAS threads (whose bits
+    depend on that count: what fpsim did before it pinned)."""
+    default = machine_info()["blas_threads"]
+    label = f"fp32 MLP step (batch {s.batch}), products on {state.blas_threads()} pinned BLAS thread(s)"
+    tick("matmul BLAS pinning")
+    step = fpsim_step("fp32", s.batch)
+
+    def unpinned():
+        pinned = state.blas_threads()
+        state.set_blas_threads(default)
+        try:
+            return step()
+        finally:
+            state.set_blas_threads(pinned)
+
+    return _compare("matmul", label, step, f"same step on the process's {default} BLAS thread(s)", unpinned, s,
+                    note="the price of the same bits at every thread count (1.0x where the default is 1 thread)")
 
 
 # ------------------------------------------------------------------------------------- training step: benchrows.py
@@ -279,8 +301,8 @@ def run_bench(settings: BenchSettings | None = None, *, sections=SECTIONS, progr
     if unknown:
         raise ValueError(f"unknown bench section(s) {unknown}; known: {', '.join(SECTIONS)}")
     info = machine_info()
-    threads = info["blas_threads"]
-    counts = {"rounding": 2 * 2 * len(ROUND_FORMATS) + 1, "matmul": len(s.matmul_sizes) + 1, "step": 2, "monitor": 2,
+    threads = state.blas_threads()  # fpsim's products run on this many BLAS threads; PyTorch gets as many
+    counts = {"rounding": 2 * 2 * len(ROUND_FORMATS) + 1, "matmul": len(s.matmul_sizes) + 2, "step": 2, "monitor": 2,
               "gpu": 2}
     bar = None
     if progress:
@@ -324,7 +346,9 @@ def run_bench(settings: BenchSettings | None = None, *, sections=SECTIONS, progr
         "machine": info,
         "settings": asdict(s),
         "threads": {"numpy_blas": threads, "torch": threads if torch is not None else None,
-                    "how": f"torch.set_num_threads({threads}) to match numpy's BLAS ({info['blas_threads_from']})"},
+                    "how": f"torch.set_num_threads({threads}) to match the BLAS threads fpsim pins its products to "
+                           f"(FPSIM_BLAS_THREADS; the process default is {info['blas_threads']}, "
+                           f"{info['blas_threads_from']})"},
         "rows": [asdict(r) for r in rows],
     }
 

@@ -1,0 +1,152 @@
+"""The same run gives the same bits on one machine, whatever the BLAS thread count of the process
+(OPENBLAS_NUM_THREADS / OMP_NUM_THREADS, threadpoolctl) and whatever the process layout (--jobs).
+
+OpenBLAS gives other float32 bits for the same ``a @ b`` at 1 and at 2 threads (other kernels,
+another order of the K sum), so fpsim runs its own products on a thread count it fixes
+(``fpsim.state.blas_threads()``, default 1) and gives the user's count back afterwards.  The
+reference here is numpy's own product at that thread count."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import threadpoolctl
+
+import fpsim
+from fpsim import nn, state
+
+# shapes of the reference task and the MLP bench; at 2 threads OpenBLAS (Haswell kernels) gives
+# other bits than at 1 for all of these on this project's machines
+SHAPES = [((512, 64), (64, 32)), ((16384, 64), (64, 32)), ((64, 16384), (16384, 32)),
+          ((128, 784), (784, 256)), ((32, 512), (512, 64))]
+
+
+def _numpy_blas_threads() -> int:
+    infos = [i for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+    if not infos:
+        pytest.skip("threadpoolctl finds no BLAS to set in this process")
+    return infos[0]["num_threads"]
+
+
+def _operands(sa, sb, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
+
+
+def test_the_default_is_one_thread_and_the_setting_is_checked(monkeypatch):
+    assert state.blas_threads() == 1
+    for bad in (0, -1, 1.5, "2", True):
+        with pytest.raises(ValueError, match="set_blas_threads"):
+            state.set_blas_threads(bad)
+    monkeypatch.setenv("FPSIM_BLAS_THREADS", "two")
+    with pytest.raises(ValueError, match="FPSIM_BLAS_THREADS must be a whole number >= 1, got 'two'"):
+        state._threads_from_environment()
+
+
+def test_pinned_blas_gives_the_users_count_back():
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        assert _numpy_blas_threads() == 2
+        with state.pinned_blas():
+            inside = _numpy_blas_threads()
+            with state.pinned_blas():
+                nested = _numpy_blas_threads()
+            after_nested = _numpy_blas_threads()
+        assert (inside, nested, after_nested) == (1, 1, 1)
+        assert _numpy_blas_threads() == 2  # the user's setting, untouched outside fpsim's calls
+        with pytest.raises(KeyError):
+            with state.pinned_blas():
+                raise KeyError("inside")
+        assert _numpy_blas_threads() == 2
+
+
+@pytest.mark.parametrize("sa,sb", SHAPES, ids=[f"{a}@{b}" for a, b in SHAPES])
+def test_matmul_bits_do_not_depend_on_the_users_blas_threads(sa, sb):
+    a, b = _operands(sa, sb)
+    with threadpoolctl.threadpool_limits(1, user_api="blas"):
+        ref = a @ b
+    for threads in (1, 2):
+        with threadpoolctl.threadpool_limits(threads, user_api="blas"):
+            got = fpsim.ops.matmul(fpsim.tensor(a), fpsim.tensor(b)).numpy()
+        assert got.tobytes() == ref.tobytes(), f"{threads} user threads changed fpsim's product"
+
+
+def test_a_training_step_does_not_depend_on_the_users_blas_threads():
+    """Forward (Module.__call__) and backward (the walk) both run pinned: a Linear's output and
+    its weight gradient equal numpy's one-thread products bit for bit at 1 and 2 user threads."""
+    x, w = _operands((16384, 64), (32, 64), seed=1)
+    with threadpoolctl.threadpool_limits(1, user_api="blas"):
+        ref_out = x @ w.T
+        ref_gw = np.ones((16384, 32), np.float32).T @ x
+    for threads in (1, 2):
+        lin = nn.Linear(64, 32, bias=False)
+        lin.weight.data[...] = w
+        with threadpoolctl.threadpool_limits(threads, user_api="blas"):
+            out = lin(fpsim.tensor(x))
+            out.sum().backward()
+        assert out.numpy().tobytes() == ref_out.tobytes()
+        assert lin.weight.grad.numpy().tobytes() == ref_gw.tobytes()
+
+
+def test_the_pinned_count_alone_decides_the_bits():
+    a, b = _operands(*SHAPES[0])
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        ref2 = a @ b
+    try:
+        state.set_blas_threads(2)
+        for threads in (1, 2):
+            with threadpoolctl.threadpool_limits(threads, user_api="blas"):
+                got = fpsim.ops.matmul(fpsim.tensor(a), fpsim.tensor(b)).numpy()
+            assert got.tobytes() == ref2.tobytes()
+    finally:
+        state.set_blas_threads(1)
+
+
+def _compare_json(args, threads=None, backend=None):
+    """``fpsim compare ARGS --json`` in a fresh process with the given BLAS thread variables; the
+    results without their timings."""
+    env = {k: v for k, v in os.environ.items() if k not in ("FPSIM_BLAS_THREADS", "FPSIM_BACKEND")}
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.pop(name, None)
+        if threads is not None:
+            env[name] = str(threads)
+    if backend is not None:
+        env["FPSIM_BACKEND"] = backend
+    cmd = [sys.executable, "-m", "fpsim.tools.cli", "compare", *args, "--json", "--figure", "none", "--quiet"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+
+    def strip(d):
+        if isinstance(d, dict):
+            return {k: strip(v) for k, v in d.items() if k != "seconds"}
+        return d
+    return strip(results)
+
+
+RUNS = {
+    "reference task": ["--recipes", "fp32", "fp16-dynamic", "bf16-master", "--steps", "5"],
+    "block recipe": ["--recipes", "mxfp8", "--steps", "4"],
+    "tiny GPT": ["--task", "tinygpt", "--recipes", "fp16-amp", "--steps", "3"],
+}
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_a_run_gives_the_same_bits_at_one_and_two_blas_threads(name):
+    one = _compare_json(RUNS[name], threads=1)
+    two = _compare_json(RUNS[name], threads=2)
+    assert one == two
+
+
+def test_numpy_f32_gives_the_same_bits_at_one_and_two_blas_threads():
+    args = RUNS["reference task"]
+    assert _compare_json(args, threads=1, backend="numpy-f32") == _compare_json(args, threads=2, backend="numpy-f32")
+
+
+def test_a_sweep_gives_the_same_bits_in_one_process_and_in_two():
+    args = ["--recipes", "fp32", "fp16-dynamic", "--steps", "4", "--seeds", "0", "1"]
+    assert _compare_json([*args, "--jobs", "1"]) == _compare_json([*args, "--jobs", "2"])
