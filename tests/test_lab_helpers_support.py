@@ -221,7 +221,7 @@ def test_explore_falls_back_to_the_printed_description(monkeypatch, capsys):
 
 
 def test_explore_builds_its_widget(monkeypatch):
-    """The widget path, without a kernel: one toggle button per bit, and clicking one flips it."""
+    """The widget path, without a kernel: one button per bit, coloured by field, and clicking one flips it."""
     pytest.importorskip("ipywidgets")
     from fpsim.labs import explorer
 
@@ -232,8 +232,14 @@ def test_explore_builds_its_widget(monkeypatch):
     (box,) = shown
     controls, row, out = box.children
     assert len(row.children) == 8 and "1.0" in out.value
-    row.children[7].value = not row.children[7].value  # click the last mantissa bit
+    row.children[7].click()  # click the last mantissa bit
     assert model.value == 1.25 and "1.25" in box.children[2].value
+    # each bit's colour is a trait the browser receives (a ToggleButton's style has none)
+    bits = shown[0].children[1].children
+    assert [b.description for b in bits] == list("00111101")
+    assert all("button_color" in b.style.keys for b in bits)
+    assert [b.style.button_color for b in bits] == [explorer._FIELD_COLORS[f] for f in ["sign"] + ["exponent"] * 5
+                                                    + ["mantissa"] * 2]
 
 
 # ---------------------------------------------------------------------------- memory

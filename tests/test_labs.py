@@ -244,12 +244,13 @@ sys.meta_path.insert(0, _NoTorch())
 
 
 @pytest.mark.slow
-def test_the_pytorch_lab_skips_cleanly_without_pytorch(tmp_path):
-    """Lab 11 in a kernel where PyTorch cannot be imported: no error, a printed sentence saying
-    what was skipped, and its exercises still checked (here: not attempted)."""
-    path = next((p for p in NOTEBOOKS if _lab_number(p) == 11), None)
+@pytest.mark.parametrize("lab", [11, 14])
+def test_the_pytorch_labs_skip_cleanly_without_pytorch(tmp_path, lab):
+    """Labs 11 and 14 in a kernel where PyTorch cannot be imported: no error, a printed sentence
+    saying what was skipped, and their exercises still checked (here: not attempted)."""
+    path = next((p for p in NOTEBOOKS if _lab_number(p) == lab), None)
     if path is None:
-        pytest.skip("no lab 11")
+        pytest.skip(f"no lab {lab}")
     (tmp_path / "sitecustomize.py").write_text(_HIDE_TORCH)
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=240, kernel_name="python3",

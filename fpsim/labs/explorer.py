@@ -5,8 +5,8 @@ value, its category (zero, subnormal, normal, inf, nan), its two neighbours and 
 number and see the pattern it rounds to; switch the format and the value is rounded into the
 new one.  Every value is decoded by numpy / ml_dtypes from the pattern itself.
 
-:func:`explore` shows it: with ipywidgets in a Jupyter kernel, a row of toggle buttons (one per
-bit, coloured by field), a box to type a number into and a format menu; without them it prints
+:func:`explore` shows it: with ipywidgets in a Jupyter kernel, a row of buttons (one per bit,
+coloured by field; click one to flip it), a box to type a number into and a format menu; without them it prints
 the same description for the starting value - the plain-code fallback.  In code::
 
     e = BitExplorer("float16", 1.0)
@@ -194,6 +194,17 @@ def explore(value: float = 0.1, fmt="float16"):
     return None
 
 
+def _bit_button(w, model: BitExplorer, i: int, ch: str, on_click):
+    """Bit ``i`` (showing ``ch``) as a plain ``Button`` coloured by its field; a click calls
+    ``on_click(i, button)``.  Not a ``ToggleButton``: its style has no ``button_color``, so a
+    colour set on it is never sent to the browser and every bit shows grey."""
+    b = w.Button(description=ch, tooltip=f"bit {i}: {model.field_of(i)}", layout=w.Layout(width="32px", padding="0px"))
+    b.style.button_color = _FIELD_COLORS[model.field_of(i)]
+    b.style.font_weight = "bold" if ch == "1" else "normal"
+    b.on_click(lambda button, i=i: on_click(i, button))
+    return b
+
+
 def _widget(model: BitExplorer) -> None:
     import ipywidgets as w
     from IPython.display import display
@@ -208,20 +219,13 @@ def _widget(model: BitExplorer) -> None:
         busy["on"] = True
         try:
             s = format(model.bits, f"0{model.format.bits}b")
-            buttons = []
-            for i, ch in enumerate(s):
-                b = w.ToggleButton(value=ch == "1", description=ch, tooltip=f"bit {i}: {model.field_of(i)}",
-                                   layout=w.Layout(width="32px", padding="0px"))
-                b.style.button_color = _FIELD_COLORS[model.field_of(i)]
-                b.observe(lambda change, i=i: on_toggle(i), names="value")
-                buttons.append(b)
-            row.children = buttons
+            row.children = [_bit_button(w, model, i, ch, on_toggle) for i, ch in enumerate(s)]
             number.value = repr(model.value)
             out.value = "<pre>" + model.describe() + "</pre>"
         finally:
             busy["on"] = False
 
-    def on_toggle(i):
+    def on_toggle(i, _button=None):
         if not busy["on"]:
             model.toggle(i)
             refresh()

@@ -108,6 +108,21 @@ def exercise2(w, update, steps, fmt):
         w = fpsim.round_to(np.float32(w) + np.float32(update), "float16")
     return float(w)
 """),
+        ("never stores the starting weight in fmt: the first sum starts from w itself", """
+def exercise2(w, update, steps, fmt):
+    w = np.float32(w)
+    for _ in range(steps):
+        w = fpsim.round_to(np.float32(w) + np.float32(update), fmt)
+    return float(w)
+"""),
+        ("rounds the update into fmt before adding it", """
+def exercise2(w, update, steps, fmt):
+    w = fpsim.round_to(np.float32(w), fmt)
+    u = fpsim.round_to(np.float32(update), fmt)
+    for _ in range(steps):
+        w = fpsim.round_to(np.float32(w) + np.float32(u), fmt)
+    return float(w)
+"""),
         ("hands the loop to a library helper", """
 def exercise2(w, update, steps, fmt):
     from fpsim.labs.bf16 import accumulate
@@ -135,6 +150,13 @@ def exercise3(w, update, steps, fmt):
     for _ in range(steps):
         master = np.float32(master + np.float32(update))
     return float(master), float(master)
+"""),
+        ("rounds the stored copy from the exact float64 sum w + steps * update, not from the master", """
+def exercise3(w, update, steps, fmt):
+    master = np.float32(w)
+    for _ in range(steps):
+        master = np.float32(master + np.float32(update))
+    return float(master), float(fpsim.round_to(np.float64(w) + steps * update, fmt))
 """),
         ("starts the master from the rounded low-precision weight", """
 def exercise3(w, update, steps, fmt):

@@ -83,6 +83,16 @@ def exercise1(scale, tracker, found_inf, growth_interval=2000, growth_factor=2.0
         return (float(grown) if np.isfinite(grown) else float(scale)), 0
     return float(scale), tracker
 """),
+        ("never lets the scale fall below 1", """
+def exercise1(scale, tracker, found_inf, growth_interval=2000, growth_factor=2.0, backoff_factor=0.5):
+    if found_inf:
+        return max(float(np.float32(scale * backoff_factor)), 1.0), 0
+    tracker += 1
+    if tracker == growth_interval:
+        grown = np.float32(scale * growth_factor)
+        return (float(grown) if np.isfinite(grown) else float(scale)), 0
+    return float(scale), tracker
+"""),
     ],
     2: [
         ("the naive test S * g <= 65504 (values up to 65520 round down to 65504)", """

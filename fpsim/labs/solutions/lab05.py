@@ -121,5 +121,40 @@ def exercise2(values, fmt="float16", keep=0.999):
     rng = next(iter(r.values())).scale_range
     return None if rng is None else max(rng[0], 0)
 """),
+        ("searches k only up to 32", """
+def exercise2(values, fmt="float16", keep=0.999):
+    from fpsim.formats.survival import survival
+    for k in range(0, 33):
+        s = survival(values, fmt, 2.0**k)
+        if s["overflow"]:
+            return None
+        if s["nonzero"] - s["flushed"] >= keep * s["nonzero"]:
+            return k
+    return None
+"""),
+        ("range(40): never tries k = 40", """
+def exercise2(values, fmt="float16", keep=0.999):
+    from fpsim.formats.survival import survival
+    for k in range(40):
+        s = survival(values, fmt, 2.0**k)
+        if s["overflow"]:
+            return None
+        if s["nonzero"] - s["flushed"] >= keep * s["nonzero"]:
+            return k
+    return None
+"""),
+        ("rounds the values into fmt first, then scales: what flushed stays flushed", """
+def exercise2(values, fmt="float16", keep=0.999):
+    v = np.asarray(values, dtype=np.float32).ravel()
+    v = v[np.isfinite(v) & (v != 0)]
+    stored = fpsim.cast(v, fmt).astype(np.float64)
+    for k in range(0, 41):
+        scaled = fpsim.cast(stored * 2.0**k, fmt).astype(np.float64)
+        if not np.all(np.isfinite(scaled)):
+            return None
+        if np.mean(scaled != 0) >= keep:
+            return k
+    return None
+"""),
     ],
 }

@@ -91,6 +91,32 @@ def exercise1(skipped, init_scale=2.0**16, growth_interval=2000, growth_factor=2
                 scale, tracker = scale * growth_factor, 0
     return out
 """),
+        ("always doubles: growth_factor ignored", """
+def exercise1(skipped, init_scale=2.0**16, growth_interval=2000, growth_factor=2.0, backoff_factor=0.5):
+    scale, tracker, out = float(init_scale), 0, []
+    for found_inf in skipped:
+        out.append(scale)
+        if found_inf:
+            scale, tracker = scale * backoff_factor, 0
+        else:
+            tracker += 1
+            if tracker == growth_interval:
+                scale, tracker = scale * 2.0, 0
+    return out
+"""),
+        ("grows by 1 / backoff_factor, as if growth undid a backoff", """
+def exercise1(skipped, init_scale=2.0**16, growth_interval=2000, growth_factor=2.0, backoff_factor=0.5):
+    scale, tracker, out = float(init_scale), 0, []
+    for found_inf in skipped:
+        out.append(scale)
+        if found_inf:
+            scale, tracker = scale * backoff_factor, 0
+        else:
+            tracker += 1
+            if tracker == growth_interval:
+                scale, tracker = scale / backoff_factor, 0
+    return out
+"""),
     ],
     2: [
         ("no autocast: the whole forward pass in float32", """
