@@ -315,7 +315,7 @@ def rne_round(x32, fmt: Format, xp=np):
     array operations that numpy and cupy both have, so the CPU tests check the algorithm
     itself (against ml_dtypes) and the stand-in backends run it.
 
-    Line by line as ``round._round_exact`` (which does it in float64): ``frexp`` finds the
+    Line by line as ``modes.round_magnitudes`` (which does it in float64): ``frexp`` finds the
     binade, clamped below at ``emin`` so subnormals share the smallest normal binade's ulp;
     ``ldexp`` scales one ulp to the units place, where ``rint`` rounds to nearest even; ``ldexp``
     scales back.  Both scalings are exact in float32: the scaled value is below 2**(man+1), and

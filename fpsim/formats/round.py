@@ -4,8 +4,9 @@ Rounding is done ONCE, correctly, from float32 and from float64 input.  Where nu
 ml_dtypes already round correctly we use them (they are fast); where they may not - ml_dtypes
 before 0.7 casts float64 to bfloat16/fp8 by way of float32, rounding twice - we first round
 float64 to float32 *to odd*, which makes the second rounding correct whichever ml_dtypes runs (Boldo & Melquiond, 2008: rounding
-to odd with at least two extra bits of precision is innocuous).  The other modes
-(``toward_zero``, ``stochastic``) use one exact float64 algorithm.
+to odd with at least two extra bits of precision is innocuous).  The other modes (``modes.py``
+defines them all) run the fast float32 kernels of ``modekernels.py`` where they apply, and one
+exact float64 algorithm everywhere else.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ import numpy as np
 from .. import state
 from ..checks import is_integer
 from ..state import default_rng, manual_seed
-from .kernels import f16_to_f32, f32_to_f16
+from .kernels import f16_to_f32, f32_to_f16, narrow_cast
+from .modekernels import round_magnitudes_f32, supports
+from .modes import ROUNDING_MODES, finish, round_magnitudes
+from .sr import check_sr, draw_bits
 from .table import ALL_FORMATS, Format, get_format
 
 __all__ = ["ROUNDING_MODES", "CATEGORIES", "cast", "round_to", "ulp", "classify", "Classification",
            "manual_seed", "default_rng"]
 
-ROUNDING_MODES = ("nearest", "toward_zero", "stochastic")
 CATEGORIES = ("zero", "subnormal", "normal", "inf", "nan")
 
 # --------------------------------------------------------------------------------------------
@@ -69,29 +72,6 @@ def _as_float_array(x) -> np.ndarray:
 
 # --------------------------------------------------------------------------------------------
 # rounding
-
-def _round_exact(x64: np.ndarray, f: Format, mode: str, rng) -> np.ndarray:
-    """Round float64 values onto f's grid, exactly, with an unbounded exponent range above.
-
-    Scaling by a power of two moves the rounding position to the units place, where
-    ``rint``/``trunc``/``floor`` act exactly; scaling back is exact too.  Returns float64
-    magnitudes (sign applied later); values beyond ``max`` are left for the caller.
-    """
-    a = np.abs(x64)
-    _, e2 = np.frexp(a)  # a = m * 2**e2, m in [0.5, 1)
-    shift = f.mantissa_bits - np.maximum(e2 - 1, f.emin)  # units place = one ulp
-    y = np.ldexp(a, shift)
-    if mode == "nearest":
-        r = np.rint(y)  # ties to even
-    elif mode == "toward_zero":
-        r = np.trunc(y)
-    else:
-        lo = np.floor(y)
-        # Up with probability equal to the distance from the lower neighbour: unbiased.
-        r = lo + (rng.random(y.shape) < (y - lo))
-    with np.errstate(invalid="ignore"):
-        return np.ldexp(r, -shift)
-
 
 def _to_odd_f32(x64: np.ndarray) -> np.ndarray:
     """float64 -> float32 rounded to odd: truncate, and set the last bit if anything was lost.
@@ -139,30 +119,43 @@ def _check_mode(rounding: str) -> str:
     return rounding
 
 
-def cast(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=None, rng=None):
+def cast(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=None, rng=None, sr_bits=None,
+         sr_random=None, sr_variant: str = "rne"):
     """Round ``x`` once, correctly, into ``fmt`` and return it in the format's storage dtype.
 
     Input: anything numeric (float64 / float32 / float16 / bfloat16 / fp8 / int arrays,
-    Python numbers).  Rounding modes: ``nearest`` (ties to even), ``toward_zero``,
-    ``stochastic`` (up with probability proportional to the distance from the lower
-    neighbour; pass ``seed`` or a numpy ``rng`` for reproducibility, otherwise a module
-    generator reset by :func:`manual_seed` is used).
+    Python numbers).  Rounding modes (:mod:`fpsim.formats.modes` defines each): ``nearest`` (ties
+    to even), ``nearest_away``, ``toward_zero``, ``toward_positive``, ``toward_negative``,
+    ``to_odd``, ``stochastic`` - all exact from float32 and float64 input (one rounding).
 
-    Overflow follows IEEE: to nearest (and stochastic) it gives +-inf, or NaN in
-    float8_e4m3fn, which has no inf; toward zero it gives +-max.  ``saturate=True`` clamps
-    every overflow to +-max, infinite inputs included (as the hardware's saturating fp8
-    conversions do).  -0 stays -0 and NaN stays NaN.
+    ``stochastic`` goes up with probability proportional to the distance from the lower
+    neighbour; pass ``seed`` or a numpy ``rng`` for reproducibility, otherwise a module generator
+    reset by :func:`manual_seed` is used.  ``sr_bits=k`` rounds with k random bits instead, as
+    hardware does (:mod:`fpsim.formats.sr`): ``sr_random`` gives them (integers in [0, 2**k),
+    broadcast to x's shape: the result is then reproducible bit for bit), else they are drawn
+    from the generator; ``sr_variant`` (``rne``, ``rto``, ``fast``, ``fastest``) is how the
+    distance is cut to k bits, as gfloat and IEEE P3109 define it.
+
+    Overflow follows IEEE: to nearest (and away, to odd, stochastic) it gives +-inf, or NaN in
+    float8_e4m3fn, which has no inf; toward zero it gives +-max, and a directed mode gives +-max on
+    the side it rounds away from.  ``saturate=True`` clamps every overflow to +-max, infinite
+    inputs included (as the hardware's saturating fp8 conversions do).  -0 stays -0 (where the
+    format has one) and NaN stays NaN.
 
     The block-format element and scale types (OCP MX v1.0, section 5):
-    - float6_e2m3fn, float6_e3m2fn, float4_e2m1fn have no inf and no NaN: every overflow and
-      +-inf becomes +-max whatever ``saturate`` says (as ml_dtypes does), and a NaN input is a
-      ValueError (nothing is cast; ml_dtypes would silently give a zero).
+    - float6_e2m3fn, float6_e3m2fn, float4_e2m1fn and ocp_int8 have no inf and no NaN: every
+      overflow and +-inf becomes +-max whatever ``saturate`` says (as ml_dtypes does; ocp_int8's
+      negative max is -2), and a NaN input is a ValueError (nothing is cast; ml_dtypes would
+      silently give a zero).
     - float8_e8m0fnu holds only powers of two 2**-127 .. 2**127 and NaN: positive values
       round on that grid (to nearest, a tie such as 3 = 1.5 * 2**1 goes up, to 4: with no
       mantissa bit both neighbours have an odd significand, and ml_dtypes and PyTorch round
       up); values below 2**-127 become 2**-127 in every mode (there is no zero to go to);
       0, negative values and NaN become NaN; overflow is NaN, or 2**127 toward zero or
       with ``saturate``.
+    - The IEEE P3109 formats (``p3109_k8p4se`` ...) and ocp_int8 come back as float32 arrays
+      holding their values exactly (:func:`fpsim.encode` gives the bit patterns); P3109 has no
+      -0 (it becomes +0) and its unsigned formats give NaN for negative input.
 
     The result is always a numpy array of the input's shape: a 0-d array for a Python number or
     a 0-d / numpy scalar input, whatever the rounding mode (``float(...)`` or ``.item()`` gives
@@ -175,11 +168,17 @@ def cast(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=None
     if rng is not None and not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy Generator (np.random.default_rng(...)) or None, got {type(rng).__name__}")
     arr = _as_float_array(x)
+    rand = check_sr(rounding, sr_bits, sr_random, sr_variant, arr.shape)
     if not f.has_nan:
         _refuse_nan(arr, f)
+    if rounding == "stochastic" and rng is None:
+        rng = np.random.default_rng(seed) if seed is not None else state.default_rng()
+    if sr_bits is not None and rand is None:
+        rand = draw_bits(rng, sr_bits, arr.shape)
+    sr = None if sr_bits is None else (int(sr_bits), rand, sr_variant)
     # Overflow to inf and NaN passing through are results here, not accidents.
     with np.errstate(over="ignore", invalid="ignore"):
-        return np.asarray(_cast(arr, f, rounding, saturate, seed, rng))
+        return np.asarray(_cast(arr, f, rounding, saturate, rng, sr))
 
 
 def _refuse_nan(arr: np.ndarray, f: Format) -> None:
@@ -188,12 +187,12 @@ def _refuse_nan(arr: np.ndarray, f: Format) -> None:
         raise ValueError(f"{f.name} has no NaN: {n} NaN value{'s' * (n > 1)} in the input cannot be cast to it")
 
 
-def _cast(arr: np.ndarray, f: Format, rounding: str, saturate: bool, seed, rng) -> np.ndarray:
-    if arr.dtype == f.dtype or (f.name == "float32" and arr.dtype == np.float32):
+def _cast(arr: np.ndarray, f: Format, rounding: str, saturate: bool, rng, sr) -> np.ndarray:
+    if f.is_ml_dtype and (arr.dtype == f.dtype or (f.name == "float32" and arr.dtype == np.float32)):
         out = arr.astype(f.dtype, copy=True)
         return _saturate(out, arr, f) if saturate else out
     # ml_dtypes rounds float32 -> float8_e8m0fnu wrongly for float32 subnormal inputs: exact path.
-    if rounding == "nearest" and f.has_zero:
+    if rounding == "nearest" and f.has_zero and f.is_ml_dtype:
         if arr.dtype == np.float64 and f.name == "bfloat16":
             out = _f64_to_bf16(arr)
             return _saturate(out, arr, f) if saturate else out
@@ -202,29 +201,21 @@ def _cast(arr: np.ndarray, f: Format, rounding: str, saturate: bool, seed, rng) 
         # numpy (float16, float32) and ml_dtypes (bfloat16, fp8) round correctly from here.
         out = f32_to_f16(arr) if f.name == "float16" else arr.astype(f.dtype)
         return _saturate(out, arr, f) if saturate else out
-
-    if rounding == "stochastic" and rng is None:
-        rng = np.random.default_rng(seed) if seed is not None else state.default_rng()
-    x64 = arr.astype(np.float64)
-    mag = _round_exact(x64, f, rounding, rng)
-    finite = np.isfinite(x64)
-    over = finite & (mag > f.max)
-    if saturate or rounding == "toward_zero" or f.saturates:
-        mag = np.where(over, f.max, mag)
+    if arr.dtype == np.float32 and supports(f, rounding, sr):
+        out = finish(round_magnitudes_f32(arr, f, rounding, sr), arr, f, rounding, saturate)
     else:
-        mag = np.where(over, np.inf if f.has_inf else np.nan, mag)
-    if saturate or f.saturates:
-        mag = np.where(np.isinf(x64), f.max, mag)
-    elif not f.has_inf:
-        mag = np.where(np.isinf(x64), np.nan, mag)
-    if not f.has_zero:
-        mag = np.where(mag == 0, f.tiny, mag)  # no zero: the smallest value is the floor
-    out = np.copysign(mag, x64)
-    if not f.signed:
-        with np.errstate(invalid="ignore"):
-            out = np.where(x64 > 0, out, np.nan)  # 0 and negatives have no encoding: NaN
-    with np.errstate(over="ignore", invalid="ignore"):
-        return out.astype(f.dtype)
+        x64 = arr.astype(np.float64)
+        out = finish(round_magnitudes(x64, f, rounding, rng, sr), x64, f, rounding, saturate)
+    return _store(out, f)
+
+
+def _store(vals: np.ndarray, f: Format) -> np.ndarray:
+    """Exact values of ``f`` (float32 or float64) in its storage dtype: no rounding happens here."""
+    if f.name == "float16":
+        return f32_to_f16(vals)
+    if vals.dtype == np.float32 and f.is_ml_dtype and f.bits <= 8 and f.name != "float8_e8m0fnu":
+        return narrow_cast(vals, f, saturate=False)  # a table look-up, exact on exact values
+    return vals.astype(f.dtype)
 
 
 def _saturate(out: np.ndarray, src: np.ndarray, f: Format) -> np.ndarray:
@@ -239,15 +230,17 @@ def _saturate(out: np.ndarray, src: np.ndarray, f: Format) -> np.ndarray:
     return out
 
 
-def round_to(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=None, rng=None):
-    """Like :func:`cast`, but the result comes back in the input's float dtype.
+def round_to(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=None, rng=None, sr_bits=None,
+             sr_random=None, sr_variant: str = "rne"):
+    """Like :func:`cast` (every argument as there), but the result comes back in the input's float dtype.
 
     float64 and float32 inputs stay float64 / float32; Python numbers come back as float64
     arrays; low-precision inputs (float16, bfloat16, fp8) come back as float32.  Always an
     array, 0-d for a number (as :func:`cast`).
     """
     arr = _as_float_array(x)
-    out = cast(arr, fmt, rounding, saturate=saturate, seed=seed, rng=rng)
+    out = cast(arr, fmt, rounding, saturate=saturate, seed=seed, rng=rng, sr_bits=sr_bits, sr_random=sr_random,
+               sr_variant=sr_variant)
     return np.asarray(out.astype(arr.dtype))
 
 
@@ -332,4 +325,4 @@ def _clamped(v, a, f: Format, saturate: bool):
         return np.zeros(np.shape(v), dtype=bool)
     v64 = np.asarray(v, dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        return (a == f.max) & (_round_exact(v64, f, "nearest", None) > f.max)
+        return (a == f.max) & (round_magnitudes(v64, f, "nearest") > f.max)

@@ -11,12 +11,14 @@ aliases (``fp16``, ``bf16``, ``e4m3``, ...) are accepted wherever a format is na
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
 
 import ml_dtypes
 import numpy as np
 
-__all__ = ["Format", "ALL_FORMATS", "FORMATS", "TENSOR_FORMATS", "tensor_format", "ELEMENT_FORMATS", "FP8_FORMATS", "LOW_FORMATS",
+__all__ = ["Format", "P3109_FORMATS", "P3109_WIDTHS", "p3109_format", "OCP_INT8", "ALL_FORMATS", "FORMATS", "TENSOR_FORMATS", "tensor_format", "ELEMENT_FORMATS", "FP8_FORMATS", "LOW_FORMATS",
            "F32", "get_format", "format_names"]
 
 
@@ -35,9 +37,19 @@ class Format:
       float6_e2m3fn, float6_e3m2fn, float4_e2m1fn).  Rounding into them always saturates:
       there is nothing else to overflow to.
 
-    ``signed=False`` drops the sign bit (float8_e8m0fnu: negative values are NaN).
-    ``subnormals=False`` makes the all-zeros exponent an ordinary binade, so there are no
-    subnormals and no zero (float8_e8m0fnu: 0x00 is 2**-127).
+    - ``"p3109"``: the IEEE P3109 layout (:func:`p3109_format`): no -0 (a signed format's
+      pattern 100...0 is its one NaN; an unsigned format's NaN is its all-ones pattern), and in
+      an ``extended`` format the top pattern of each sign is +-inf.
+
+    ``signed=False`` drops the sign bit (float8_e8m0fnu and unsigned P3109: negative values are
+    NaN).  ``subnormals=False`` makes the all-zeros exponent an ordinary binade, so there are no
+    subnormals and no zero (float8_e8m0fnu: 0x00 is 2**-127).  ``bias_override`` replaces the
+    IEEE bias 2**(e-1) - 1 (P3109 and ocp_int8 define their own).  ``twos_complement``: the
+    OCP MX INT8 element (:data:`OCP_INT8`), whose sign is two's complement, so -2 is a value and
+    +2 is not.
+
+    P3109 and ocp_int8 have no numpy dtype: their values are held exactly in float32 arrays
+    (``dtype`` float32; :func:`fpsim.encode` gives their bit patterns).
     """
 
     name: str
@@ -48,6 +60,9 @@ class Format:
     signed: bool = True
     subnormals: bool = True
     aliases: tuple[str, ...] = field(default=())
+    bias_override: int | None = None
+    extended: bool = False
+    twos_complement: bool = False
 
     @property
     def bits(self) -> int:
@@ -55,6 +70,8 @@ class Format:
 
     @property
     def bias(self) -> int:
+        if self.bias_override is not None:
+            return self.bias_override
         return 2 ** (self.exponent_bits - 1) - 1
 
     @property
@@ -64,7 +81,22 @@ class Format:
 
     @property
     def has_inf(self) -> bool:
-        return self.specials == "ieee"
+        return self.specials == "ieee" or (self.specials == "p3109" and self.extended)
+
+    @property
+    def has_nz(self) -> bool:
+        """-0 is a value (not in P3109, not in ocp_int8, not in an unsigned format)."""
+        return self.signed and self.specials != "p3109" and not self.twos_complement
+
+    @property
+    def is_ml_dtype(self) -> bool:
+        """Stored in its own numpy / ml_dtypes dtype (not P3109 or ocp_int8, held in float32)."""
+        return self.specials != "p3109" and not self.twos_complement
+
+    @property
+    def max_negative(self) -> float:
+        """The largest magnitude of a negative value: ``max``, except ocp_int8's 2."""
+        return 2.0 ** self.emin if self.twos_complement else self.max
 
     @property
     def has_nan(self) -> bool:
@@ -86,7 +118,9 @@ class Format:
 
     @property
     def emax(self) -> int:
-        """Exponent of the largest finite binade."""
+        """Exponent of the largest finite binade (floor(log2(max)))."""
+        if self.specials == "p3109" or self.twos_complement:
+            return math.frexp(self.max)[1] - 1
         top = 2**self.exponent_bits - 1 - self.bias
         if self.specials == "ieee" or (self.specials == "nan" and self.mantissa_bits == 0):
             return top - 1
@@ -95,11 +129,25 @@ class Format:
     @property
     def max(self) -> float:
         """Largest finite value ("fn" formats with mantissa bits: the top pattern is NaN, so
-        one step less)."""
+        one step less; P3109: the largest magnitude pattern that is neither NaN nor inf)."""
+        if self.specials == "p3109" or self.twos_complement:
+            top = 2 ** (self.bits - int(self.signed)) - 1  # the largest magnitude pattern
+            top -= int(not self.signed) + int(self.extended)  # an unsigned NaN, an inf
+            return self.magnitude_of(top)
         frac = 2.0 - 2.0 ** -self.mantissa_bits
         if self.specials == "nan" and self.mantissa_bits > 0:
             frac -= 2.0 ** -self.mantissa_bits
         return frac * 2.0**self.emax
+
+    def magnitude_of(self, pattern: int) -> float:
+        """The magnitude a pattern of exponent and mantissa fields (sign bit excluded) encodes,
+        read as a number: 0.m * 2**emin in the all-zeros exponent (subnormals), 1.m * 2**(E - bias)
+        above.  Which patterns are NaN or inf is the caller's business."""
+        m = self.mantissa_bits
+        ef, mf = pattern >> m, pattern & ((1 << m) - 1)
+        if ef == 0 and self.subnormals:
+            return math.ldexp(mf, self.emin - m)
+        return math.ldexp((1 << m) + mf, ef - self.bias - m)
 
     @property
     def tiny(self) -> float:
@@ -129,7 +177,7 @@ class Format:
     def overflow_threshold(self) -> float:
         """|x| at or above this overflows when rounding to nearest: max + half an ulp of max
         (in a saturating format, it is clamped to max from there on)."""
-        return self.max + 2.0 ** (self.emax - self.mantissa_bits) / 2
+        return self.max + 2.0 ** (max(self.emax, self.emin) - self.mantissa_bits) / 2
 
     @property
     def precision(self) -> int:
@@ -168,11 +216,51 @@ ELEMENT_FORMATS = ("float8_e4m3fn", "float8_e5m2", "float6_e2m3fn", "float6_e3m2
 _ALIASES = {a: f.name for f in ALL_FORMATS.values() for a in f.aliases}
 _BY_DTYPE = {f.dtype: f for f in ALL_FORMATS.values()}
 
+# --------------------------------------------------------------------------------------------
+# IEEE P3109 (interim report v3, as gfloat's format_info_p3109 defines it) and the OCP MX INT8
+# element: element formats only, their values held exactly in float32 arrays.
+
+P3109_WIDTHS = range(3, 9)
+_P3109_NAME = re.compile(r"p3109_k(\d+)p(\d+)([su])([ef])")
+
+
+def p3109_format(k: int, p: int, signed: bool = True, extended: bool = True) -> Format:
+    """The P3109 format of width ``k`` bits and precision ``p`` (significand bits, the hidden one
+    included), named as gfloat names it: ``p3109_k8p4se`` (``s``igned / ``u``nsigned,
+    ``e``xtended with +-inf / ``f``inite).
+
+    Signed: 1 sign, k - p exponent and p - 1 mantissa bits, bias 2**(k-p-1) (0 when p = k), NaN
+    at 100...0 (there is no -0).  Unsigned: k - p + 1 exponent bits, bias 2**(k-p), NaN at the
+    all-ones pattern.  Extended: the largest pattern of each sign below those is +-inf.  Every
+    format has subnormals and a zero.  k = 3..8, p = 1..k; a ValueError names a bad k or p.
+    """
+    if not (isinstance(k, int) and k in P3109_WIDTHS):
+        raise ValueError(f"P3109 width k must be one of {P3109_WIDTHS.start}..{P3109_WIDTHS.stop - 1}, got {k!r}")
+    if not (isinstance(p, int) and 1 <= p <= k):
+        raise ValueError(f"P3109 precision p must be 1..k = 1..{k}, got {p!r}")
+    name = f"p3109_k{k}p{p}{'s' if signed else 'u'}{'e' if extended else 'f'}"
+    ebits = k - p + int(not signed)
+    bias = 2 ** (k - p - 1) if signed and k > p else (0 if signed else 2 ** (k - p))
+    return Format(name, np.dtype(np.float32), ebits, p - 1, specials="p3109", signed=signed, bias_override=bias,
+                  extended=extended)
+
+
+P3109_FORMATS: dict[str, Format] = {
+    f.name: f for f in (p3109_format(k, p, s, e) for k in P3109_WIDTHS for p in range(1, k + 1)
+                        for s in (True, False) for e in (True, False))
+}
+# OCP MX v1.0 section 5.3.3: an 8-bit two's complement integer with an implicit scale 2**-6, so the
+# values are i / 64 for i = -128..127: [-2, 1 + 63/64] (gfloat's format_info_ocp_int8).
+OCP_INT8 = Format("ocp_int8", np.dtype(np.float32), 0, 7, specials="none", bias_override=0, twos_complement=True,
+                  aliases=("mxint8_element",))
+_OTHER = {OCP_INT8.name: OCP_INT8, **{a: OCP_INT8 for a in OCP_INT8.aliases}}
+
 
 def format_names() -> str:
     """The valid names, as an error message lists them."""
     aliases = ", ".join(_ALIASES)
-    return f"{', '.join(ALL_FORMATS)} (aliases: {aliases})"
+    return (f"{', '.join(ALL_FORMATS)} (aliases: {aliases}), ocp_int8, and the IEEE P3109 formats "
+            f"p3109_k<k>p<p><s|u><e|f> for k = 3..8, p = 1..k (e.g. p3109_k8p4se)")
 
 
 def get_format(fmt) -> Format:
@@ -184,6 +272,13 @@ def get_format(fmt) -> Format:
         key = _ALIASES.get(key, key)
         if key in ALL_FORMATS:
             return ALL_FORMATS[key]
+        if key in _OTHER:
+            return _OTHER[key]
+        if key in P3109_FORMATS:
+            return P3109_FORMATS[key]
+        m = _P3109_NAME.fullmatch(key)
+        if m:  # a well-formed P3109 name outside the table: say which part is wrong
+            p3109_format(int(m[1]), int(m[2]), m[3] == "s", m[4] == "e")
         raise ValueError(f"unknown format {fmt!r}; known: {format_names()}")
     try:
         dt = np.dtype(fmt)
@@ -198,6 +293,10 @@ def tensor_format(fmt) -> Format:
     """:func:`get_format`, for what a Tensor may be stored in (``FORMATS``): a ValueError names an
     fp6 / fp4 / e8m0 format as what it is - an element or scale format of the block-scaled formats."""
     f = get_format(fmt)
+    if not f.is_ml_dtype:
+        raise ValueError(f"{f.name} is not a tensor format but an element format (P3109 and ocp_int8 values are "
+                         f"held in float32: fpsim.cast, fpsim.round_to, fpsim.encode, fpsim.quantize); a tensor is "
+                         f"stored in one of {', '.join(TENSOR_FORMATS)}")
     if f.name not in FORMATS:
         raise ValueError(f"{f.name} is not a tensor format but an element or scale format of the block-scaled "
                          f"formats (fpsim.quantize, lowp.BlockLinear); a tensor is stored in one of "

@@ -1,0 +1,108 @@
+"""Every rounding mode from float32 input, fast: float32 arithmetic and bit operations, a few
+vectorised passes, exactly the values of the float64 reference (``modes.round_magnitudes``, which
+the tests hold it against bit for bit, and both against gfloat).
+
+For |x| in a binade 2**e (e clamped below at the format's emin, so that subnormals share the
+smallest binade's spacing) the format's ulp is q = 2**(e - mantissa_bits).  q and 1/q are built
+as float32 bit patterns from x's exponent field, so v = |x| * (1/q) is exact: its integer part is
+the significand below |x| and its fraction the distance to the next one, in ulps.  floor / ceil /
+rint act exactly on it, and the result times q is exact again.  This needs q to be a normal
+float32 (every format here but bfloat16, float8_e8m0fnu and p3109_k8p1u*, whose smallest steps are
+float32 subnormals) and at least one mantissa bit (with none, "odd" is the exponent's last bit);
+:func:`supports` says which formats and modes, and the others take the float64 path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .table import Format
+
+__all__ = ["supports", "round_magnitudes_f32"]
+
+_U32 = np.uint32
+_F32 = np.float32
+_ABS = _U32(0x7FFFFFFF)
+_EXP = _U32(0x7F800000)
+_INV = _U32(254 << 23)  # the bits of 2**-E are (254 << 23) minus those of 2**E
+_SR_FAST_BITS = 24  # few-bit SR in float32: delta * 2**k and 2**k - R exact for k <= 24
+
+
+def supports(f: Format, mode: str, sr) -> bool:
+    """Whether :func:`round_magnitudes_f32` rounds float32 input into ``f`` in ``mode``."""
+    if f.mantissa_bits == 0 or f.mantissa_bits > 22 or f.emin - f.mantissa_bits < -126 or f.emax > 120:
+        return False
+    if mode == "stochastic":
+        return sr is not None and sr[0] <= _SR_FAST_BITS
+    return True
+
+
+def round_magnitudes_f32(x32: np.ndarray, f: Format, mode: str, sr=None) -> np.ndarray:
+    """|x| rounded onto ``f``'s grid in ``mode`` (float32 in, float32 magnitudes out, the exponent
+    range unbounded above as in ``modes.round_magnitudes``; NaN stays NaN, inf stays inf)."""
+    bits = x32.reshape(-1).view(_U32)
+    a = np.bitwise_and(bits, _ABS).view(_F32)
+    # Anything from 2**(emax + 2) up overflows in every mode: clamping it there keeps v below 2**31
+    # and changes no result (NaN passes np.minimum; the caller tells inf from finite by x itself).
+    np.minimum(a, _F32(2.0 ** (f.emax + 2)), out=a)
+    q = np.bitwise_and(a.view(_U32), _EXP)
+    np.maximum(q, _U32((f.emin + 127) << 23), out=q)
+    q -= _U32(f.mantissa_bits << 23)  # q = 2**(e - mantissa_bits): one ulp
+    inv = _INV - q
+    v = a
+    v *= inv.view(_F32)  # exact: a power of two
+    neg = None if mode not in ("toward_positive", "toward_negative") else np.signbit(x32.reshape(-1))
+    r = _pick(v, mode, neg, sr)
+    r *= q.view(_F32)
+    return r.reshape(x32.shape)
+
+
+def _pick(v: np.ndarray, mode: str, neg, sr) -> np.ndarray:
+    """v (>= 0, float32, exact) rounded to an integer in ``mode``."""
+    if mode == "toward_zero":
+        return np.floor(v, out=v)
+    if mode == "nearest":
+        return np.rint(v, out=v)  # ties to even: the significand's last bit is the pattern's
+    if mode == "nearest_away":
+        v += _F32(0.5)  # exact: v < 2**31 has at most 23 - 1 fraction bits where it has any
+        return np.floor(v, out=v)
+    if mode in ("toward_positive", "toward_negative"):
+        r = np.floor(v)
+        up = v > r
+        up &= ~neg if mode == "toward_positive" else neg
+        r += up
+        return r
+    if mode == "to_odd":
+        r = np.floor(v)
+        up = v > r
+        up &= (r.astype(np.int32) & 1) == 0
+        r += up
+        return r
+    return _stochastic(v, *sr)
+
+
+def _stochastic(v: np.ndarray, k: int, rand: np.ndarray, variant: str) -> np.ndarray:
+    """Few-bit SR (``sr.round_up_fewbit``'s rules) in float32: with D = delta * 2**k and
+    N = 2**k - R (integers and D exact in float32 for k <= 24), floor(D) + R >= 2**k is D >= N,
+    floor(2D) + 2R + 1 >= 2**(k+1) is D >= N - 1/2, and a rounding of D to nearest is >= N when D
+    is beyond N - 1/2, or on it and the tie goes up (to even: N even; to odd: N odd)."""
+    r = np.floor(v)
+    d = v
+    d -= r
+    d *= _F32(2.0**k)
+    n = np.asarray(rand).reshape(-1).astype(_F32)
+    np.subtract(_F32(2.0**k), n, out=n)
+    if variant == "fastest":
+        up = d >= n
+    else:
+        n -= _F32(0.5)
+        if variant == "fast":
+            up = d >= n
+        else:
+            up = d > n
+            tie = d == n
+            if tie.any():
+                n_odd = (np.asarray(rand).reshape(-1) & 1) == 1  # N = 2**k - R is odd when R is
+                up |= tie & (n_odd if variant == "rto" else ~n_odd)
+    r += up
+    return r
