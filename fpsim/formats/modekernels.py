@@ -30,7 +30,7 @@ _SR_FAST_BITS = 24  # few-bit SR in float32: delta * 2**k and 2**k - R exact for
 
 def supports(f: Format, mode: str, sr) -> bool:
     """Whether :func:`round_magnitudes_f32` rounds float32 input into ``f`` in ``mode``."""
-    if f.mantissa_bits == 0 or f.mantissa_bits > 22 or f.emin - f.mantissa_bits < -126 or f.emax > 120:
+    if f.mantissa_bits == 0 or f.mantissa_bits > 20 or f.emin - f.mantissa_bits < -126 or f.emax > 120:
         return False
     if mode == "stochastic":
         return sr is not None and sr[0] <= _SR_FAST_BITS
@@ -63,9 +63,11 @@ def _pick(v: np.ndarray, mode: str, neg, sr) -> np.ndarray:
         return np.floor(v, out=v)
     if mode == "nearest":
         return np.rint(v, out=v)  # ties to even: the significand's last bit is the pattern's
-    if mode == "nearest_away":
-        v += _F32(0.5)  # exact: v < 2**31 has at most 23 - 1 fraction bits where it has any
-        return np.floor(v, out=v)
+    if mode == "nearest_away":  # (not floor(v + 1/2): v below 1 can have bits that sum would lose)
+        r = np.floor(v)
+        half = r + _F32(0.5)  # exact: r is an integer below 2**23
+        r += v >= half
+        return r
     if mode in ("toward_positive", "toward_negative"):
         r = np.floor(v)
         up = v > r

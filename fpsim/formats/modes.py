@@ -116,5 +116,5 @@ def finish(mag: np.ndarray, x: np.ndarray, f: Format, mode: str, saturate: bool)
         return np.where(keep, mag, np.nan).astype(x.dtype, copy=False)
     out = np.copysign(mag, x)
     if not f.has_nz:
-        out[out == 0] = 0  # no -0 in P3109 or ocp_int8
-    return out.astype(x.dtype, copy=False)
+        out = np.where(out == 0, x.dtype.type(0), out)  # no -0 in P3109 or ocp_int8
+    return np.asarray(out).astype(x.dtype, copy=False)
