@@ -4,11 +4,15 @@
 - ``round.py``   the exact reference rounding (:func:`cast`, :func:`round_to`, :func:`ulp`, :func:`classify`);
 - ``kernels.py`` fast exact conversions the engine runs on (float16 / fp8 bit tricks and tables,
   the device rounding algorithm and its CUDA source), checked bit for bit against ``round.py``;
+- ``modes.py``   the rounding modes, defined once (the exact float64 algorithm); ``modekernels.py`` the
+  same in float32 bit operations, fast; ``sr.py`` few-bit stochastic rounding, ``srbias.py`` its bias;
+- ``codes.py``   bit patterns: :func:`encode`, :func:`decode`; ``listing.py`` the table of every format;
 - ``block.py``   block-scaled formats (MXFP8 / MXFP6 / MXFP4, NVFP4, DeepSeek-V3 fp8 blocks): one
   :func:`quantize`; ``block_scales.py`` how each picks its scales.
 """
 
 from .block import BLOCK_FORMATS, SCALE_ROUNDINGS, BlockFormat, BlockQuantized, BlockStats, get_block_format, quantize
+from .codes import decode, encode
 from .kernels import f16_to_f32, f32_to_f16, f32_to_fp8, fp8_to_f32, rne_round
 from .round import (
     CATEGORIES,
@@ -21,6 +25,8 @@ from .round import (
     round_to,
     ulp,
 )
+from .sr import SR_VARIANTS
+from .srbias import sr_bias, sr_bias_table
 from .table import (
     ALL_FORMATS,
     ELEMENT_FORMATS,
@@ -28,10 +34,13 @@ from .table import (
     FORMATS,
     FP8_FORMATS,
     LOW_FORMATS,
+    OCP_INT8,
+    P3109_FORMATS,
     TENSOR_FORMATS,
     Format,
     format_names,
     get_format,
+    p3109_format,
     tensor_format,
 )
 
@@ -68,4 +77,12 @@ __all__ = [
     "f32_to_fp8",
     "fp8_to_f32",
     "rne_round",
+    "encode",
+    "decode",
+    "P3109_FORMATS",
+    "p3109_format",
+    "OCP_INT8",
+    "SR_VARIANTS",
+    "sr_bias",
+    "sr_bias_table",
 ]

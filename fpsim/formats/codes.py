@@ -1,0 +1,114 @@
+"""Bit patterns: :func:`encode` rounds values into a format and returns their code points,
+:func:`decode` turns code points back into values - for every format, the ml_dtypes ones (their
+storage bits), IEEE P3109 and ocp_int8 (held as float32 values elsewhere, so their codes are
+computed here from the layout).
+
+Code points are unsigned integers: uint8 for formats of up to 8 bits (fp6 / fp4 in the low bits,
+as ml_dtypes stores them), uint16 and uint32 for the wider ones.  NaN encodes as the format's
+NaN pattern (P3109: 100...0 signed, 11...1 unsigned; an ml_dtypes format: the pattern its cast
+produced), +-inf as the format's infinities.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .round import cast
+from .table import Format, get_format
+
+__all__ = ["encode", "decode", "code_dtype"]
+
+_TABLES: dict[str, np.ndarray] = {}
+
+
+def code_dtype(fmt) -> np.dtype:
+    """The unsigned integer dtype that holds ``fmt``'s code points."""
+    bits = get_format(fmt).bits
+    return np.dtype(np.uint8 if bits <= 8 else np.uint16 if bits <= 16 else np.uint32)
+
+
+def encode(x, fmt, rounding: str = "nearest", *, saturate: bool = False, **sr) -> np.ndarray:
+    """The code points of ``x`` rounded into ``fmt``: :func:`fpsim.cast` (every argument as there,
+    ``seed`` / ``rng`` / ``sr_bits`` ... included), then the bit pattern of each result."""
+    f = get_format(fmt)
+    vals = cast(x, f, rounding, saturate=saturate, **sr)
+    if f.is_ml_dtype:
+        return np.ascontiguousarray(vals).view(code_dtype(f))
+    return _codes_of_values(vals.astype(np.float64), f)
+
+
+def _codes_of_values(v: np.ndarray, f: Format) -> np.ndarray:
+    """Code points of exact values of a P3109 or ocp_int8 format (float64 in)."""
+    k, m = f.bits, f.mantissa_bits
+    if f.twos_complement:  # i / 64 -> the byte of i
+        i = np.where(np.isnan(v), 0, np.rint(np.ldexp(np.nan_to_num(v), m - f.emin))).astype(np.int64)
+        return (i & (2**k - 1)).astype(code_dtype(f))
+    a = np.abs(v)
+    ok = np.isfinite(a) & (a > 0)
+    am = np.where(ok, a, 1.0)
+    e = np.maximum(np.frexp(am)[1] - 1, f.emin)  # the binade; subnormals in emin's
+    sig = np.ldexp(am, m - e).astype(np.int64)  # exact: an integer below 2**(m+1)
+    normal = am >= f.tiny
+    mag = np.where(normal, ((e + f.bias) << m) | (sig - (1 << m)), sig)
+    mag = np.where(ok, mag, 0)
+    if f.signed:
+        top = 2 ** (k - 1)
+        code = np.where(np.signbit(v) & ok, top, 0) | mag
+        if f.has_inf:
+            code = np.where(np.isinf(v), np.where(v > 0, top - 1, 2 * top - 1), code)
+        code = np.where(np.isnan(v), top, code)
+    else:
+        code = mag
+        if f.has_inf:
+            code = np.where(np.isinf(v), 2**k - 2, code)
+        code = np.where(np.isnan(v), 2**k - 1, code)
+    return code.astype(code_dtype(f))
+
+
+def decode(codes, fmt) -> np.ndarray:
+    """The values of code points (an integer array, each in [0, 2**bits)) in ``fmt``, as float32
+    (exact: every format here is at most 32 bits wide; NaN codes give NaN)."""
+    f = get_format(fmt)
+    c = np.asarray(codes)
+    if c.dtype.kind not in "iu" or c.dtype == np.bool_:
+        raise TypeError(f"codes must be an array of integers, got dtype {c.dtype}")
+    if c.size and (int(c.min()) < 0 or int(c.max()) >= 2**f.bits):
+        raise ValueError(f"codes must lie in [0, 2**{f.bits}) for {f.name}, got {int(c.min())} .. {int(c.max())}")
+    if f.bits > 16:
+        return c.astype(np.uint32).view(np.float32)
+    return _table(f).take(c.astype(np.int64))
+
+
+def _table(f: Format) -> np.ndarray:
+    """float32 value of every code point of a format of at most 16 bits (built once)."""
+    t = _TABLES.get(f.name)
+    if t is None:
+        n = 2**f.bits
+        if f.is_ml_dtype:
+            uint = np.uint8 if f.dtype.itemsize == 1 else np.uint16
+            t = np.arange(n, dtype=np.uint32).astype(uint).view(f.dtype).astype(np.float32)
+        else:
+            t = np.array([_value_of_code(c, f) for c in range(n)], dtype=np.float32)
+        _TABLES[f.name] = t
+    return t
+
+
+def _value_of_code(c: int, f: Format) -> float:
+    """One P3109 / ocp_int8 code point's value, from the layout (``Format`` docstring)."""
+    k = f.bits
+    if f.twos_complement:
+        i = c - 2**k if c >= 2 ** (k - 1) else c
+        return float(np.ldexp(i, f.emin - f.mantissa_bits))
+    if f.signed:
+        top = 2 ** (k - 1)
+        if c == top:
+            return float("nan")
+        sign, mag = (-1.0 if c > top else 1.0), c % top
+        if f.has_inf and mag == top - 1:
+            return sign * float("inf")
+        return sign * f.magnitude_of(mag)
+    if c == 2**k - 1:
+        return float("nan")
+    if f.has_inf and c == 2**k - 2:
+        return float("inf")
+    return f.magnitude_of(c)
