@@ -18,6 +18,7 @@ from .formats import (
     manual_seed,
     quantize,
     round_to,
+    rounding_mode,
     ulp,
 )
 from .monitor import monitor
@@ -57,5 +58,6 @@ __all__ = [
     "set_blas_threads",
     "trace_nonfinite",
     "round_to",
+    "rounding_mode",
     "ulp",
 ]

@@ -37,6 +37,10 @@ __all__ = [
     "manual_seed",
     "seeded",
     "default_rng",
+    "EngineRounding",
+    "ENGINE_ROUNDING",
+    "engine_rounding",
+    "rounding_as",
     "blas_threads",
     "set_blas_threads",
     "pinned_blas",
@@ -213,6 +217,40 @@ def seeded(seed: int):
 def default_rng() -> np.random.Generator:
     """The generator stochastic rounding uses when no ``seed``/``rng`` is passed."""
     return _rng
+
+
+# --------------------------------------------------------------------------------- engine rounding
+
+
+class EngineRounding(NamedTuple):
+    """How the engine rounds where an op asks for nothing special (``fpsim.rounding_mode`` sets it):
+    a mode of ``fpsim.ROUNDING_MODES``, few-bit SR's ``sr_bits`` and ``sr_variant``, and the
+    generator stochastic rounding draws from (None: :func:`default_rng` at the time)."""
+
+    mode: str
+    sr_bits: int | None = None
+    sr_variant: str = "rne"
+    rng: object = None
+
+
+# The engine's rounding settings, innermost last; empty means round to nearest, ties to even (the
+# default, which costs the engine one truth test).  Never rebound; changed through rounding_as.
+ENGINE_ROUNDING: list = []
+
+
+def engine_rounding():
+    """The engine's current :class:`EngineRounding`, or None for the default (nearest)."""
+    return ENGINE_ROUNDING[-1] if ENGINE_ROUNDING else None
+
+
+@contextlib.contextmanager
+def rounding_as(setting: EngineRounding):
+    """Inside, the engine rounds as ``setting`` says (validated by ``fpsim.rounding_mode``)."""
+    ENGINE_ROUNDING.append(setting)
+    try:
+        yield setting
+    finally:
+        ENGINE_ROUNDING.pop()
 
 
 # --------------------------------------------------------------------------------- environment

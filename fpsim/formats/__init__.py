@@ -23,6 +23,7 @@ from .round import (
     default_rng,
     manual_seed,
     round_to,
+    rounding_mode,
     ulp,
 )
 from .sr import SR_VARIANTS
@@ -67,6 +68,7 @@ __all__ = [
     "format_names",
     "cast",
     "round_to",
+    "rounding_mode",
     "ulp",
     "classify",
     "Classification",

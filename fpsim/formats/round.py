@@ -26,7 +26,7 @@ from .modes import ROUNDING_MODES, finish, round_magnitudes
 from .sr import check_sr, draw_bits
 from .table import ALL_FORMATS, Format, get_format
 
-__all__ = ["ROUNDING_MODES", "CATEGORIES", "cast", "round_to", "ulp", "classify", "Classification",
+__all__ = ["ROUNDING_MODES", "CATEGORIES", "cast", "round_to", "rounding_mode", "ulp", "classify", "Classification",
            "manual_seed", "default_rng"]
 
 CATEGORIES = ("zero", "subnormal", "normal", "inf", "nan")
@@ -242,6 +242,30 @@ def round_to(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=
     out = cast(arr, fmt, rounding, saturate=saturate, seed=seed, rng=rng, sr_bits=sr_bits, sr_random=sr_random,
                sr_variant=sr_variant)
     return np.asarray(out.astype(arr.dtype))
+
+
+def rounding_mode(mode: str = "nearest", *, sr_bits=None, sr_variant: str = "rne", seed=None, rng=None):
+    """A context manager: inside it the engine rounds every op's result, gradient and update in
+    ``mode`` (any of :data:`ROUNDING_MODES`; ``stochastic`` with ``sr_bits`` / ``sr_variant`` as
+    in :func:`cast`, drawing from ``seed``'s or ``rng``'s generator, else the one
+    :func:`manual_seed` resets) - wherever an op does not ask for a rounding of its own (the
+    optimizers' ``update_rounding="stochastic"`` keeps its own).  Outside, and by default, the
+    engine rounds to nearest, ties to even, at the cost of one truth test::
+
+        with fpsim.rounding_mode("toward_zero"):
+            loss = model(x).mean()   # every rounding inside truncates
+
+    Nested blocks: the innermost wins.  Arguments are checked here, before anything runs.
+    """
+    _check_mode(mode)
+    check_sr(mode, sr_bits, None, sr_variant, ())
+    if seed is not None and not (is_integer(seed) and seed >= 0):
+        raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}")
+    if rng is not None and not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy Generator (np.random.default_rng(...)) or None, got {type(rng).__name__}")
+    if seed is not None:
+        rng = np.random.default_rng(seed)
+    return state.rounding_as(state.EngineRounding(mode, None if sr_bits is None else int(sr_bits), sr_variant, rng))
 
 
 def ulp(x, fmt) -> np.ndarray:
