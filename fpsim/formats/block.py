@@ -1,9 +1,10 @@
-"""Block-scaled formats: MXFP8 / MXFP6 / MXFP4 (OCP MX v1.0), NVFP4 and DeepSeek-V3's fp8 blocks.
+"""Block-scaled formats: MXFP8 / MXFP6 / MXFP4 / MXINT8 (OCP MX v1.0), NVFP4 and DeepSeek-V3's fp8 blocks.
 
 One call, :func:`quantize`, for all of them::
 
     q = fpsim.quantize(x, "mxfp8_e4m3", axis=-1, scale_rounding="floor")
-    q.elements      # the elements in their real dtype (ml_dtypes float8/6/4), the shape of x
+    q.elements      # the elements in their real dtype (ml_dtypes float8/6/4; MXINT8: float32 holding
+                    # the ocp_int8 values i/64 exactly - fpsim.encode gives the bytes), the shape of x
     q.scales        # one scale per block in its real dtype (e8m0, e4m3 or float32)
     q.dequantize()  # float32
     q.nbytes        # the memory the format takes, elements and scales bit-packed
@@ -27,7 +28,7 @@ import numpy as np
 from . import block_scales as bs
 from .kernels import fp8_to_f32, narrow_cast
 from .round import ROUNDING_MODES, _as_float_array, cast
-from .table import Format, get_format
+from .table import OCP_INT8, Format, get_format
 
 __all__ = ["BlockFormat", "BLOCK_FORMATS", "BlockQuantized", "BlockStats", "get_block_format", "quantize",
            "SCALE_ROUNDINGS"]
@@ -67,6 +68,8 @@ BLOCK_FORMATS: dict[str, BlockFormat] = {
         _mx("float6_e2m3fn", "mxfp6"),
         _mx("float6_e3m2fn"),
         _mx("float4_e2m1fn", "mxfp4"),
+        # OCP MX v1.0 section 5.3.3: two's complement int8 elements i / 64 in [-2, 1 + 63/64], emax_elem 0
+        BlockFormat("mxint8", "mx", OCP_INT8, get_format("float8_e8m0fnu"), 32),
         BlockFormat("nvfp4", "nvfp4", get_format("float4_e2m1fn"), get_format("float8_e4m3fn"), 16, 16,
                     tensor_scale=True),
         BlockFormat("fp8_block", "fp8_block", get_format("float8_e4m3fn"), get_format("float32"), 128, 128,
@@ -153,7 +156,7 @@ class BlockQuantized:
         powers of two, except that a product beyond float32's range - only with ceil / even / rceil
         scales near 2**128, which the MX spec leaves to the implementation - is +-inf; one float32
         product for NVFP4 and DeepSeek's float32 scales)."""
-        v = fp8_to_f32(self.elements)
+        v = fp8_to_f32(self.elements) if self.format.element.is_ml_dtype else self.elements
         lay = _Layout(self.shape, self.axis, self.block)
         vb = lay.to_blocks(v)
         with np.errstate(invalid="ignore", over="ignore"):
@@ -260,13 +263,14 @@ def quantize(x, fmt, axis: int = -1, *, block=None, scale_rounding: str | None =
     """Quantize ``x`` into a block-scaled format; returns a :class:`BlockQuantized`.
 
     ``fmt``: ``mxfp8_e4m3`` (alias ``mxfp8``), ``mxfp8_e5m2``, ``mxfp6_e2m3`` (``mxfp6``),
-    ``mxfp6_e3m2``, ``mxfp4_e2m1`` (``mxfp4``), ``nvfp4``, ``fp8_block`` (DeepSeek-V3; aliases
+    ``mxfp6_e3m2``, ``mxfp4_e2m1`` (``mxfp4``), ``mxint8`` (ocp_int8 elements: i / 64, saturating to
+    [-2, 127/64]), ``nvfp4``, ``fp8_block`` (DeepSeek-V3; aliases
     ``fp8_blockwise``, ``deepseek_fp8``).  ``block``: elements per block along ``axis`` (default
     32 for MX, 16 for NVFP4, 128 for fp8_block), or a pair (rows, cols) for 2-D tiles over the last
     two axes (NVFP4 weights: (16, 16); DeepSeek weights: (128, 128)).  ``scale_rounding`` (MX
     only): ``floor`` (the default, the spec), ``ceil``, ``even``, ``rceil``.  ``rounding`` of the
-    elements: ``nearest`` (ties to even), ``stochastic`` (seeded by ``seed`` or ``rng``) or
-    ``toward_zero``; elements beyond the element's max saturate to it.  ``pow2_scales``
+    elements: any of ``fpsim.ROUNDING_MODES`` (``nearest``, ties to even, by default;
+    ``stochastic`` seeded by ``seed`` or ``rng``); elements beyond the element's max saturate to it.  ``pow2_scales``
     (fp8_block only): round each decode scale up to a power of two.
 
     Every argument is checked before anything is computed; a bad one is a ValueError or
@@ -316,6 +320,7 @@ class _Encoder:
         self.lay, self.elem, self.rounding, self.rng, self.divide = lay, elem, rounding, rng, divide
         self.mag_mask = np.uint8((1 << (elem.bits - 1)) - 1)
         self.emax = np.float32(elem.max)
+        self.emin_neg = np.float32(-elem.max_negative)  # ocp_int8: -2 is a value, +2 is not
 
     def __call__(self, xb, amax, factor, top):
         lay, elem = self.lay, self.elem
@@ -325,7 +330,7 @@ class _Encoder:
         bad_any = bool(bad.any())
         if bad_any and not elem.has_nan:
             scaled[np.broadcast_to(lay.expand(bad), scaled.shape)] = 0  # fp6 / fp4 hold no NaN: zeros
-        if self.rounding == "nearest":
+        if self.rounding == "nearest" and elem.is_ml_dtype:
             out = narrow_cast(scaled, elem, saturate=True)
         else:
             out = cast(scaled, elem, self.rounding, saturate=True, rng=self.rng)
@@ -333,7 +338,7 @@ class _Encoder:
             out[np.broadcast_to(lay.expand(bad), out.shape)] = np.nan
         # Only blocks holding a zero element can hold an underflow, and only blocks whose largest
         # scaled value lies beyond max can saturate: look at the elements of those blocks alone.
-        zero = np.bitwise_and(out.view(np.uint8), self.mag_mask) == 0
+        zero = np.bitwise_and(out.view(np.uint8), self.mag_mask) == 0 if elem.is_ml_dtype else out == 0
         under = lay.count(zero)
         rows = np.flatnonzero(under if under.ndim == 1 else under.any(axis=1))
         if rows.size:
@@ -342,7 +347,8 @@ class _Encoder:
         rows = np.flatnonzero(top > self.emax if top.ndim == 1 else (top > self.emax).any(axis=1))
         if rows.size:
             with np.errstate(invalid="ignore"):
-                sat[rows] = lay.count(np.abs(scaled[rows]) > self.emax)
+                s = scaled[rows]
+                sat[rows] = lay.count((s > self.emax) | (s < self.emin_neg))
         if bad_any:
             under[bad] = 0
             sat[bad] = 0

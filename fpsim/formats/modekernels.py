@@ -92,8 +92,8 @@ def _stochastic(v: np.ndarray, k: int, rand: np.ndarray, variant: str) -> np.nda
     d = v
     d -= r
     d *= _F32(2.0**k)
-    n = np.asarray(rand).reshape(-1).astype(_F32)
-    np.subtract(_F32(2.0**k), n, out=n)
+    rand = np.asarray(rand).reshape(-1)
+    n = np.subtract(_F32(2.0**k), rand, dtype=_F32)  # exact: integers up to 2**24
     if variant == "fastest":
         up = d >= n
     else:
@@ -104,7 +104,7 @@ def _stochastic(v: np.ndarray, k: int, rand: np.ndarray, variant: str) -> np.nda
             up = d > n
             tie = d == n
             if tie.any():
-                n_odd = (np.asarray(rand).reshape(-1) & 1) == 1  # N = 2**k - R is odd when R is
+                n_odd = (rand & 1) == 1  # N = 2**k - R is odd when R is
                 up |= tie & (n_odd if variant == "rto" else ~n_odd)
     r += up
     return r

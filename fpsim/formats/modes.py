@@ -89,9 +89,23 @@ def _goes_up(mode, lo, delta, e, neg, f: Format, rng, sr):
     raise ValueError(f"unknown rounding mode {mode!r}")
 
 
+_SIGN32 = np.uint32(0x80000000)
+
+
 def finish(mag: np.ndarray, x: np.ndarray, f: Format, mode: str, saturate: bool) -> np.ndarray:
     """Signed results in ``f`` from rounded magnitudes ``mag`` (unbounded above) of inputs ``x``
-    (same float dtype): overflow by the mode's rule, the sign, -0, zero and unsigned rules."""
+    (same float dtype): overflow by the mode's rule, the sign, -0, zero and unsigned rules.
+
+    float32 results of a signed format with nothing beyond max and no NaN (the common case) take
+    a short path: the sign bits are or-ed onto the magnitudes in place (``mag`` is consumed)."""
+    if x.dtype == np.float32 and f.signed and f.has_zero and not f.twos_complement and mag.size:
+        top = np.max(mag)
+        if top <= f.max:  # no overflow, no NaN (a NaN makes the max NaN)
+            out = mag.reshape(-1).view(np.uint32)
+            out |= np.bitwise_and(x.reshape(-1).view(np.uint32), _SIGN32)
+            if not f.has_nz:  # no -0 in P3109: a -0 pattern becomes +0
+                out[out == _SIGN32] = 0
+            return mag
     neg = np.signbit(x)
     amax = np.where(neg, f.max_negative, f.max) if f.twos_complement else x.dtype.type(f.max)
     top = np.max(mag, initial=0) if mag.size else 0

@@ -215,7 +215,7 @@ def _store(vals: np.ndarray, f: Format) -> np.ndarray:
         return f32_to_f16(vals)
     if vals.dtype == np.float32 and f.is_ml_dtype and f.bits <= 8 and f.name != "float8_e8m0fnu":
         return narrow_cast(vals, f, saturate=False)  # a table look-up, exact on exact values
-    return vals.astype(f.dtype)
+    return vals.astype(f.dtype, copy=False)
 
 
 def _saturate(out: np.ndarray, src: np.ndarray, f: Format) -> np.ndarray:

@@ -34,7 +34,7 @@ SR_MAX_BITS = 32
 
 def check_sr(rounding: str, sr_bits, sr_random, sr_variant, shape) -> np.ndarray | None:
     """Validate the few-bit SR arguments (ValueError / TypeError naming the argument); return
-    ``sr_random`` as an int64 array of ``shape`` (broadcast), or None."""
+    ``sr_random`` broadcast to ``shape`` (a view: its own integer dtype), or None."""
     if sr_variant not in SR_VARIANTS:
         raise ValueError(f"unknown sr_variant {sr_variant!r}; known: {', '.join(SR_VARIANTS)}")
     if sr_bits is None:
@@ -52,11 +52,11 @@ def check_sr(rounding: str, sr_bits, sr_random, sr_variant, shape) -> np.ndarray
     r = np.asarray(sr_random)
     if r.dtype.kind not in "iu":
         raise TypeError(f"sr_random must be an array of integers, got dtype {r.dtype}")
-    if r.size and (int(r.min()) < 0 or int(r.max()) >= 2**sr_bits):
+    if r.size and ((r.dtype.kind == "i" and int(r.min()) < 0) or int(r.max()) >= 2**sr_bits):
         raise ValueError(f"sr_random must hold integers in [0, 2**sr_bits) = [0, {2**sr_bits}), "
                          f"got {int(r.min())} .. {int(r.max())}")
     try:
-        return np.broadcast_to(r, shape).astype(np.int64)
+        return np.broadcast_to(r, shape)
     except ValueError:
         raise ValueError(f"sr_random of shape {r.shape} does not broadcast to the input's shape {shape}") from None
 

@@ -1,0 +1,39 @@
+"""The table of formats ``fpsim formats`` prints: one row of limits per format, the tensor and
+block-element formats by default, and with ``include_all`` ocp_int8 and every IEEE P3109 format."""
+
+from __future__ import annotations
+
+from .table import ALL_FORMATS, OCP_INT8, P3109_FORMATS, Format
+
+__all__ = ["FORMAT_COLUMNS", "format_rows", "format_row"]
+
+FORMAT_COLUMNS = ["format", "bits", "exp", "man", "bias", "max", "tiny (min normal)", "smallest subnormal",
+                  "eps = ulp(1)", "flush to 0 at |x| <=", "inf?"]
+
+
+def format_row(f: Format) -> list[str]:
+    """One format's limits, as text (the columns of :data:`FORMAT_COLUMNS`)."""
+    if f.tiny > f.max:
+        tiny = "- (all subnormal)"
+    else:
+        tiny = f"2^{f.emin} = {f.tiny:.6g}"
+    if f.specials == "p3109":
+        nan = 2 ** (f.bits - 1) if f.signed else 2**f.bits - 1
+        specials = ("yes" if f.has_inf else "no") + f", NaN 0x{nan:02X}" + (", no -0" if f.signed else ", unsigned")
+    elif f.twos_complement:
+        specials = "no, no NaN (saturates to [-2, max]; two's complement)"
+    else:
+        specials = "yes" if f.has_inf else "no (NaN only)" if f.has_nan else "no, no NaN (saturates)"
+    return [f.name, str(f.bits), str(f.exponent_bits), str(f.mantissa_bits), str(f.bias), f"{f.max:.6g}", tiny,
+            f"2^{f.emin - f.mantissa_bits} = {f.smallest_subnormal:.6g}" if f.subnormals else "- (none)",
+            f"2^-{f.mantissa_bits} = {f.eps:.6g}",
+            f"{f.flush_threshold:.6g}" if f.has_zero else "- (no zero)", specials]
+
+
+def format_rows(include_all: bool = False) -> list[list[str]]:
+    """A row per format: the ones ``fpsim formats`` lists today (``ALL_FORMATS``), and with
+    ``include_all`` (``fpsim formats --all``) ocp_int8 and the 132 P3109 formats after them."""
+    formats = list(ALL_FORMATS.values())
+    if include_all:
+        formats += [OCP_INT8, *P3109_FORMATS.values()]
+    return [format_row(f) for f in formats]
