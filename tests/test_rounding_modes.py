@@ -150,8 +150,8 @@ def test_stochastic_probability_with_k_bits():
     assert up("fastest").sum() == 1 and up("rne").sum() == 2 and up("rto").sum() == 1 and up("fast").sum() == 2
 
 
-@pytest.mark.parametrize("mode", [m for m in ROUNDING_MODES if m != "stochastic"] + ["sr4"])
-@pytest.mark.parametrize("name", ["float16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn", "ocp_int8",
+@pytest.mark.parametrize("mode", [m for m in ROUNDING_MODES if m != "stochastic"] + ["sr4", "sr16", "sr21"])
+@pytest.mark.parametrize("name", ["float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn", "ocp_int8",
                                   "p3109_k8p4se", "p3109_k7p3uf", "p3109_k3p2se"])
 def test_float32_kernel_equals_the_float64_path(name, mode):
     """The same float32 values through the fast kernel and through the float64 algorithm."""
@@ -160,15 +160,21 @@ def test_float32_kernel_equals_the_float64_path(name, mode):
     if not fi.is_signed:
         x = np.abs(x)
     kw = {}
-    if mode == "sr4":
-        mode, kw = "stochastic", {"sr_bits": 4, "sr_random": np.random.default_rng(2).integers(0, 16, x.shape)}
-        assert supports(fpsim.get_format(name), mode, (4, None, "rne"))
+    variants = ["rne"]
+    if mode.startswith("sr"):
+        k = int(mode[2:])
+        mode, variants = "stochastic", list(GSR)
+        kw = {"sr_bits": k, "sr_random": np.random.default_rng(2).integers(0, 2**k, x.shape)}
+        assert supports(fpsim.get_format(name), mode, (k, None, "rne"))
     else:
         assert supports(fpsim.get_format(name), mode, None)
     for sat in (False, True):
-        fast = round_to(x, name, mode, saturate=sat, **kw)
-        slow = round_to(x.astype(np.float64), name, mode, saturate=sat, **kw)
-        assert_same(fast, slow, x)
+        for variant in variants:
+            if mode == "stochastic":
+                kw["sr_variant"] = variant
+            fast = round_to(x, name, mode, saturate=sat, **kw)
+            slow = round_to(x.astype(np.float64), name, mode, saturate=sat, **kw)
+            assert_same(fast, slow, x)
 
 
 @pytest.mark.parametrize("kw, msg", [

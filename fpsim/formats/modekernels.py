@@ -10,6 +10,10 @@ rint act exactly on it, and the result times q is exact again.  This needs q to 
 float32 (every format here but bfloat16, float8_e8m0fnu and p3109_k8p1u*, whose smallest steps are
 float32 subnormals) and at least one mantissa bit (with none, "odd" is the exponent's last bit);
 :func:`supports` says which formats and modes, and the others take the float64 path.
+
+bfloat16 has float32's exponent range, so its numbers are the float32 bit patterns whose low 16
+bits are zero, subnormals included: there every mode is integer arithmetic on the patterns
+(:func:`_bf16`), where a carry out of the mantissa steps into the next binade, and to inf.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ _SR_FAST_BITS = 24  # few-bit SR in float32: delta * 2**k and 2**k - R exact for
 
 def supports(f: Format, mode: str, sr) -> bool:
     """Whether :func:`round_magnitudes_f32` rounds float32 input into ``f`` in ``mode``."""
+    if f.name == "bfloat16":
+        return mode != "stochastic" or (sr is not None and sr[0] <= _SR_FAST_BITS)
     if f.mantissa_bits == 0 or f.mantissa_bits > 20 or f.emin - f.mantissa_bits < -126 or f.emax > 120:
         return False
     if mode == "stochastic":
@@ -40,6 +46,8 @@ def supports(f: Format, mode: str, sr) -> bool:
 def round_magnitudes_f32(x32: np.ndarray, f: Format, mode: str, sr=None) -> np.ndarray:
     """|x| rounded onto ``f``'s grid in ``mode`` (float32 in, float32 magnitudes out, the exponent
     range unbounded above as in ``modes.round_magnitudes``; NaN stays NaN, inf stays inf)."""
+    if f.name == "bfloat16":
+        return _bf16(x32, mode, sr)
     bits = x32.reshape(-1).view(_U32)
     a = np.bitwise_and(bits, _ABS).view(_F32)
     # Anything from 2**(emax + 2) up overflows in every mode: clamping it there keeps v below 2**31
@@ -108,3 +116,53 @@ def _stochastic(v: np.ndarray, k: int, rand: np.ndarray, variant: str) -> np.nda
                 up |= tie & (n_odd if variant == "rto" else ~n_odd)
     r += up
     return r
+
+
+def _bf16(x32: np.ndarray, mode: str, sr) -> np.ndarray:
+    """|x| rounded onto bfloat16's grid, on the float32 bit patterns: the low 16 bits are the
+    fraction below the last kept bit (``rem``, delta = rem / 2**16)."""
+    bits = x32.reshape(-1).view(_U32)
+    a = np.bitwise_and(bits, _ABS)
+    rem = np.bitwise_and(a, _U32(0xFFFF))
+    r = a - rem  # toward zero
+    if mode == "nearest":
+        up = rem > 0x8000
+        up |= (rem == 0x8000) & ((a & 0x10000) != 0)
+    elif mode == "nearest_away":
+        up = rem >= 0x8000
+    elif mode in ("toward_positive", "toward_negative"):
+        up = rem != 0
+        up &= ~np.signbit(x32.reshape(-1)) if mode == "toward_positive" else np.signbit(x32.reshape(-1))
+    elif mode == "to_odd":
+        up = (rem != 0) & ((a & 0x10000) == 0)
+    elif mode == "stochastic":
+        up = _bf16_fewbit(rem, *sr)
+    else:
+        up = None  # toward_zero
+    if up is not None:
+        r += up.astype(_U32) << 16
+    if np.max(a) > _EXP:  # NaN somewhere: cutting its payload may have left an inf pattern
+        nan = a > _EXP
+        r[nan] = a[nan]
+    return r.view(_F32).reshape(x32.shape)
+
+
+def _bf16_fewbit(rem: np.ndarray, k: int, rand: np.ndarray, variant: str) -> np.ndarray:
+    """``sr.round_up_fewbit`` on integers: D = rem * 2**(k - 16), cut to an integer as the variant
+    says, and D + R >= 2**k (uint32 throughout: rem < 2**16, R < 2**24)."""
+    rand = np.asarray(rand).reshape(-1).astype(_U32)
+    if variant == "fast":  # floor(2D) + 2R + 1 >= 2**(k+1)
+        cut2 = rem >> (15 - k) if k <= 15 else rem << (k - 15)
+        return cut2 + 2 * rand + 1 >= 2 ** (k + 1)
+    if k >= 16:
+        cut = rem << (k - 16)  # exact: nothing to cut
+    elif variant == "fastest":
+        cut = rem >> (16 - k)
+    else:
+        s = 16 - k
+        cut = rem >> s
+        low = rem & ((1 << s) - 1)
+        half = 1 << (s - 1)
+        odd = (cut & 1) == 1
+        cut += (low > half) | ((low == half) & (odd if variant == "rne" else ~odd))
+    return cut + rand >= 2**k
