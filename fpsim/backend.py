@@ -27,7 +27,7 @@ from abc import ABC, abstractmethod
 import ml_dtypes
 import numpy as np
 
-from .formats import Format
+from .formats import Format, cast
 from .formats.kernels import (
     F16_BITS_MIN_SIZE,
     RNE_KERNEL_SRC,
@@ -38,10 +38,27 @@ from .formats.kernels import (
     rne_round,
     snap_f16,
 )
-from .state import blas_call
+from .state import ENGINE_ROUNDING, blas_call, default_rng
 
 __all__ = ["Backend", "NumpyBackend", "NumpyF32Backend", "CupyBackend", "get_backend", "available", "BACKENDS",
            "DEFAULT_ENV"]
+
+
+def _engine_aware(round_nearest):
+    """``round`` from a backend's own round-to-nearest: inside ``fpsim.rounding_mode(...)`` the
+    values are first rounded in that mode by ``fpsim.cast`` (on the host), and the exact results
+    stored by ``round_nearest``; outside, one truth test and ``round_nearest`` itself."""
+
+    def round(self, x32, fmt: Format):
+        if ENGINE_ROUNDING and ENGINE_ROUNDING[-1].mode != "nearest":
+            s = ENGINE_ROUNDING[-1]
+            vals = cast(self.to_numpy(x32), fmt, s.mode, rng=s.rng if s.rng is not None else default_rng(),
+                        sr_bits=s.sr_bits, sr_variant=s.sr_variant)
+            x32 = self.asarray(vals.astype(np.float32))  # on fmt's grid: stored exactly
+        return round_nearest(self, x32, fmt)
+
+    round.__doc__ = round_nearest.__doc__
+    return round
 
 
 class Backend(ABC):
@@ -60,7 +77,8 @@ class Backend(ABC):
 
     @abstractmethod
     def round(self, x32, fmt: Format):
-        """Round a float32 array once (to nearest, ties to even) into fmt's storage."""
+        """Round a float32 array once (to nearest, ties to even, or in the engine's mode inside
+        ``fpsim.rounding_mode``) into fmt's storage."""
 
     def clip_to_max(self, x32, fmt: Format):
         """x32 clamped to [-fmt.max, fmt.max]: exact (max is a value of fmt); NaN stays NaN."""
@@ -105,7 +123,7 @@ class NumpyBackend(Backend):
     def storage_dtype(self, fmt: Format):
         return fmt.dtype
 
-    def round(self, x32, fmt: Format):
+    def _round_nearest(self, x32, fmt: Format):
         if fmt.dtype == np.float32:
             return x32.astype(np.float32, copy=False)
         if fmt.name == "float16" and x32.dtype == np.float32 and x32.size >= F16_BITS_MIN_SIZE:
@@ -115,13 +133,15 @@ class NumpyBackend(Backend):
                 return f32_to_f16(x32)
             return x32.astype(fmt.dtype)
 
+    round = _engine_aware(_round_nearest)
+
     def matmul(self, a32, b32):
         """float32 x float32 -> float32 (BLAS sgemm) on fpsim's fixed BLAS thread count
         (:func:`fpsim.state.blas_threads`): the bits of the K sum depend on it."""
         return blas_call(np.matmul, a32, b32)
 
     def round_saturating(self, x32, fmt: Format):
-        if fmt.bits == 8 and x32.dtype == np.float32:
+        if fmt.bits == 8 and x32.dtype == np.float32 and not ENGINE_ROUNDING:
             return f32_to_fp8(x32, fmt, saturate=True)  # a table look-up, 5-10x ml_dtypes' speed
         return super().round_saturating(x32, fmt)
 
@@ -151,14 +171,16 @@ class NumpyF32Backend(NumpyBackend):
     def storage_dtype(self, fmt: Format):
         return np.dtype(np.float32)
 
-    def round(self, x32, fmt: Format):
+    def _round_nearest(self, x32, fmt: Format):
         if fmt.name == "float32":
             return x32.astype(np.float32, copy=False)
         if fmt.name == "float16" and x32.dtype == np.float32:
             return snap_f16(x32)
         # bfloat16 / fp8: the storage cast and back.  (A five-pass integer rounding of bfloat16 kept in
         # float32 was slower in a training step than ml_dtypes' cast, whose result is 2 bytes a value.)
-        return NumpyBackend.to_f32(self, NumpyBackend.round(self, x32, fmt))  # into the storage dtype and back: exact
+        return NumpyBackend.to_f32(self, NumpyBackend._round_nearest(self, x32, fmt))  # storage dtype and back: exact
+
+    round = _engine_aware(_round_nearest)
 
     def round_saturating(self, x32, fmt: Format):
         return NumpyBackend.to_f32(self, NumpyBackend.round_saturating(self, x32, fmt))
@@ -248,7 +270,7 @@ class CupyBackend(Backend):
             return fmt.dtype
         return np.dtype(np.float32)  # bfloat16 (older CuPy) / fp8: float32 holding exactly the format's values
 
-    def round(self, x32, fmt: Format):
+    def _round_nearest(self, x32, fmt: Format):
         xp = self.xp
         if fmt.name == "float32":
             return x32.astype(xp.float32, copy=False)
@@ -258,6 +280,8 @@ class CupyBackend(Backend):
         if fmt.name == "bfloat16" and self.native_bfloat16:
             return r.astype(fmt.dtype)  # exact: r holds bfloat16 values
         return r
+
+    round = _engine_aware(_round_nearest)
 
     def rne_round(self, x32, fmt: Format):
         """float32 -> float32 on fmt's grid: the CUDA kernel on a GPU, rne_round on a stand-in."""

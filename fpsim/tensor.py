@@ -21,7 +21,7 @@ import numpy as np
 from . import state
 from .backend import Backend, get_backend
 from .formats import Format, cast, get_format, tensor_format
-from .state import ENGINE_ROUNDING, HOOKS, RoundingEvent, backward_scope, event_scope, is_grad_enabled, no_grad
+from .state import HOOKS, RoundingEvent, backward_scope, event_scope, is_grad_enabled, no_grad
 
 __all__ = ["Tensor", "tensor", "no_grad", "is_grad_enabled", "promote", "round_result", "Exact"]
 
@@ -47,7 +47,8 @@ def round_result(x32, fmt: Format, backend: Backend, op: str, direction: str, ta
 
     ``rounding=None`` (what the ops pass) is the engine's rounding: to nearest, ties to even, or
     what an enclosing ``fpsim.rounding_mode(...)`` says (every mode of ``fpsim.ROUNDING_MODES``,
-    few-bit SR included); a mode given here (``"nearest"``, ``"stochastic"``) overrides it.
+    few-bit SR included; the backend's ``round`` applies it); ``"stochastic"`` given here rounds
+    stochastically whatever the engine's mode.
 
     ``saturate=True`` clamps to +-fmt.max first, as fp8 hardware conversions do (monitors still
     get the unclamped value, so they count the clamp as an overflow); ``rounding="stochastic"``
@@ -59,8 +60,6 @@ def round_result(x32, fmt: Format, backend: Backend, op: str, direction: str, ta
     """
     if stored is not None:
         out = stored
-    elif ENGINE_ROUNDING and rounding is None and ENGINE_ROUNDING[-1].mode != "nearest":
-        out = _round_engine(x32, fmt, backend, saturate, ENGINE_ROUNDING[-1])
     elif saturate or (rounding is not None and rounding != "nearest"):
         out = _round_special(x32, fmt, backend, saturate, rounding or "nearest", rng)
     else:
@@ -79,14 +78,6 @@ def _round_special(x32, fmt: Format, backend: Backend, saturate: bool, rounding:
         x32 = backend.clip_to_max(x32, fmt)
     vals = cast(backend.to_numpy(x32), fmt, rounding, rng=rng).astype(np.float32)
     return backend.round(backend.asarray(vals), fmt)  # already on fmt's grid: stored exactly
-
-
-def _round_engine(x32, fmt: Format, backend: Backend, saturate: bool, setting):
-    """The engine's rounding mode (``fpsim.rounding_mode``): ``fpsim.cast`` on the host, stored exactly."""
-    rng = setting.rng if setting.rng is not None else state.default_rng()
-    vals = cast(backend.to_numpy(x32), fmt, setting.mode, saturate=saturate, rng=rng, sr_bits=setting.sr_bits,
-                sr_variant=setting.sr_variant)
-    return backend.round(backend.asarray(vals.astype(np.float32)), fmt)  # on fmt's grid: stored exactly
 
 
 class Exact:

@@ -389,6 +389,6 @@ def test_names_and_aliases():
     assert fpsim.get_block_format("MXFP8").name == "mxfp8_e4m3"
     assert fpsim.get_block_format("mxfp4").name == "mxfp4_e2m1"
     assert fpsim.get_block_format("deepseek_fp8").name == "fp8_block"
-    assert list(fpsim.BLOCK_FORMATS) == ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4_e2m1",
+    assert list(fpsim.BLOCK_FORMATS) == ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4_e2m1", "mxint8",
                                          "nvfp4", "fp8_block"]
     assert math.isclose(quantize(np.float32([1, 2]), "mxfp8").dequantize()[1], 2.0)

@@ -78,3 +78,19 @@ def test_bad_arguments_are_refused_before_anything_runs(kw, err, msg):
     with pytest.raises(err, match=msg):
         fpsim.rounding_mode(**kw)
     assert state.engine_rounding() is None
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numpy-f32"])
+@pytest.mark.parametrize("fmt", ["bfloat16", "float8_e4m3fn", "float8_e5m2"])
+def test_the_backends_round_honours_the_mode(backend, fmt):
+    """Every rounding site, round_result or a direct backend.round (the low-precision accumulators),
+    and the saturating fp8 conversions."""
+    be = fpsim.backends.get_backend(backend)
+    x = np.random.default_rng(3).standard_normal(1000).astype(np.float32) * 30
+    with fpsim.rounding_mode("toward_negative"):
+        got = be.to_f32(be.round(x, fpsim.get_format(fmt)))
+        sat = be.to_f32(be.round_saturating(x * 100, fpsim.get_format(fmt)))
+    assert np.array_equal(got.astype(np.float64), round_ref(info(fmt), x.astype(np.float64),
+                                                            GMODE["toward_negative"], False))
+    assert np.array_equal(sat.astype(np.float64), round_ref(info(fmt), (x * 100).astype(np.float64),
+                                                            GMODE["toward_negative"], True))
