@@ -216,3 +216,16 @@ def test_toward_modes_on_both_sides_of_a_value():
     # overflow: toward_positive sends a negative overflow to -max and a positive one to inf
     assert round_to(np.array([1e6, -1e6]), "fp16", "toward_positive").tolist() == [np.inf, -65504.0]
     assert round_to(np.array([1e6, -1e6]), "fp16", "toward_negative").tolist() == [65504.0, -np.inf]
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16", "float8_e4m3fn", "p3109_k8p4se"])
+def test_the_chunked_kernel_keeps_each_value_with_its_random_bits(name):
+    """200,000 values (the float32 kernel works 2**16 at a time): the same as the float64 path,
+    shape kept, every random integer used by its own value."""
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((400, 500)) * np.exp2(rng.integers(-8, 6, (400, 500)))).astype(np.float32)
+    bits = rng.integers(0, 2**6, x.shape, dtype=np.uint8)
+    for mode, kw in (("toward_positive", {}), ("stochastic", {"sr_bits": 6, "sr_random": bits, "sr_variant": "rto"})):
+        fast = round_to(x, name, mode, **kw)
+        assert fast.shape == x.shape
+        assert_same(fast.reshape(-1), round_to(x.astype(np.float64), name, mode, **kw).reshape(-1))

@@ -35,8 +35,9 @@ def _data(n: int, seed: int) -> np.ndarray:
 
 def rounding_speed(n: int = 10**6, repeats: int = 15, cases=SPEED_CASES, seed: int = 0) -> list[dict]:
     """Time each case and its peer, alternately, ``repeats`` times each on the same float32 array;
-    report the best time of each (ns a value) and their ratio (case / peer): the best of many,
-    because on a shared machine single timings of a 10**6-value pass swing by 10x.  ``given=True`` in a
+    report the best time of each (ns a value) and their ratio (case / peer).  The times are the
+    process's CPU time (``time.process_time``), the best of many: on a shared machine the wall
+    time of a 10**6-value pass swings by 10x with the other processes' load.  ``given=True`` in a
     case's arguments hands ``cast`` the random bits (``sr_random``, drawn once beforehand): the
     rounding's cost alone; without it the bits are drawn from the generator inside the call."""
     x = _data(n, seed)
@@ -50,11 +51,11 @@ def rounding_speed(n: int = 10**6, repeats: int = 15, cases=SPEED_CASES, seed: i
             kw["seed"] = seed
         best, peer = np.inf, np.inf
         for _ in range(repeats):
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             cast(x, pfmt, pmode)
-            t1 = time.perf_counter()
+            t1 = time.process_time()
             cast(x, fmt, mode, **kw)
-            t2 = time.perf_counter()
+            t2 = time.process_time()
             peer, best = min(peer, t1 - t0), min(best, t2 - t1)
         label = mode if not extra else f"{mode} k={extra['sr_bits']} {extra['sr_variant']}" + (
             " (bits given)" if extra.get("given") else " (bits drawn)")
