@@ -259,8 +259,8 @@ _OTHER = {OCP_INT8.name: OCP_INT8, **{a: OCP_INT8 for a in OCP_INT8.aliases}}
 def format_names() -> str:
     """The valid names, as an error message lists them."""
     aliases = ", ".join(_ALIASES)
-    return (f"{', '.join(ALL_FORMATS)} (aliases: {aliases}), ocp_int8, and the IEEE P3109 formats "
-            f"p3109_k<k>p<p><s|u><e|f> for k = 3..8, p = 1..k (e.g. p3109_k8p4se)")
+    return (f"{', '.join(ALL_FORMATS)}, ocp_int8, the IEEE P3109 formats p3109_k<k>p<p><s|u><e|f> for k = 3..8, "
+            f"p = 1..k, e.g. p3109_k8p4se (aliases: {aliases})")
 
 
 def get_format(fmt) -> Format:
