@@ -229,3 +229,18 @@ def test_the_chunked_kernel_keeps_each_value_with_its_random_bits(name):
         fast = round_to(x, name, mode, **kw)
         assert fast.shape == x.shape
         assert_same(fast.reshape(-1), round_to(x.astype(np.float64), name, mode, **kw).reshape(-1))
+
+
+@pytest.mark.parametrize("variant", list(GSR))
+@pytest.mark.parametrize("name", ["float16", "float8_e4m3fn", "float8_e5m2", "p3109_k8p4se"])
+def test_few_bit_sr_at_the_edge_of_the_normal_range(name, variant):
+    """Just below and above the smallest normal (the float32 kernel's two methods meet there), every
+    random integer, against gfloat."""
+    f, fi = fpsim.get_format(name), info(name)
+    k = 5
+    near = f.tiny * np.array([1 - 2.0**-j for j in range(1, 14)] + [1 + 2.0**-j for j in range(1, 14)] + [1.0])
+    x = as_float32_exact(np.r_[near, -near])
+    for r in range(2**k):
+        bits = np.full(x.shape, r)
+        got = round_to(x, name, "stochastic", sr_bits=k, sr_random=bits, sr_variant=variant)
+        assert_same(got, round_ref(fi, x.astype(np.float64), GSR[variant], False, bits, k), x)
