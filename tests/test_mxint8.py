@@ -70,3 +70,16 @@ def test_a_block_with_nan_dequantizes_to_nan():
     q = quantize(x, "mxint8")
     d = q.dequantize()
     assert np.all(d[0] == 1) and np.isnan(d[1]).all() and q.elements[1].tolist() == [0.0] * 32
+
+
+@pytest.mark.parametrize("mode", ["toward_zero", "nearest_away", "toward_positive", "toward_negative"])
+@pytest.mark.parametrize("fmt", ["mxfp8_e4m3", "mxfp6_e2m3", "mxfp4_e2m1"])
+def test_every_mx_format_rounds_its_elements_in_every_mode_as_gfloat(fmt, mode):
+    gmode = {"toward_zero": gfloat.RoundMode.TowardZero, "nearest_away": gfloat.RoundMode.TiesToAway,
+             "toward_positive": gfloat.RoundMode.TowardPositive, "toward_negative": gfloat.RoundMode.TowardNegative}
+    fi = getattr(gformats, f"format_info_{fmt}")
+    x = _data(np.random.default_rng(1))[3:]  # (gfloat's e8m0 scale of an all-zero block differs by convention)
+    got = quantize(x, fmt, rounding=mode).dequantize().reshape(-1).astype(np.float64)
+    want = np.concatenate([gfloat.quantize_block(fi, b.astype(np.float64), gfloat.compute_scale_amax, gmode[mode])
+                           for b in x.reshape(-1, 32)])
+    assert np.array_equal(got, want)
