@@ -48,13 +48,6 @@ def round_magnitudes_f32(x32: np.ndarray, f: Format, mode: str, sr=None) -> np.n
     range unbounded above as in ``modes.round_magnitudes``; NaN stays NaN, inf stays inf)."""
     if f.name == "bfloat16":
         return _bf16(x32, mode, sr)
-    if mode != "stochastic" or sr[0] < 23 - f.mantissa_bits:
-        return _patterns(x32, f, mode, sr)
-    return _scaled(x32, f, mode, sr)
-
-
-def _scaled(x32: np.ndarray, f: Format, mode: str, sr) -> np.ndarray:
-    """The scaled-float kernel (module docstring): every float32, subnormal range included."""
     bits = x32.reshape(-1).view(_U32)
     a = np.bitwise_and(bits, _ABS).view(_F32)
     # Anything from 2**(emax + 2) up overflows in every mode: clamping it there keeps v below 2**31
@@ -173,70 +166,3 @@ def _bf16_fewbit(rem: np.ndarray, k: int, rand: np.ndarray, variant: str) -> np.
         odd = (cut & 1) == 1
         cut += (low > half) | ((low == half) & (odd if variant == "rne" else ~odd))
     return cut + rand >= 2**k
-
-
-def _patterns(x32: np.ndarray, f: Format, mode: str, sr) -> np.ndarray:
-    """Where |x| lies in the format's normal range, its float32 pattern holds the format's
-    significand above the low ``s = 23 - mantissa_bits`` bits: every mode is integer arithmetic
-    on the pattern there (a carry steps into the next binade), as hardware rounds.  Few-bit SR
-    adds the random integer R below the kept bits and truncates: "fastest" adds R << (s - k),
-    "fast" (2R + 1) << (s - k - 1), "rne" / "rto" first round the pattern to k more bits (ties to
-    even / odd), then add R << (s - k).  Zeros, the format's subnormal range, inf and NaN (rare in
-    data) go through :func:`_scaled`."""
-    bits = x32.reshape(-1).view(_U32)
-    a = np.bitwise_and(bits, _ABS)
-    s = 23 - f.mantissa_bits
-    low = _U32((1 << s) - 1)
-    tiny = _U32((f.emin + 127) << 23)
-    # a - tiny wraps round below the normal range (zeros included): one test finds the values
-    # outside [tiny, inf): zeros, the format's subnormal range, inf and NaN
-    outside = a - tiny
-    n_out = np.max(outside) >= _EXP - tiny if a.size else False
-    if mode == "stochastic":
-        k, rand, variant = sr
-        p = s - k
-        r = np.asarray(rand).reshape(-1).astype(_U32)
-        if variant == "fast":
-            r <<= _U32(1)
-            r += _U32(1)
-            r <<= _U32(p - 1)
-        else:
-            if variant != "fastest":
-                _round_bits(a, p, variant == "rne")
-            r <<= _U32(p)
-        r += a
-    elif mode == "nearest":
-        r = a.copy()
-        _round_bits(r, s, True)
-    elif mode == "nearest_away":
-        r = a + _U32(1 << (s - 1))
-    elif mode == "to_odd":
-        r = a | (((a & low) != 0).astype(_U32) << _U32(s))
-    elif mode == "toward_zero":
-        r = a & ~low
-    else:
-        up = (a & low) != 0
-        up &= ~np.signbit(x32.reshape(-1)) if mode == "toward_positive" else np.signbit(x32.reshape(-1))
-        r = a + (up.astype(_U32) << _U32(s))
-    if mode != "toward_zero":
-        r &= ~low
-    if n_out:
-        i = np.flatnonzero(outside >= _EXP - tiny)
-        sub = None if mode != "stochastic" else (sr[0], np.asarray(sr[1]).reshape(-1)[i], sr[2])
-        r[i] = _scaled(x32.reshape(-1)[i], f, mode, sub).view(_U32)
-    return r.view(_F32).reshape(x32.shape)
-
-
-def _round_bits(a: np.ndarray, p: int, even: bool) -> None:
-    """a (uint32 patterns) rounded in place to a multiple of 2**p, to nearest, ties to even or odd
-    (the low p bits are left for the caller to clear)."""
-    if p <= 0:
-        return
-    lsb = (a >> _U32(p)) & _U32(1)
-    if even:
-        a += _U32((1 << (p - 1)) - 1)
-        a += lsb
-    else:
-        a += _U32(1 << (p - 1))
-        a -= lsb
-    a &= ~_U32((1 << p) - 1)
