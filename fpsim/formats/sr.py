@@ -16,7 +16,8 @@ variant (gfloat's ``RoundMode.Stochastic*``, the IEEE P3109 definitions):
 Only exact SR (``sr_bits=None``) is unbiased for every value.  With k bits the probability of going
 up is a multiple of 2**-k, so a value whose delta is not one is rounded with a bias: truncating
 ("fastest") always rounds down on average, by up to one step of 2**-k ulp; "fast", "rne" and "rto"
-are off by at most half a step either way (arXiv 2504.20634 measures this in training).
+are off by at most half a step either way (arXiv 2504.20634: natural few-bit implementations are
+biased).
 :func:`fpsim.formats.srbias.sr_bias` measures it for any format, k and variant.
 """
 
