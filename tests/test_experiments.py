@@ -10,6 +10,7 @@ import pytest
 
 from fpsim import experiments as ex
 from fpsim.experiments import DEFAULT_RECIPES, RECIPES, ReferenceTask, compare, get_recipe, run_recipe
+from fpsim.experiments.measure import FlushCounter
 from fpsim.tools import cli
 
 
@@ -206,14 +207,24 @@ def test_flush_counter_counts_what_the_cast_lost(fmt):
     wide = stored.astype(np.float32)
     expected = int(np.count_nonzero((x != 0) & (wide == 0)))
     assert 0 < expected < np.count_nonzero(x)
-    c = ex.train.FlushCounter()
+    c = FlushCounter()
     be = get_backend("numpy")
     for target in ("", "weight"):
         c(state.RoundingEvent("linear", "backward", "", target, f, x, stored, be))
     c(state.RoundingEvent("linear", "forward", "", "", f, x, stored, be))  # forward roundings are not counted
     assert [int(v) for v in c.act] == [int(v) for v in c.weight] == [expected, int(np.count_nonzero(x))]
-    assert ex.train.FlushCounter.fraction(c.act) == expected / np.count_nonzero(x)
+    assert FlushCounter.fraction(c.act) == expected / np.count_nonzero(x)
     # a moved gradient (tensor.Exact: relu, reshape...) comes without exact32: its non-zeros count, none lost
     c(state.RoundingEvent("relu", "backward", "", "", f, None, stored, be))
     nz = int(np.count_nonzero(wide))
     assert [int(v) for v in c.act] == [expected, int(np.count_nonzero(x)) + nz]
+
+
+@pytest.mark.slow
+def test_the_default_comparison_is_the_one_before_the_pipeline(results):
+    """``fpsim compare``'s default table and every number behind it, bit for bit, as the code
+    before the one-pipeline refactor (commit 485f977) computed them (tests/test_pipeline.py)."""
+    from support.fingerprints import REF_FIELDS, numbers, table
+
+    assert numbers(results, REF_FIELDS) == "8f00da27dc5e6abf"
+    assert table(ex.format_table(results)) == "9ea8487a9592f8c2"

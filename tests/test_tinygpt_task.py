@@ -18,7 +18,7 @@ from fpsim.experiments import (
     run_recipe,
     run_tinygpt,
 )
-from fpsim.experiments.tinygpt import SEP, _GPTRun
+from fpsim.experiments.tinygpt import SEP
 from fpsim.trace import FORWARD
 
 SMALL = TinyGPTTask(n_digits=5, batch=8, steps=3, d_model=16, n_layers=1, n_heads=2, eval_size=16, warmup=2)
@@ -60,7 +60,7 @@ def test_block_recipes_swap_every_linear_of_the_gpt_and_reseed_their_rounding():
     same twice (its draws come from the run's seed)."""
     from fpsim import lowp, nn
 
-    run = _GPTRun.build(get_recipe("nvfp4"), SMALL, 0, SMALL.lr, None)
+    run = get_recipe("nvfp4").prepare(SMALL.model(0), lr=SMALL.lr)
     kinds = [type(m) for _, m in run.model.named_modules()]
     assert lowp.BlockLinear in kinds and kinds.count(nn.Linear) == 2  # nvfp4 keeps the first and last Linear
     a, b = (run_tinygpt("mxfp4-sr-rht", SMALL, steps=2) for _ in range(2))

@@ -1,19 +1,28 @@
-"""The named training recipes and the reference task on which they differ.
+"""The experiment pipeline: task + recipe -> run -> result -> one table.
 
-- ``recipes.py`` :class:`Recipe`, :data:`RECIPES`, :data:`DEFAULT_RECIPES`, :data:`EXTENDED_RECIPES`,
-  :func:`get_recipe` (each recipe described there);
+- ``task.py``    :class:`Task`: what a task gives the loop (data, model factory, loss, metrics, steps);
 - ``tasks.py``   :class:`ReferenceTask`, the autoencoder whose gradients are tiny (why: there);
-- ``train.py``   :func:`run_recipe`, :func:`compare`, :func:`compare_seeds` and their :class:`RunResult`;
-- ``report.py``  :func:`format_table`, :func:`format_seed_table`: the tables ``fpsim compare`` prints;
-- ``tinygpt.py`` :class:`TinyGPTTask` (a 2-layer GPT sorting digits), its recipes and :data:`OVERFLOW`.
+- ``tinygpt.py`` :class:`TinyGPTTask` (a 2-layer GPT sorting digits), its recipes and :data:`OVERFLOW`;
+- ``recipes.py`` :class:`Recipe` (``Recipe.prepare(model, ...) -> Run``), :data:`RECIPES`,
+  :data:`DEFAULT_RECIPES`, :data:`EXTENDED_RECIPES`, :func:`get_recipe` (each recipe described there);
+- ``run.py``     :class:`Run`: one prepared run, ``Run.step`` the one training-step body;
+- ``loop.py``    :func:`train` (the one training loop), :func:`run_recipe` (the same, recipe first);
+- ``sweep.py``   :func:`compare`, :func:`compare_seeds`: recipes x seeds from the same initial weights;
+- ``result.py``  :class:`RunResult`, what every run records (``died_at``: the step it died at);
+- ``measure.py`` the flushed-gradient counter, the measured steps, where a run died;
+- ``report.py``  :func:`format_table`, :func:`format_seed_table`: the tables ``fpsim compare`` prints.
 """
 
+from .loop import run_recipe, train
 from .recipes import DEFAULT_RECIPES, EXTENDED_RECIPES, RECIPES, Recipe, get_recipe
 from .report import format_seed_table, format_table
+from .result import RunResult
+from .run import Run
+from .sweep import compare, compare_seeds
+from .task import Task
 from .tasks import ReferenceTask
 from .tinygpt import OVERFLOW, TINYGPT_RECIPES, TinyGPTResult, TinyGPTTask, run_tinygpt
-from .train import RunResult, compare, compare_seeds, run_recipe
 
-__all__ = ["Recipe", "RECIPES", "get_recipe", "RunResult", "ReferenceTask", "run_recipe", "compare",
-           "compare_seeds", "format_seed_table", "format_table", "DEFAULT_RECIPES", "EXTENDED_RECIPES",
+__all__ = ["Recipe", "RECIPES", "get_recipe", "RunResult", "Run", "Task", "ReferenceTask", "train", "run_recipe",
+           "compare", "compare_seeds", "format_seed_table", "format_table", "DEFAULT_RECIPES", "EXTENDED_RECIPES",
            "TinyGPTTask", "TinyGPTResult", "TINYGPT_RECIPES", "OVERFLOW", "run_tinygpt"]

@@ -53,9 +53,11 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from .. import fp8
+from .. import fp8, lowp
 from ..amp import autocast
 from ..lowp import BlockScaling
+from ..optim import SGD, Adam
+from .run import Run, make_scaler
 
 __all__ = ["Recipe", "RECIPES", "DEFAULT_RECIPES", "EXTENDED_RECIPES", "BLOCK_RECIPES", "get_recipe"]
 
@@ -91,6 +93,27 @@ class Recipe:
     def forward_context(self):
         """What the forward pass runs inside: ``autocast(self.autocast)``, or nothing special."""
         return autocast(self.autocast) if self.autocast else contextlib.nullcontext()
+
+    def prepare(self, model, *, lr: float, seed: int = 0, optimizer: str = "adam", init_scale: float = 2.0**16,
+                backend=None) -> Run:
+        """``model`` (float32, fresh) made ready to train under this recipe - the one recipe ->
+        run builder: moved to ``backend`` (if given), its parameters rounded into ``params``,
+        its Linears converted (fp8: ``fp8.Linear`` with a per-tensor ScalingGroup; block
+        formats: ``lowp.BlockLinear``), an optimizer (``"adam"`` or ``"sgd"``, plain) with
+        float32 master weights where ``master`` says and the recipe's update rounding (seeded
+        with ``seed``), and the loss scaler (a dynamic one starts at ``init_scale``)."""
+        if optimizer not in ("adam", "sgd"):
+            raise ValueError(f"optimizer must be 'adam' or 'sgd', got {optimizer!r}")
+        if backend is not None:
+            model.to(backend=backend)
+        model.to(self.params)
+        scaling = fp8.convert(model, self.fp8, skip=self.fp8_skip) if self.fp8 is not None else None
+        if self.block is not None:
+            lowp.convert_blocks(model, self.block, skip=self.block_skip)  # -> lowp.BlockLinear
+        cls = Adam if optimizer == "adam" else SGD
+        opt = cls(model.parameters(), lr=lr, master_weights=self.master, update_rounding=self.update_rounding,
+                  seed=seed)
+        return Run(self, model, opt, make_scaler(self, init_scale), scaling)
 
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (

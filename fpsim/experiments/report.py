@@ -10,7 +10,7 @@ import numpy as np
 from .. import fp8
 from ..textable import percent, text_table
 from .recipes import RECIPES, get_recipe
-from .train import RunResult
+from .result import RunResult
 
 __all__ = ["format_table", "format_seed_table"]
 
@@ -58,14 +58,14 @@ def _pct(d: dict, k, digits: int = 1) -> str:
 
 def _nonfinite_cell(r) -> str:
     """Where the first inf / NaN was made (transformer task): step, op, module, direction."""
-    nf = getattr(r, "nonfinite", None)
+    nf = r.nonfinite
     if nf is None:
         return "-"
     return f"step {nf.step}: {nf.op} in {nf.where} ({nf.direction})"
 
 
 def _died_at(r: RunResult) -> str:
-    step = getattr(r, "died_at", None)
+    step = r.died_at
     return f" at step {step}" if step is not None else ""
 
 
@@ -75,7 +75,7 @@ def _run_row(name: str, r: RunResult, base: RunResult | None) -> list[str]:
     last = max(r.act_grad_flushed) if r.act_grad_flushed else None
     ok = math.isfinite(r.final_loss)
     rel = f"{r.final_loss / base.final_loss:.3f}x" if base and ok and base.final_loss > 0 else "-"
-    acc = getattr(r, "accuracy", None)  # the transformer task reports answer accuracy, not R^2
+    acc = r.accuracy  # the transformer task reports answer accuracy, not R^2
     quality = (percent(acc, digits=1) if acc is not None and math.isfinite(acc) else "-") if acc is not None else (
         f"{r.r2:.4f}" if ok and math.isfinite(r.r2) else "-")
     row = [
@@ -86,7 +86,7 @@ def _run_row(name: str, r: RunResult, base: RunResult | None) -> list[str]:
         _pct(r.weight_grad_flushed, last, 2) if last is not None else "-",
         _pct(r.stalled, max(r.stalled)) if r.stalled else "-",
     ]
-    if hasattr(r, "nonfinite"):
+    if r.traced:
         row.append(_nonfinite_cell(r))
     return row + [f"{r.seconds:.1f}s"]
 
@@ -108,12 +108,12 @@ def _fp8_lines(results: dict[str, RunResult]) -> list[str]:
 def format_table(results: dict[str, RunResult], baseline: str = "fp32") -> str:
     """The comparison table ``fpsim compare`` prints, with a legend."""
     base = results.get(baseline)
-    gpt = any(hasattr(r, "nonfinite") for r in results.values())
+    gpt = any(r.traced for r in results.values())
     cols = ["recipe", "final loss", f"vs {baseline}", "answer acc" if gpt else "R^2", "skipped", "final scale",
             "act-grad 0s first->last", "weight-grad 0s", "stalled", *(["first non-finite"] if gpt else []), "time"]
     lines = text_table(cols, [_run_row(name, r, base) for name, r in results.items()])
     notes = [f"  {n}: {r.failure}" for n, r in results.items() if r.failure]
-    notes += [f"  {n}: {note}" for n, r in results.items() for note in getattr(r, "notes", ())]
+    notes += [f"  {n}: {note}" for n, r in results.items() for note in r.notes]
     if notes:
         lines += ["", "where it went wrong:", *notes]
     lines += _fp8_lines(results)

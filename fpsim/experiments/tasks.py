@@ -19,15 +19,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import nn
+from .. import nn, ops
 from ..data import lowrank_autoencoder
+from ..tensor import tensor
+from .task import Task
 
 __all__ = ["ReferenceTask"]
 
 
 @dataclass(frozen=True)
-class ReferenceTask:
-    """The autoencoder of the module docstring: sizes, data and optimizer settings."""
+class ReferenceTask(Task):
+    """The autoencoder of the module docstring: sizes, data and optimizer settings (Adam, full
+    batch, a constant learning rate), the gradients measured at every step."""
 
     n: int = 16384
     dim: int = 64
@@ -43,3 +46,27 @@ class ReferenceTask:
 
     def model(self, seed: int = 0) -> nn.Module:
         return nn.MLP([self.dim, *self.hidden, self.dim], activation="tanh", seed=seed)
+
+    def batches(self, recipe, backend):
+        """Every step's batch is the whole data set: (the input rounded into the recipe's parameter
+        format, the float32 target - the loss compares against the exact data)."""
+        x_np = self.data()
+        batch = (tensor(x_np, recipe.params, backend=backend), tensor(x_np, "float32", backend=backend))
+        return lambda step: batch
+
+    def loss(self, model, batch, recipe):
+        """The mean squared error over every output, in float32 (the model's output widened
+        first, as autocast runs losses); the forward pass under the recipe's autocast."""
+        x, target = batch
+        with recipe.forward_context():
+            pred = model(x)
+        return ops.mse_loss(pred.to("float32"), target)
+
+    def metrics(self, model, recipe) -> dict:
+        """``r2``: 1 - the final model's mean squared error / the variance of the data (float64 on
+        the host; the forward pass in the model's formats, without autocast)."""
+        x_np = self.data()
+        be = model.parameters()[0].backend
+        pred = be.to_numpy(model(tensor(x_np, recipe.params, backend=be)).f32()).astype(np.float64)
+        err = float(((pred - x_np) ** 2).mean())
+        return {"r2": 1 - err / float(x_np.astype(np.float64).var())}

@@ -22,16 +22,15 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .. import fp8, lowp, nn, state
-from ..optim import Adam
-from ..trace import FORWARD, NonFiniteTracer
-from .recipes import Recipe, get_recipe
-from .train import FlushCounter, RunResult, _make_scaler, measured_steps, optimizer_step
+from .. import nn, state
+from .loop import train
+from .recipes import get_recipe
+from .result import RunResult
+from .task import Task
 
 __all__ = ["TinyGPTTask", "TinyGPTResult", "OVERFLOW", "TINYGPT_RECIPES", "run_tinygpt", "training_step"]
 
@@ -41,25 +40,21 @@ TINYGPT_RECIPES = ("fp32", "fp16-pure", "fp16-master", "fp16-dynamic", "fp16-amp
                    "fp8-delayed")
 
 
-@dataclass
-class TinyGPTResult(RunResult):
-    """A :class:`~fpsim.experiments.RunResult` with what the transformer task adds: answer
-    accuracy and loss on the evaluation batch, and the first op that made an inf / NaN."""
-
-    accuracy: float = float("nan")  # share of answer tokens predicted exactly, final model
-    eval_loss: float = float("nan")  # cross-entropy on the evaluation batch, final model
-    nonfinite: object = None  # fpsim.trace.NonFinite: the first op that made inf/NaN (scaler overflows aside)
-    scaler_overflows: int = 0  # backward passes where the loss-scaled gradients overflowed (normal)
-    notes: list = field(default_factory=list)
-
-    @property
-    def final_loss(self) -> float:
-        return float("nan") if self.failure else self.eval_loss
+# The tiny GPT's runs are RunResults (accuracy, eval_loss and the traced first non-finite op filled
+# in); the old name stays for code that imported it.
+TinyGPTResult = RunResult
 
 
 @dataclass(frozen=True)
-class TinyGPTTask:
-    """Sorting ``n_digits`` digits with a ``n_layers``-layer GPT (see the module docstring)."""
+class TinyGPTTask(Task):
+    """Sorting ``n_digits`` digits with a ``n_layers``-layer GPT (see the module docstring):
+    Adam with warm-up and cosine decay, a fresh batch every step, gradients measured at the
+    first and the last step, a NonFiniteTracer throughout; a NaN loss alone does not end a run
+    (a loss scaler skips that step), a non-finite parameter does."""
+
+    measure_at = (0, -1)
+    loss_kills = False
+    trace_nonfinite = True
 
     n_digits: int = 16
     batch: int = 32
@@ -108,13 +103,21 @@ class TinyGPTTask:
         logits = model(seq[:, :-1])[:, n:]  # position n + i predicts sorted digit i
         return logits.reshape(-1, self.vocab_size), seq[:, n + 1:].reshape(-1)
 
-    def loss(self, model, seq: np.ndarray, autocast: str | None = None):
-        """Cross-entropy on the answer tokens, in float32 (under ``autocast`` if given)."""
-        from ..amp import autocast as _autocast
+    def batches(self, recipe, backend):
+        """The batch of each step: :meth:`batch_at` (token ids, the same for every recipe)."""
+        return self.batch_at
 
-        with _autocast(autocast) if autocast else contextlib.nullcontext():
+    def loss(self, model, seq: np.ndarray, recipe=None):
+        """Cross-entropy on the answer tokens, in float32 (the logits widened first), the whole
+        forward pass under the recipe's autocast (``recipe.forward_context()``)."""
+        with recipe.forward_context() if recipe is not None else contextlib.nullcontext():
             logits, target = self.logits_and_targets(model, seq)
             return nn.cross_entropy(logits.to("float32"), target)
+
+    def metrics(self, model, recipe) -> dict:
+        """``eval_loss`` and ``accuracy`` of the final model on the evaluation batch."""
+        eval_loss, accuracy = self.evaluate(model, recipe.autocast)
+        return {"eval_loss": eval_loss, "accuracy": accuracy}
 
     def evaluate(self, model, autocast: str | None = None) -> tuple[float, float]:
         """(cross-entropy, answer-token accuracy) of ``model`` on the evaluation batch."""
@@ -139,12 +142,6 @@ class TinyGPTTask:
                 f"{self.n_heads} heads, context {self.context}, vocab {self.vocab_size}; batch {self.batch}, "
                 f"Adam lr {self.lr:g} (warm-up {self.warmup}, cosine)" + (f"; {', '.join(knobs)}" if knobs else ""))
 
-    def run_recipe(self, recipe, *, steps=None, seed=0, lr=None, measure_at="all", progress=None,
-                   backend=None) -> TinyGPTResult:
-        """Train under ``recipe``; see :func:`run_tinygpt`."""
-        return run_tinygpt(recipe, self, steps=steps, seed=seed, lr=lr, measure_at=measure_at, progress=progress,
-                           backend=backend)
-
 
 # The forward-overflow setting: attention whose softmax exponentiates the scores without
 # subtracting the row maximum (``attn_stable=False``), as hand-written attention code does.
@@ -155,104 +152,34 @@ class TinyGPTTask:
 OVERFLOW = TinyGPTTask(attn_stable=False)
 
 
-@dataclass
-class _GPTRun:
-    recipe: Recipe
-    task: TinyGPTTask
-    model: object
-    opt: Adam
-    scaler: object
-    scaling: object  # fp8 recipes: the ScalingGroup
-
-    @classmethod
-    def build(cls, r: Recipe, task: TinyGPTTask, seed: int, lr: float, backend) -> _GPTRun:
-        model = task.model(seed)
-        if backend is not None:
-            model.to(backend=backend)
-        model.to(r.params)
-        scaling = fp8.convert(model, r.fp8, skip=r.fp8_skip) if r.fp8 is not None else None
-        if r.block is not None:
-            lowp.convert_blocks(model, r.block, skip=r.block_skip)  # the block recipes: every nn.Linear
-        opt = Adam(model.parameters(), lr=lr, master_weights=r.master, update_rounding=r.update_rounding, seed=seed)
-        return cls(r, task, model, opt, _make_scaler(r), scaling)
-
-    def step(self, seq) -> tuple[float, float, bool]:
-        """One training step: (loss, loss scale used, whether the update was skipped)."""
-        self.opt.zero_grad()
-        loss = self.task.loss(self.model, seq, self.recipe.autocast)
-        scale = self.scaler.get_scale() if self.scaler is not None else 1.0
-        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
-        skipped = optimizer_step(self.opt, self.scaler, self.scaling)
-        return loss.item(), float(scale), skipped
-
-
 def training_step(recipe="fp32", task: TinyGPTTask | None = None, *, step: int = 0, seed: int = 0, backend=None):
     """A callable doing one training step of :func:`run_tinygpt` (the same model, Adam, loss
-    and loss scaler, built the same way) on the batch of ``step`` at that step's learning rate;
-    each call trains on it again.  ``fpsim bench`` times it; it returns (loss, scale, skipped)."""
+    and loss scaler: ``Recipe.prepare``, ``Run.step``) on the batch of ``step`` at that step's
+    learning rate; each call trains on it again.  ``fpsim bench`` times it; it returns (loss,
+    scale, skipped)."""
     task = task or TinyGPTTask()
-    run = _GPTRun.build(get_recipe(recipe), task, seed, task.lr, backend)
+    r = get_recipe(recipe)
+    run = r.prepare(task.model(seed), lr=task.lr, seed=seed, backend=backend)
     run.opt.lr = task.lr_at(step, task.steps, task.lr)
     seq = task.batch_at(step)
-    return lambda: run.step(seq)
 
+    def one_step():
+        s = run.step(lambda model: task.loss(model, seq, r))
+        return s.loss.item(), s.scale, s.skipped
 
-def _dead(model) -> list[str]:
-    """Names of the parameters holding inf / NaN."""
-    return [n for n, p in model.named_parameters() if not bool(p.backend.xp.isfinite(p.f32()).all())]
+    return one_step
 
 
 def run_tinygpt(recipe="fp32", task: TinyGPTTask | None = None, *, steps: int | None = None, seed: int = 0,
-                lr: float | None = None, measure_at=(0, -1), progress=None, backend=None) -> TinyGPTResult:
-    """Train the tiny GPT under ``recipe`` and measure what happened: the training loss, scale
-    and skips per step, the share of backward gradients flushed to zero at ``measure_at``, the
-    first op that made an inf / NaN (a :class:`~fpsim.trace.NonFiniteTracer` runs throughout),
-    and the evaluation loss and answer accuracy of the final model.  Training stops when a
-    parameter turns non-finite; a NaN loss alone does not stop a run with a loss scaler (it
-    skips the step), which is how ``skipped`` can reach every step."""
-    r = get_recipe(recipe)
-    task = task or TinyGPTTask()
-    steps = task.steps if steps is None else int(steps)
-    lr = task.lr if lr is None else float(lr)
-    if steps < 1 or not lr > 0:
-        raise ValueError(f"steps must be >= 1 and the learning rate > 0, got {steps} and {lr}")
-    measure = measured_steps(measure_at, steps)
-    run = _GPTRun.build(r, task, seed, lr, backend)
-    out = TinyGPTResult(r.name)
-    tracer = NonFiniteTracer()
-    t0 = time.perf_counter()
-    with state.hooked(tracer), state.seeded(seed):  # stochastic rounding in the run is the seed's own
-        for step in range(steps):
-            tracer.set_step(step)
-            run.opt.lr = task.lr_at(step, steps, lr)
-            counter = FlushCounter() if step in measure else None
-            with state.hooked(counter) if counter is not None else contextlib.nullcontext():
-                loss, scale, skipped = run.step(task.batch_at(step))
-            out.losses.append(loss)
-            out.scales.append(scale)
-            out.skipped.append(skipped)
-            if counter is not None:
-                out.act_grad_flushed[step] = FlushCounter.fraction(counter.act)
-                out.weight_grad_flushed[step] = FlushCounter.fraction(counter.weight)
-            if progress is not None:
-                progress()
-            dead = _dead(run.model)
-            if dead:
-                out.failure = f"step {step}: parameters {', '.join(dead[:3])} became non-finite"
-                out.died_at = step
-                for _ in range(steps - step - 1 if progress is not None else 0):
-                    progress()
-                break
-    out.seconds = time.perf_counter() - t0
-    out.nonfinite = tracer.first_nonfinite(include_scaler=False)
-    out.scaler_overflows = tracer.counts["loss-scaler overflow"]
-    if out.nonfinite is not None and out.nonfinite.kind == FORWARD and not out.failure:
-        out.notes.append(f"forward overflow at step {out.nonfinite.step}; the scaler skipped "
-                         f"{out.steps_skipped} of {len(out.skipped)} steps")
-    if run.scaling is not None:
-        out.fp8 = run.scaling.summary()
-    out.eval_loss, out.accuracy = task.evaluate(run.model, r.autocast)
-    return out
+                lr: float | None = None, measure_at=(0, -1), progress=None, backend=None) -> RunResult:
+    """:func:`~fpsim.experiments.train` on the tiny GPT (``TinyGPTTask()`` by default): the
+    training loss, scale and skips per step, the share of backward gradients flushed to zero at
+    ``measure_at``, the first op that made an inf / NaN (a :class:`~fpsim.trace.NonFiniteTracer`
+    runs throughout), and the evaluation loss and answer accuracy of the final model.  Training
+    stops when a parameter turns non-finite; a NaN loss alone does not stop a run with a loss
+    scaler (it skips the step), which is how ``skipped`` can reach every step."""
+    return train(task or TinyGPTTask(), recipe, seed, steps=steps, lr=lr, measure_at=measure_at,
+                 progress=progress, backend=backend)
 
 
 def with_overrides(task: TinyGPTTask, **kw) -> TinyGPTTask:

@@ -1,0 +1,104 @@
+"""One run being trained: :class:`Run`, built by :meth:`Recipe.prepare
+<fpsim.experiments.Recipe.prepare>` (the only recipe -> run builder), stepped by :meth:`Run.step`
+(the only training-step body every task, the labs and the bench use).
+
+A step: zero the gradients, compute the task's float32 loss (the forward pass in the model's
+formats), backward through it - multiplied by the loss scale where the recipe has a scaler, the
+scale a float32 constant - then the optimizer update through the scaler (unscale, skip on
+inf/NaN, update the scale), then the fp8 scaling states (this step's amaxes set the next
+step's scales).  Every stored value is rounded where the engine rounds it; nothing here rounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import state
+
+__all__ = ["Run", "Step", "make_scaler"]
+
+
+def make_scaler(recipe, init_scale: float = 2.0**16):
+    """The recipe's loss scaler: None, ``StaticScaler(recipe.static_scale)``, or a
+    ``GradScaler`` starting at ``init_scale`` with the recipe's growth interval."""
+    if recipe.scaler is None:
+        return None
+    from ..amp import GradScaler, StaticScaler
+
+    if recipe.scaler == "static":
+        return StaticScaler(recipe.static_scale)
+    return GradScaler(init_scale=init_scale, growth_interval=recipe.growth_interval)
+
+
+@dataclass
+class Step:
+    """What one :meth:`Run.step` did: the float32 loss (the Tensor; ``loss.item()`` is the
+    unscaled value), the loss scale it was multiplied by, whether the update was skipped, and,
+    when asked for, ``unchanged``: (parameter entries the update left equal, all entries) -
+    counted on the device (0-d arrays on cupy) until read."""
+
+    loss: object
+    scale: float
+    skipped: bool = False
+    unchanged: tuple | None = None
+
+
+@dataclass
+class Run:
+    """A model prepared for a recipe: the model (in the recipe's formats, its Linears converted),
+    its optimizer (float32 masters where the recipe says), the loss scaler, and the fp8 scaling
+    group of the converted Linears (None without fp8)."""
+
+    recipe: object
+    model: object
+    opt: object
+    scaler: object = None
+    scaling: object = None
+
+    def masters(self) -> list:
+        """The float32 values the optimizer updates: the masters, or the parameters widened."""
+        return [p.f32() for p in self.opt.master_params()]
+
+    def forward_backward(self, loss_fn, hook=None):
+        """Zero the gradients, ``loss = loss_fn(self.model)`` (a float32 Tensor) and backward
+        through it (times the loss scale); ``hook``, if given, sees every rounding meanwhile.
+        Returns (loss, scale used)."""
+        self.opt.zero_grad()
+        if hook is not None:
+            with state.hooked(hook):
+                return self._forward_backward(loss_fn)
+        return self._forward_backward(loss_fn)
+
+    def _forward_backward(self, loss_fn):
+        loss = loss_fn(self.model)
+        scale = self.scaler.get_scale() if self.scaler is not None else 1.0
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        return loss, scale
+
+    def update(self) -> bool:
+        """The optimizer step (through the scaler, if any: step, then update), then the fp8
+        scaling states.  Whether the step was skipped."""
+        if self.scaler is not None:
+            self.scaler.step(self.opt)
+            self.scaler.update()
+            skipped = self.scaler.last_step_skipped(self.opt)
+        else:
+            self.opt.step()
+            skipped = False
+        if self.scaling is not None:
+            self.scaling.update()
+        return skipped
+
+    def step(self, loss_fn, *, hook=None, count_unchanged: bool = False) -> Step:
+        """One training step (module docstring) on the loss ``loss_fn(model)``: a :class:`Step`.
+        ``hook`` sees the forward and backward passes' roundings (not the update's);
+        ``count_unchanged`` counts the entries of :meth:`masters` the update left equal."""
+        loss, scale = self.forward_backward(loss_fn, hook)
+        before = [a.copy() for a in self.masters()] if count_unchanged else None
+        skipped = self.update()
+        unchanged = None
+        if before is not None:
+            xp = self.opt.params[0].backend.xp
+            same = sum(xp.count_nonzero(a == b) for a, b in zip(before, self.masters()))
+            unchanged = (same, sum(a.size for a in before))
+        return Step(loss, float(scale), skipped, unchanged)

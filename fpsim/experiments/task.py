@@ -1,0 +1,50 @@
+"""The task interface: what :func:`~fpsim.experiments.train` needs to train something.
+
+A task is a small (frozen dataclass) object with its settings as fields and these methods:
+
+- ``model(seed)``: a fresh float32 model (the initial weights are the seed's);
+- ``batches(recipe, backend)``: a function of the step giving that step's batch, already in the
+  form ``loss`` takes (inputs rounded into the recipe's parameter format where the task wants);
+- ``loss(model, batch, recipe)``: the float32 loss of one batch (the forward pass under
+  ``recipe.forward_context()``; losses run in float32, as autocast runs them);
+- ``lr_at(step, steps, lr)``: the learning rate of a step (constant unless the task schedules it);
+- ``metrics(model, recipe)``: the final model's numbers, as :class:`RunResult` fields.
+
+and these class-level settings: ``steps`` and ``lr`` (defaults), ``optimizer`` (``"adam"`` or
+``"sgd"``), ``measure_at`` (the steps whose gradients are counted by default), ``loss_kills``
+(whether a non-finite loss ends the run, or only non-finite parameters do: with a loss scaler a
+NaN loss just skips the step) and ``trace_nonfinite`` (whether a
+:class:`~fpsim.trace.NonFiniteTracer` watches the whole run).  :class:`Task` holds the defaults;
+a new task subclasses it in one file.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Task"]
+
+
+class Task:
+    """The defaults of the task interface (module docstring); subclasses give ``model``,
+    ``batches``, ``loss`` and, where they have more to say about the final model, ``metrics``."""
+
+    optimizer = "adam"
+    measure_at = "all"
+    loss_kills = True
+    trace_nonfinite = False
+
+    def model(self, seed: int = 0):
+        raise NotImplementedError(f"{type(self).__name__} must define model(seed)")
+
+    def batches(self, recipe, backend):
+        raise NotImplementedError(f"{type(self).__name__} must define batches(recipe, backend)")
+
+    def loss(self, model, batch, recipe):
+        raise NotImplementedError(f"{type(self).__name__} must define loss(model, batch, recipe)")
+
+    def lr_at(self, step: int, steps: int, lr: float) -> float:
+        """The learning rate of ``step``: ``lr`` throughout."""
+        return lr
+
+    def metrics(self, model, recipe) -> dict:
+        """The final model's numbers (:class:`~fpsim.experiments.RunResult` fields); none here."""
+        return {}

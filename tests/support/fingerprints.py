@@ -1,0 +1,21 @@
+"""Fingerprints of a comparison's numbers and table (shared by the refactor-invariance tests)."""
+import hashlib
+import re
+
+REF_FIELDS = ("recipe", "losses", "scales", "skipped", "act_grad_flushed", "weight_grad_flushed", "stalled",
+              "scaler", "died_at", "frozen_fraction", "r2", "failure", "fp8")
+GPT_FIELDS = ("recipe", "losses", "scales", "skipped", "act_grad_flushed", "weight_grad_flushed", "died_at",
+              "accuracy", "eval_loss", "scaler_overflows", "notes", "fp8")
+
+
+def numbers(results, fields) -> str:
+    """sha256 (16 hex digits) of repr() of the fields, every float to the last bit (NaN == NaN),
+    and of where the first non-finite value was made (tiny GPT)."""
+    rows = [repr((name, [(f, getattr(r, f)) for f in fields], repr(getattr(r, "nonfinite", None))))
+            for name, r in results.items()]
+    return hashlib.sha256("\n".join(rows).encode()).hexdigest()[:16]
+
+
+def table(text: str) -> str:
+    """sha256 (16 hex digits) of a table with its timing column (the last, "1.2s") taken out."""
+    return hashlib.sha256(re.sub(r"\s+[0-9.]+s$", "", text, flags=re.M).encode()).hexdigest()[:16]
