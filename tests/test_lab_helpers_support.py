@@ -262,30 +262,33 @@ def test_memory_per_parameter_is_measured_from_the_storage_dtypes():
 # ---------------------------------------------------------------------------- recipe runs
 
 
-def test_runs_train_table_and_panels():
+def test_runs_train_measures_every_step_and_the_labs_draw_with_the_compare_figure():
+    from fpsim.experiments import format_table
     from fpsim.labs import runs
+    from fpsim.tools.compareplot import compare_figure
 
     res = runs.train(["fp32", "fp16-pure", "fp16-master", "fp16-dynamic"], ReferenceTask(n=256), steps=4)
     assert all(len(res[k].act_grad_flushed) == 4 for k in ("fp32", "fp16-master", "fp16-dynamic"))  # every step
-    ratios = runs.ratios(res)
-    assert set(ratios) == {"fp16-pure", "fp16-master", "fp16-dynamic"}
-    assert np.all(np.isnan(ratios["fp16-pure"])) and np.all(np.isfinite(ratios["fp16-master"]))
-    text = runs.table(res)
-    assert "NaN from step 0" in text and "65536" in text
-    fig = runs.panels(res, ["ratio", "flushed", "stalled", "scale"], title="t")
-    assert len(fig.axes) == 4 and fig.legends and "fp16-pure: NaN from step 0" in fig._suptitle.get_text()
+    text = format_table(res)
+    assert "diverged at step 0" in text and "65536" in text
+    cf = compare_figure(res, panels=["ratio", "flushed", "stalled", "scale"], title="t")
+    assert cf.panels == ("ratio", "flushed", "stalled", "scale") and len(cf.figure.axes) == 4
+    assert [(d.recipe, d.step) for d in cf.deaths] == [("fp16-pure", 0)]
+    assert set(cf.final_ratios) == {"fp16-master", "fp16-dynamic"}
     with pytest.raises(ValueError, match="choose from"):
-        runs.panels(res, ["losses"])
+        compare_figure(res, panels=["losses"])
 
 
-def test_classifier_runs_and_table():
-    from fpsim.labs.classifier import classifier_table, train_classifier
+def test_classifier_runs_through_the_pipeline():
+    from fpsim.experiments import format_table
+    from fpsim.labs.classifier import train_classifier
 
     a = train_classifier("fp32", steps=3, n=128)
     b = train_classifier("fp16-dynamic", steps=3, n=128)
-    assert len(a.losses) == len(b.flushed) == 3 and a.flushed == [0.0, 0.0, 0.0]
+    assert len(a.losses) == len(b.act_grad_flushed) == 3 and list(a.act_grad_flushed.values()) == [0.0, 0.0, 0.0]
     assert b.scales[0] == 2.0**16
-    assert "fp16-dynamic" in classifier_table({"fp32": a, "fp16-dynamic": b})
+    text = format_table({"fp32": a, "fp16-dynamic": b})
+    assert "fp16-dynamic" in text and "R^2" not in text  # the classifier has no R^2
     with pytest.raises(ValueError, match="float16 / bfloat16"):
         train_classifier("fp8-delayed", steps=1)
 

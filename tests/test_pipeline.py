@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
+from support.fingerprints import GPT_FIELDS, REF_FIELDS, numbers, table
 
 from fpsim import nn, ops
 from fpsim.experiments import (
@@ -31,7 +32,6 @@ from fpsim.experiments import (
     train,
 )
 from fpsim.tensor import tensor
-from support.fingerprints import GPT_FIELDS, REF_FIELDS, numbers, table
 
 SMALL_GPT = TinyGPTTask(n_digits=5, batch=8, steps=3, d_model=16, n_layers=1, n_heads=2, eval_size=16, warmup=2)
 

@@ -111,19 +111,25 @@ def test_gradient_histogram_figure(tmp_path):
         plots.gradient_histogram(v, ax=ax)
 
 
-def test_loss_curves_marks_the_dead_run():
+def test_loss_curves_of_your_own_loop_go_through_the_compare_figure():
+    """Plain lists of losses (a loop of your own): the one figure, the one death rule (the
+    first non-finite loss), the one colour / dash assignment."""
+    from fpsim.tools.compareplot import compare_figure
+
     curves = {"fp32": [1.0, 0.5, 0.25, 0.2], "fp16-pure": [1.0, 0.6, np.nan, np.nan],
               "fp16-master": [1.0, 0.5, 0.26, 0.21], "bf16-pure": [1.0, 0.55, 0.4, np.inf]}
-    fig = plots.loss_curves(curves)
-    (ax,) = fig.axes
+    cf = compare_figure(curves, panels=["loss"])
+    ax = cf.axes["loss"]
     assert ax.get_yscale() == "log"
-    assert len(ax.lines) == 4 + 2  # a line per recipe, an X per dead run
     dead = [ln for ln in ax.lines if ln.get_marker() == "X"]
-    assert [tuple(ln.get_xdata()) for ln in dead] == [(2,), (3,)]
-    assert [tuple(ln.get_ydata()) for ln in dead] == [(0.6,), (0.4,)]
+    assert [(tuple(ln.get_xdata()), tuple(ln.get_ydata())) for ln in dead] == [((2,), (0.6,)), ((3,), (0.4,))]
+    assert [(d.recipe, d.step) for d in cf.deaths] == [("fp16-pure", 2), ("bf16-pure", 3)]
+    styles = plots.recipe_styles(curves)
+    assert styles["fp16-pure"] == (plots.FORMAT_COLORS["float16"], "-")
+    assert styles["fp16-master"] == (plots.FORMAT_COLORS["float16"], "--")
+    assert styles["bf16-pure"] == (plots.FORMAT_COLORS["bfloat16"], "-")
     colors = {ln.get_label(): ln.get_color() for ln in ax.lines}
     assert colors["fp16-pure"] == colors["fp16-master"] == plots.FORMAT_COLORS["float16"]
-    assert colors["bf16-pure"] == plots.FORMAT_COLORS["bfloat16"]
 
 
 def test_loss_scale_plot_bools_or_indexes():

@@ -69,7 +69,7 @@ def _died_at(r: RunResult) -> str:
     return f" at step {step}" if step is not None else ""
 
 
-def _run_row(name: str, r: RunResult, base: RunResult | None) -> list[str]:
+def _run_row(name: str, r: RunResult, base: RunResult | None, quality_col: bool = True) -> list[str]:
     """One recipe's row of :func:`format_table`."""
     first = min(r.act_grad_flushed) if r.act_grad_flushed else None
     last = max(r.act_grad_flushed) if r.act_grad_flushed else None
@@ -77,9 +77,9 @@ def _run_row(name: str, r: RunResult, base: RunResult | None) -> list[str]:
     rel = f"{r.final_loss / base.final_loss:.3f}x" if base and ok and base.final_loss > 0 else "-"
     acc = r.accuracy  # the transformer task reports answer accuracy, not R^2
     quality = (percent(acc, digits=1) if acc is not None and math.isfinite(acc) else "-") if acc is not None else (
-        f"{r.r2:.4f}" if ok and math.isfinite(r.r2) else "-")
+        f"{r.r2:.4f}" if ok and r.r2 is not None and math.isfinite(r.r2) else "-")
     row = [
-        name, f"{r.final_loss:.4e}" if ok else "diverged" + _died_at(r), rel, quality,
+        name, f"{r.final_loss:.4e}" if ok else "diverged" + _died_at(r), rel, *([quality] if quality_col else []),
         f"{r.steps_skipped} ({percent(r.steps_skipped, len(r.skipped), digits=0)})" if r.skipped else "0",
         "per tensor" if r.fp8 else f"{r.final_scale:g}",
         f"{_pct(r.act_grad_flushed, first)} -> {_pct(r.act_grad_flushed, last)}" if first is not None else "-",
@@ -109,9 +109,12 @@ def format_table(results: dict[str, RunResult], baseline: str = "fp32") -> str:
     """The comparison table ``fpsim compare`` prints, with a legend."""
     base = results.get(baseline)
     gpt = any(r.traced for r in results.values())
-    cols = ["recipe", "final loss", f"vs {baseline}", "answer acc" if gpt else "R^2", "skipped", "final scale",
-            "act-grad 0s first->last", "weight-grad 0s", "stalled", *(["first non-finite"] if gpt else []), "time"]
-    lines = text_table(cols, [_run_row(name, r, base) for name, r in results.items()])
+    # a quality column where the task has a measure of it (R^2, answer accuracy)
+    quality = gpt or any(r.r2 is not None or r.accuracy is not None for r in results.values())
+    cols = ["recipe", "final loss", f"vs {baseline}", *(["answer acc" if gpt else "R^2"] if quality else []),
+            "skipped", "final scale", "act-grad 0s first->last", "weight-grad 0s", "stalled",
+            *(["first non-finite"] if gpt else []), "time"]
+    lines = text_table(cols, [_run_row(name, r, base, quality) for name, r in results.items()])
     notes = [f"  {n}: {r.failure}" for n, r in results.items() if r.failure]
     notes += [f"  {n}: {note}" for n, r in results.items() for note in r.notes]
     if notes:
@@ -132,7 +135,8 @@ def format_table(results: dict[str, RunResult], baseline: str = "fp32") -> str:
     else:
         lines += [
             "stalled: parameter entries (masters where there are masters) that the last step left unchanged -",
-            "  their update was below half an ulp.  R^2: 1 - reconstruction error / variance of the data.",
+            "  their update was below half an ulp." + ("  R^2: 1 - reconstruction error / variance of the data."
+                                                     if quality else ""),
         ]
     carried = [n for n in results if n in RECIPES and RECIPES[n].update_rounding != "nearest"]
     if carried:

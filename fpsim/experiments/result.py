@@ -30,7 +30,7 @@ class RunResult:
     scaler: str | None = None  # the loss scaler: None, "static" or "dynamic"
     died_at: int | None = None  # the step (from 0) after which the run was non-finite; None if it lived
     frozen_fraction: float = float("nan")  # parameters (entries) that never changed
-    r2: float = float("nan")  # reference task: 1 - mse / variance of the data, on the final model
+    r2: float | None = None  # reference task: 1 - mse / variance of the data, on the final model
     failure: str = ""  # where a NaN / inf came from, if the run died (training stops there)
     seconds: float = 0.0
     fp8: dict = field(default_factory=dict)  # fp8 recipes: tensor -> ScalingState.summary() after the last step

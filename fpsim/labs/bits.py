@@ -152,7 +152,7 @@ def bit_figure(x, formats=tuple(FORMATS), ax=None, *, title=None, path=None):
     orange mantissa; the stored value and its category at the right of each row."""
     from ..tools import plots
 
-    plt = plots._plt()
+    plt = plots.pyplot()
     rows = [fields(x, fmt) for fmt in formats]
     widest = max(r.format.bits for r in rows)
     if ax is None:
@@ -179,4 +179,4 @@ def bit_figure(x, formats=tuple(FORMATS), ax=None, *, title=None, path=None):
         ax.axis("off")
         ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=11, frameon=False)
         ax.set_title(title or f"{x!r} stored in each format", pad=28)
-    return plots._finish(fig, path)
+    return plots.finish_figure(fig, path)

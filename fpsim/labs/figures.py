@@ -35,8 +35,8 @@ def histogram(values, formats=("float16", "bfloat16", "float8_e4m3fn", "float8_e
         if scale is not None:
             labels = [f"x {_pretty(scale)} ({scale_name})" if "(loss scale)" in lab else lab for lab in labels]
         legend.remove()
-        with plots._plt().rc_context(plots.STYLE):
+        with plots.pyplot().rc_context(plots.STYLE):
             fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False, fontsize=11)
         height = fig.get_size_inches()[1]
         fig.tight_layout(rect=(0, 0.55 / height, 1, 1))
-    return plots._finish(fig, path)
+    return plots.finish_figure(fig, path)

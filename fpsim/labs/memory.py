@@ -14,9 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import nn, ops
-from ..amp import GradScaler
 from ..experiments import get_recipe
-from ..optim import Adam
 from ..tensor import tensor
 
 __all__ = ["COMPONENTS", "measure_bytes", "memory_table"]
@@ -32,28 +30,25 @@ def measure_bytes(recipe="fp32") -> dict[str, float]:
     """Bytes per parameter, per component (:data:`COMPONENTS`), that one Adam step under
     ``recipe`` holds; measured on a 64-32-64 MLP after one step.  ``"total"`` is their sum."""
     r = get_recipe(recipe)
-    model = nn.MLP([64, 32, 64], activation="tanh", seed=0).to(r.params)
-    params = model.parameters()
+    run = r.prepare(nn.MLP([64, 32, 64], activation="tanh", seed=0), lr=1e-3, seed=0)
+    params, opt = run.model.parameters(), run.opt
     n = sum(int(np.prod(p.shape)) for p in params)
-    opt = Adam(params, lr=1e-3, master_weights=r.master, update_rounding=r.update_rounding, seed=0)
     x = tensor(np.random.default_rng(0).standard_normal((16, 64)).astype(np.float32) * 0.1, r.params)
     target = tensor(np.zeros((16, 64), np.float32), "float32")
-    scaler = GradScaler(init_scale=1024.0) if r.scaler else None
-    with r.forward_context():
-        pred = model(x)
-    loss = ops.mse_loss(pred.to("float32"), target)
-    (scaler.scale(loss) if scaler is not None else loss).backward()
-    if scaler is not None:
-        scaler.unscale_(opt)
+
+    def loss_fn(model):
+        with r.forward_context():
+            pred = model(x)
+        return ops.mse_loss(pred.to("float32"), target)
+
+    run.forward_backward(loss_fn)
+    if run.scaler is not None:
+        run.scaler.unscale_(opt)
     opt.sync_master_grads()  # what the update reads: float32 copies of the gradients (masters only)
     masters = opt.master or []
     out = {"weights": _nbytes(params), "gradients": _nbytes(p.grad for p in params),
            "master weights": _nbytes(masters), "master gradients": _nbytes(m.grad for m in masters)}
-    if scaler is not None:
-        scaler.step(opt)
-        scaler.update()
-    else:
-        opt.step()
+    run.update()
     out["Adam moments"] = sum(_nbytes([s.get("exp_avg"), s.get("exp_avg_sq")]) for s in opt.state)
     out["Kahan buffer"] = sum(_nbytes([s.get("kahan_comp")]) for s in opt.state)
     per = {k: v / n for k, v in out.items()}

@@ -195,7 +195,7 @@ class Bridge:
         right: both scale trajectories, skipped steps marked."""
         from ..tools import plots
 
-        plt = plots._plt()
+        plt = plots.pyplot()
         fig = plt.figure(figsize=(16, 4.6), dpi=plots.STYLE["figure.dpi"])
         with plt.rc_context(plots.STYLE):
             a1, a2, a3 = fig.subplots(1, 3)
@@ -216,7 +216,7 @@ class Bridge:
             handles, labels = a1.get_legend_handles_labels()
             fig.legend(handles, labels, loc="lower center", ncol=2, frameon=False)
             fig.tight_layout(rect=(0, 0.08, 1, 1))
-        return plots._finish(fig, path)
+        return plots.finish_figure(fig, path)
 
 
 def _pow2(s: float) -> str:

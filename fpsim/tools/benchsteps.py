@@ -9,9 +9,7 @@ import numpy as np
 
 from .. import backend as _backend
 from .. import nn
-from ..amp import GradScaler
 from ..experiments import get_recipe
-from ..optim import SGD
 from ..tensor import tensor
 from . import torchref
 
@@ -29,36 +27,23 @@ def _step_data(batch: int, seed: int = 2):
 
 def fpsim_step(recipe: str, batch: int = 128, backend=None, lr: float = 0.01):
     """A callable doing one SGD step of the MLP 784-256-256-10 on a fixed batch under
-    ``recipe`` (its parameter format, master weights and loss scaler); the loss is computed
-    in float32 from the logits, as the recipes do."""
+    ``recipe`` (``Recipe.prepare`` with plain SGD: its parameter format, master weights, loss
+    scaler and autocast; ``Run.step``); the loss is computed in float32 from the logits, as the
+    recipes do.  It returns the loss."""
     r = get_recipe(recipe)
     be = _backend.get_backend(backend)
     x_np, y_np = _step_data(batch)
-    model = nn.MLP(list(MLP_SIZES), activation="relu", seed=0)
-    if backend is not None:
-        model.to(backend=be)
-    model.to(r.params)
+    run = r.prepare(nn.MLP(list(MLP_SIZES), activation="relu", seed=0), lr=lr, optimizer="sgd",
+                    backend=be if backend is not None else None)
     x = tensor(x_np, r.params, backend=be)
     y = be.asarray(y_np)
-    opt = SGD(model.parameters(), lr=lr, master_weights=r.master)
-    scaler = GradScaler(init_scale=2.0**16, growth_interval=r.growth_interval) if r.scaler == "dynamic" else None
-    if r.scaler not in (None, "dynamic") or r.autocast:
-        raise ValueError(f"bench steps support recipes without autocast and with a dynamic or no scaler, "
-                         f"not {recipe!r}")
 
-    def step():
-        opt.zero_grad()
-        loss = nn.cross_entropy(model(x).to("float32"), y)
-        if scaler is None:
-            loss.backward()
-            opt.step()
-        else:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        return loss
+    def loss_fn(model):
+        with r.forward_context():
+            logits = model(x)
+        return nn.cross_entropy(logits.to("float32"), y)
 
-    return step
+    return lambda: run.step(loss_fn).loss
 
 
 def torch_step(torch, dtype: str, batch: int = 128, device: str = "cpu", amp: bool = False, lr: float = 0.01):

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .plots import _STYLES, BAND_COLORS, STYLE, _plt, recipe_color
+from .plots import BAND_COLORS, STYLE, pyplot, recipe_styles
 
-__all__ = ["CompareFigure", "Death", "compare_figure"]
+__all__ = ["CompareFigure", "Death", "compare_figure", "PANELS"]
 
-_SPARE_COLORS = ("#ff7f0e", "#8c564b", "#bcbd22", "#17becf", "#7f7f7f", "#d62728")
+PANELS = ("loss", "ratio", "flushed", "scale", "stalled")
 _PANELS = (  # key, title, y label
     ("flushed", "activation gradients flushed to 0", "% of the non-zero ones"),
     ("scale", "loss scale (X: step skipped, inf/NaN gradients)", "loss scale"),
@@ -60,29 +60,29 @@ class CompareFigure:
     notes: list = field(default_factory=list)
 
 
+def _as_run(name, r):
+    """A RunResult as it is; a plain sequence of losses (a loop of your own) as a RunResult with
+    those losses, dead at its first non-finite one."""
+    if hasattr(r, "losses"):
+        return r
+    from ..experiments import RunResult
+
+    losses = [float(v) for v in np.asarray(r, dtype=np.float64).ravel()]
+    bad = [i for i, v in enumerate(losses) if not math.isfinite(v)]
+    return RunResult(str(name), losses=losses, skipped=[False] * len(losses), died_at=bad[0] if bad else None,
+                     failure=f"step {bad[0]}: the loss was {losses[bad[0]]}" if bad else "")
+
+
 def _by_seed(runs) -> dict:
     """``{seed: {recipe: RunResult}}`` from that or from ``{recipe: RunResult}`` (seed None)."""
     if not runs:
         raise ValueError("compare_figure needs at least one run")
     if all(isinstance(v, dict) for v in runs.values()):
-        out = {s: dict(v) for s, v in runs.items()}
+        out = {s: {n: _as_run(n, r) for n, r in v.items()} for s, v in runs.items()}
         if not all(out.values()):
             raise ValueError("compare_figure: every seed needs at least one run")
         return out
-    return {None: dict(runs)}
-
-
-def _styles(names) -> dict:
-    """recipe -> (colour, dash): the format's colour; recipes of one format get other dashes."""
-    seen: dict = {}
-    spare = iter(_SPARE_COLORS * 4)
-    out = {}
-    for name in names:
-        color = recipe_color(name) or next(spare)
-        k = seen.get(color, 0)
-        seen[color] = k + 1
-        out[name] = (color, _STYLES[k % len(_STYLES)])
-    return out
+    return {None: {n: _as_run(n, r) for n, r in runs.items()}}
 
 
 def _losses(r) -> np.ndarray:
@@ -130,7 +130,7 @@ def _deaths(by_seed: dict) -> list[Death]:
     out = []
     for seed, runs in by_seed.items():
         for name, r in runs.items():
-            step = r.died_at if r.died_at is not None else (len(r.losses) - 1 if r.failure else None)
+            step = r.died_at
             if step is None:
                 continue
             y = _losses(r)[: step + 1]
@@ -317,11 +317,55 @@ def _layout(plt, panels: list):
     return fig, top, bottom, side
 
 
-def compare_figure(runs, *, baseline: str | None = None, title: str | None = None, path=None) -> CompareFigure:
+def _steps_axis(axes, by_seed) -> None:
+    """Every panel's x axis: the steps 0 .. n-1 of the longest run, integer ticks."""
+    from matplotlib.ticker import MaxNLocator
+
+    n = max(len(r.losses) for rs in by_seed.values() for r in rs.values())
+    pad = max(0.5, 0.02 * (n - 1))
+    for ax in axes:
+        ax.set_xlim(-pad, n - 1 + pad)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _row_figure(by_seed, names, baseline, panels, title, path) -> CompareFigure:
+    """The chosen ``panels`` side by side, in the order given (the labs' figures)."""
+    if isinstance(panels, str) or not panels or any(p not in PANELS for p in panels):
+        raise ValueError(f"panels: choose from {', '.join(PANELS)}, got {panels!r}")
+    styles, deaths = recipe_styles(names), _deaths(by_seed)
+    text = {key: (t, ylabel) for key, t, ylabel in _PANELS}
+    plt = pyplot()
+    fig = plt.figure(figsize=(6.5 * len(panels), 5.8), layout="constrained")
+    ratios: dict = {}
+    notes: list = []
+    with plt.rc_context(STYLE):
+        axes = list(fig.subplots(1, len(panels), squeeze=False)[0])
+        for ax, key in zip(axes, panels):
+            if key == "loss":
+                _loss_panel(ax, by_seed, names, styles, deaths)
+            elif key == "ratio":
+                notes += _ratio_panel(ax, by_seed, names, styles, baseline, deaths, ratios)
+            else:
+                notes.append(_diag_panel(ax, by_seed, names, styles, key, *text[key]))
+            ax.set_xlabel("step")
+        _steps_axis(axes, by_seed)
+        if title:
+            fig.suptitle(title, fontsize=15)
+    if path is not None:
+        fig.savefig(path, bbox_inches="tight")
+    return CompareFigure(fig, path, baseline if len(names) > 1 else None, tuple(panels), dict(zip(panels, axes)),
+                         deaths, ratios, [n for n in notes if n])
+
+
+def compare_figure(runs, *, baseline: str | None = None, panels=None, title: str | None = None,
+                   path=None) -> CompareFigure:
     """Draw a recipe comparison (see the module docstring); save it to ``path`` if given.
 
-    ``runs``: ``{recipe: RunResult}`` (one seed) or ``{seed: {recipe: RunResult}}``.
+    ``runs``: ``{recipe: RunResult}`` (one seed) or ``{seed: {recipe: RunResult}}``; a plain
+    sequence of losses stands for a run of your own loop (dead at its first non-finite loss).
     ``baseline``: the recipe the ratios divide by (default: fp32 if present, else the first).
+    ``panels``: None for the full figure (loss and ratio on the left, beside them the panels the
+    runs have data for), or some of :data:`PANELS` drawn side by side in that order.
     Returns a :class:`CompareFigure` with the data it drew.
     """
     by_seed = _by_seed(runs)
@@ -329,9 +373,11 @@ def compare_figure(runs, *, baseline: str | None = None, title: str | None = Non
     baseline = baseline or ("fp32" if "fp32" in names else names[0])
     if baseline not in names:
         raise ValueError(f"baseline {baseline!r} is not among the recipes ({', '.join(names)})")
-    styles, deaths = _styles(names), _deaths(by_seed)
+    if panels is not None:
+        return _row_figure(by_seed, names, baseline, panels, title, path)
+    styles, deaths = recipe_styles(names), _deaths(by_seed)
     panels = [p for p in _PANELS if _panel_runs(by_seed, names, p[0])[0]]
-    plt = _plt()
+    plt = pyplot()
     fig, top, bottom, side = _layout(plt, panels)
     ratios: dict = {}
     with plt.rc_context(STYLE):
@@ -346,13 +392,7 @@ def compare_figure(runs, *, baseline: str | None = None, title: str | None = Non
             notes += absent
         for ax in (bottom, *side[-1:]):
             ax.set_xlabel("step")
-        from matplotlib.ticker import MaxNLocator
-
-        n = max(len(r.losses) for rs in by_seed.values() for r in rs.values())
-        pad = max(0.5, 0.02 * (n - 1))
-        for ax in (top, bottom, *side):
-            ax.set_xlim(-pad, n - 1 + pad)
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        _steps_axis((top, bottom, *side), by_seed)
         seeds = [s for s in by_seed if s is not None]
         top.set_title(title or "loss per recipe" + (f", mean and range over seeds {', '.join(map(str, seeds))}"
                                                     if len(seeds) > 1 else ""), fontsize=15)

@@ -43,7 +43,7 @@ from ..formats import FORMATS, get_format
 from ..optim import Adam
 from ..tensor import tensor
 from .compareplot import compare_figure
-from .plots import STYLE, _plt, gradient_histogram, loss_scale_plot, number_line, ulp_plot
+from .plots import STYLE, gradient_histogram, loss_scale_plot, number_line, pyplot, ulp_plot
 
 __all__ = ["FIGURES", "make_figures", "late_gradients", "write_reference_dump", "example_dump_path",
            "DUMP_ROWS", "SCALER_GROWTH_INTERVAL", "BEYOND_FP16"]
@@ -179,7 +179,7 @@ def _loss_figure(results, task, steps, path, what="the default recipes"):
 def _ulp_figure(path):
     """ulp against |x| for every format: the whole float32 range, then the window of the 16- and
     8-bit formats."""
-    plt = _plt()
+    plt = pyplot()
     with plt.rc_context(STYLE):
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 11))
     ulp_plot(tuple(FORMATS), ax=top, title="ulp(x), the gap to the next number: the whole float32 range (dot: smallest normal)")
@@ -198,7 +198,7 @@ def _ulp_figure(path):
 
 
 def _number_line_fp8(path):
-    plt = _plt()
+    plt = pyplot()
     with plt.rc_context(STYLE):
         fig, axes = plt.subplots(4, 1, figsize=(13, 10.5))
     for i, name in enumerate(("float8_e4m3fn", "float8_e5m2")):
@@ -216,7 +216,7 @@ def _number_line_fp8(path):
 
 
 def _number_line_float16(path):
-    plt = _plt()
+    plt = pyplot()
     f = get_format("float16")
     s, tiny = f.smallest_subnormal, f.tiny
     with plt.rc_context(STYLE):

@@ -25,7 +25,8 @@ from ..formats import FORMATS, LOW_FORMATS, get_format, ulp
 from ..formats.survival import float_values, survival
 
 __all__ = ["FORMAT_COLORS", "BAND_COLORS", "STYLE", "HistogramData", "format_bands", "histogram_data",
-           "gradient_histogram", "loss_curves", "loss_scale_plot", "ulp_plot", "number_line", "recipe_color"]
+           "gradient_histogram", "loss_scale_plot", "ulp_plot", "number_line", "recipe_color", "recipe_styles",
+           "pyplot", "finish_figure"]
 
 FORMAT_COLORS = {
     "float32": "#4d4d4d",
@@ -52,7 +53,7 @@ STYLE = {
 }
 
 
-def _plt():
+def pyplot():
     """pyplot, imported on first use; Agg when nothing can display a window."""
     if "matplotlib.pyplot" not in sys.modules and not os.environ.get("MPLBACKEND"):
         headless = sys.platform.startswith("linux") and not (os.environ.get("DISPLAY")
@@ -68,7 +69,7 @@ def _plt():
 
 def _figure(ax, nrows=1, figsize=(10, 5.5), sharex=False):
     """(figure, list of axes): new ones, or the caller's."""
-    plt = _plt()
+    plt = pyplot()
     if ax is not None:
         axes = list(ax) if isinstance(ax, list | tuple | np.ndarray) else [ax]
         if len(axes) != nrows:
@@ -94,7 +95,8 @@ def _label(fig, ax, ax_, xlabel: str, ylabel: str, title: str, legend: str = "be
         fig.tight_layout()
 
 
-def _finish(fig, path):
+def finish_figure(fig, path):
+    """``fig``, saved to ``path`` first (tight bounding box) if a path is given."""
     if path is not None:
         fig.savefig(path, bbox_inches="tight")
     return fig
@@ -109,6 +111,25 @@ def recipe_color(name: str):
         if key in n:
             return FORMAT_COLORS[fmt]
     return None
+
+
+_SPARE_COLORS = ("#ff7f0e", "#8c564b", "#bcbd22", "#17becf", "#7f7f7f", "#d62728")
+DASHES = ("-", "--", ":", "-.")
+
+
+def recipe_styles(names) -> dict:
+    """name -> (colour, dash), the one assignment every comparison figure uses: a recipe gets its
+    format's colour (:func:`recipe_color`), a name without one the next spare colour, and names
+    that share a colour get the next dash style, in the order given."""
+    seen: dict = {}
+    spare = iter(_SPARE_COLORS * 4)
+    out = {}
+    for name in names:
+        color = recipe_color(name) or next(spare)
+        k = seen.get(color, 0)
+        seen[color] = k + 1
+        out[name] = (color, DASHES[k % len(DASHES)])
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -234,7 +255,7 @@ def gradient_histogram(values, formats=LOW_FORMATS, scale=None, ax=None, *, bins
     scaling moves it, with the percentages after scaling.  ``values`` may also be a
     :class:`HistogramData` (e.g. from an audit).  ``ax``: one Axes per format.
     """
-    plt = _plt()
+    plt = pyplot()
     names = [get_format(f).name for f in formats]
     data = values if isinstance(values, HistogramData) else histogram_data(values, names, bins=bins, scale=scale)
     if isinstance(values, HistogramData) and scale is not None and data.scale != scale:
@@ -278,52 +299,18 @@ def gradient_histogram(values, formats=LOW_FORMATS, scale=None, ax=None, *, bins
         axes[0].legend(loc="upper right", ncol=2, fontsize=11)
         if ax is None:
             fig.tight_layout()
-    return _finish(fig, path)
+    return finish_figure(fig, path)
 
 
 # --------------------------------------------------------------------------------------------
 # training curves
 
 
-_STYLES = ("-", "--", ":", "-.")
-
-
-def loss_curves(curves: dict, ax=None, title="training loss per recipe", *, path=None):
-    """One line per recipe (log y).  Where a run died (first inf / NaN loss) an X marks the
-    step, drawn at the last finite loss, and the line stops.  Colours follow the recipe's
-    format (:func:`recipe_color`); recipes of one format get different dash styles."""
-    plt = _plt()
-    if not curves:
-        raise ValueError("loss_curves needs at least one curve")
-    fig, (ax_,) = _figure(ax)
-    seen: dict = {}
-    with plt.rc_context(STYLE):
-        for name, ys in curves.items():
-            y = np.asarray(ys, dtype=np.float64).ravel()
-            steps = np.arange(y.size)
-            bad = np.flatnonzero(~np.isfinite(y))
-            end = int(bad[0]) if bad.size else y.size
-            color = recipe_color(name)
-            k = seen.get(color, 0)
-            seen[color] = k + 1
-            shown = y[:end].copy()
-            shown[shown <= 0] = np.nan  # log axis: a zero loss cannot be drawn
-            (line,) = ax_.plot(steps[:end], shown, color=color, ls=_STYLES[k % len(_STYLES)], label=name)
-            if bad.size:
-                finite = y[:end][np.isfinite(y[:end]) & (y[:end] > 0)]
-                at = finite[-1] if finite.size else (np.nanmax(shown) if np.any(np.isfinite(shown)) else 1.0)
-                ax_.plot([end], [at], marker="X", ms=14, color=line.get_color(), ls="none",
-                         label=f"{name}: {'NaN' if np.isnan(y[end]) else 'inf'} at step {end}")
-        ax_.set_yscale("log")
-        _label(fig, ax, ax_, "step", "loss", title)
-    return _finish(fig, path)
-
-
 def loss_scale_plot(scales, skipped=(), ax=None, title="dynamic loss scale", *, path=None):
     """The loss scale at each step (log2 axis), skipped steps (inf/NaN gradients) as red X.
 
     ``skipped``: booleans, one per step, or the indexes of the skipped steps."""
-    plt = _plt()
+    plt = pyplot()
     s = np.asarray(scales, dtype=np.float64).ravel()
     if s.size == 0:
         raise ValueError("loss_scale_plot needs at least one scale")
@@ -343,7 +330,7 @@ def loss_scale_plot(scales, skipped=(), ax=None, title="dynamic loss scale", *, 
                  label=f"skipped step ({idx.size})")
         ax_.set_yscale("log", base=2)
         _label(fig, ax, ax_, "step", "loss scale", title)
-    return _finish(fig, path)
+    return finish_figure(fig, path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -354,7 +341,7 @@ def ulp_plot(formats=tuple(FORMATS), ax=None, title="spacing of representable nu
     """ulp(x) against |x| for each format, log-log (base 2), from the smallest subnormal to
     max: flat through the subnormal range (spacing = smallest subnormal), then doubling at
     every power of two.  A dot marks the smallest normal (tiny)."""
-    plt = _plt()
+    plt = pyplot()
     names = [get_format(f).name for f in formats]
     fig, (ax_,) = _figure(ax, figsize=(10, 6))
     with plt.rc_context(STYLE):
@@ -368,7 +355,7 @@ def ulp_plot(formats=tuple(FORMATS), ax=None, title="spacing of representable nu
         ax_.set_xscale("log", base=2)
         ax_.set_yscale("log", base=2)
         _label(fig, ax, ax_, "|x|", "ulp(x): gap to the next number", title, legend="upper left")
-    return _finish(fig, path)
+    return finish_figure(fig, path)
 
 
 def _all_values(f) -> np.ndarray:
@@ -388,7 +375,7 @@ def number_line(fmt, lo=None, hi=None, ax=None, title=None, *, path=None):
     window [1 - 32 eps, 1 + 64 eps] around 1.0, where the spacing doubles.  Subnormal values
     are amber, normal ones the format's colour, zero black; the subnormal range is shaded.
     """
-    plt = _plt()
+    plt = pyplot()
     f = get_format(fmt)
     vals = _all_values(f)
     if lo is None and hi is None and f.bits <= 8:
@@ -420,4 +407,4 @@ def number_line(fmt, lo=None, hi=None, ax=None, title=None, *, path=None):
         ax_.legend(loc="upper right", ncol=3, fontsize=11)
         if ax is None:
             fig.tight_layout()
-    return _finish(fig, path)
+    return finish_figure(fig, path)
