@@ -50,7 +50,7 @@ def _unpack(data, key: str):
 
 def save(path, model, optimizer=None, scaler=None, fp8=None) -> Path:
     """Write model (and optimizer, GradScaler, fp8 scaling - the ``ScalingGroup`` that
-    ``fpsim.fp8.convert`` returned) state to ``path`` (.npz), atomically: a failure half-way
+    ``fpsim.lowp.convert`` returned) state to ``path`` (.npz), atomically: a failure half-way
     leaves any earlier file at ``path`` as it was."""
     path = Path(path)
     out: dict = {}

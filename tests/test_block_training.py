@@ -1,7 +1,7 @@
 """Block-scaled training: the three GEMMs of BlockLinear against a float64 reference of the same
 quantize-then-matmul maths (each operand quantized along that GEMM's reduction axis); the ao#1501
 mistake measurably differs; the Hadamard transform is exact and cancels; narrow accumulation with
-and without promotion; convert_blocks and recipe errors."""
+and without promotion; lowp.convert with a BlockScaling and recipe errors."""
 
 import numpy as np
 import pytest
@@ -9,7 +9,7 @@ import pytest
 import fpsim
 from fpsim import nn
 from fpsim.formats import quantize
-from fpsim.lowp import BlockLinear, BlockScaling, convert_blocks, hadamard_matrix, hadamard_transform
+from fpsim.lowp import BlockLinear, BlockScaling, convert, hadamard_matrix, hadamard_transform
 from fpsim.lowp.block import gemm
 
 RECIPES = {
@@ -158,7 +158,7 @@ def test_a_training_step_runs_and_convert_keeps_first_and_last():
     model = nn.Sequential(nn.Linear(8, 32, seed=0), nn.ReLU(), nn.Linear(32, 32, seed=1), nn.ReLU(),
                           nn.Linear(32, 4, seed=2))
     params = list(model.parameters())
-    done = convert_blocks(model, RECIPES["nvfp4"], skip=("first", "last"))
+    done = convert(model, RECIPES["nvfp4"], skip=("first", "last"))
     assert done == ["2"] and isinstance(model._modules["2"], BlockLinear)
     assert list(model.parameters()) == params  # shared, so an optimizer keeps working
     opt = fpsim.optim.SGD(model.parameters(), lr=0.1)
@@ -195,9 +195,9 @@ def test_bad_recipes_are_refused_at_once(kwargs, match):
 def test_convert_blocks_refuses_unknown_names_and_leaves_the_model_alone():
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
     with pytest.raises(ValueError, match="'9' not a Linear of Sequential"):
-        convert_blocks(model, skip=("9",))
+        convert(model, BlockScaling(), skip=("9",))
     assert type(model._modules["0"]) is nn.Linear and type(model._modules["2"]) is nn.Linear
     with pytest.raises(ValueError, match="leaves no Linear"):
-        convert_blocks(model, skip=("first", "last"))
+        convert(model, BlockScaling(), skip=("first", "last"))
     with pytest.raises(TypeError, match="BlockScaling"):
-        convert_blocks(model, recipe="mxfp8")
+        convert(model, "mxfp8")

@@ -197,7 +197,7 @@ def test_failed_save_keeps_the_earlier_file(tmp_path, monkeypatch):
 
 
 def make_fp8(seed=0, skip=()):
-    from fpsim import fp8
+    import fpsim.lowp as fp8  # the package once called fpsim.fp8
 
     model = nn.MLP([3, 5, 2], seed=seed)
     group = fp8.convert(model, fp8.DelayedScaling(amax_history_len=4, amax_init=True), skip=skip)
@@ -308,7 +308,7 @@ def test_fp8_restored_when_the_optimizer_fails_after_it(tmp_path):
 
 
 def test_init_pending_only_where_the_recipe_has_amax_init():
-    from fpsim import fp8
+    import fpsim.lowp as fp8  # the package once called fpsim.fp8
 
     st = fp8.ScalingState("t", "e4m3", fp8.DelayedScaling(amax_history_len=4, amax_init=True))
     sd = st.state_dict()

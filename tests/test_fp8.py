@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import fpsim
-from fpsim import fp8, nn
+import fpsim.lowp as fp8  # the package once called fpsim.fp8
+from fpsim import nn
 from fpsim.experiments import EXTENDED_RECIPES, RECIPES, Recipe, compare, format_table, get_recipe
 from fpsim.tensor import tensor
 from fpsim.tools import cli
@@ -198,7 +199,7 @@ def test_delayed_scaling_matches_a_hand_computed_amax_history_step_by_step():
         x = rng.uniform(-1, 1, 50).astype(np.float32) * np.float32(amax * 0.9)
         x[7] = -amax  # the amax itself, negative: max |x| counts
         assert st.scale == used[step]
-        q = fp8.quantize(x, st)
+        q = fp8.quantize_fp8(x, st)
         assert q.scale == used[step] and q.codes.dtype == E4M3
         np.testing.assert_array_equal(q.numpy().view(np.uint8), ref_cast(x, used[step], "float8_e4m3fn").view(np.uint8))
         np.testing.assert_array_equal(q.f32(), ref_cast(x, used[step], "float8_e4m3fn").astype(np.float64) / used[step])
@@ -219,11 +220,11 @@ def test_delayed_scaling_matches_a_hand_computed_amax_history_step_by_step():
 
 def test_most_recent_and_the_amax_of_a_step_cast_twice():
     st = fp8.ScalingState("t", "e5m2", fp8.DelayedScaling(amax_history_len=4, amax_compute_algo="most_recent"))
-    fp8.quantize(np.float32([3.0]), st)
-    fp8.quantize(np.float32([-7.0, 1.0]), st)  # same step: its amax is the larger, 7
+    fp8.quantize_fp8(np.float32([3.0]), st)
+    fp8.quantize_fp8(np.float32([-7.0, 1.0]), st)  # same step: its amax is the larger, 7
     st.update()
     assert st.amax_history == [7.0] and st.scale == 2.0**13  # 57344 / 7 = 8192: 2^13
-    fp8.quantize(np.float32([1.0]), st)
+    fp8.quantize_fp8(np.float32([1.0]), st)
     st.update()
     assert st.amax_history == [7.0, 1.0] and st.scale == 2.0**15  # most recent, not max
 
@@ -234,7 +235,7 @@ def test_saturation_and_underflow_counted_by_the_state_and_the_monitor():
     # 1e-4 is below half the smallest subnormal (2^-10) and flushes; 2^-10 exactly is a tie -> 0.
     x = np.float32([1000, -1000, 500, 465, 464, 448, 3.0, 1e-4, 2.0**-10, 0.0, -2.0**-9])
     with fpsim.monitor() as m:
-        q = fp8.quantize(x, st, target="x")
+        q = fp8.quantize_fp8(x, st, target="x")
     np.testing.assert_array_equal(q.numpy().astype(np.float32),
                                   np.float32([448, -448, 448, 448, 448, 448, 3, 0, 0, 0, -2.0**-9]))
     assert st.counts == {"n": 11, "saturated": 4, "underflow": 2}
@@ -242,9 +243,9 @@ def test_saturation_and_underflow_counted_by_the_state_and_the_monitor():
     assert (t["n"], t["overflow"], t["underflow"], t["nan"]) == (11, 4, 2, 0)
     st2 = fp8.ScalingState("g", "e5m2", fp8.DelayedScaling())
     # e5m2: 61440 is the tie between max 57344 and 65536 (-> inf in IEEE): saturated; 61439 rounds to max
-    fp8.quantize(np.float32([61440, 61439, np.inf, -np.inf, np.nan]), st2)
+    fp8.quantize_fp8(np.float32([61440, 61439, np.inf, -np.inf, np.nan]), st2)
     assert st2.counts["saturated"] == 1
-    codes = fp8.quantize(np.float32([np.inf, -np.inf, np.nan]), st2).numpy().astype(np.float32)
+    codes = fp8.quantize_fp8(np.float32([np.inf, -np.inf, np.nan]), st2).numpy().astype(np.float32)
     assert codes[0] == 57344 and codes[1] == -57344 and np.isnan(codes[2])
 
 
@@ -252,7 +253,7 @@ def test_saturation_and_underflow_counted_by_the_state_and_the_monitor():
 def test_fp8_tensor_stores_one_byte_per_value_and_widens_with_the_scale():
     st = fp8.ScalingState("w", "e4m3", fp8.DelayedScaling(), init_scale=16.0)
     x = np.float32([0.1, -0.3, 2.0])
-    q = fp8.quantize(x, st)
+    q = fp8.quantize_fp8(x, st)
     assert q.codes.nbytes == 3 and q.scale_inv == np.float32(1 / 16)
     want = ref_cast(x, 16.0, "float8_e4m3fn")
     np.testing.assert_array_equal(q.codes_f32(), want.astype(np.float32))

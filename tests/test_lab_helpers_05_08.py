@@ -10,7 +10,7 @@ import pytest
 from fpsim import get_format, ops, round_to
 from fpsim.labs.bf16 import accumulate
 from fpsim.labs.clipping import train_with_clipping
-from fpsim.labs.fp8 import per_tensor_scale, quantize, survival_table
+from fpsim.labs.fp8 import fp8_round_trip, per_tensor_scale, survival_table
 from fpsim.labs.gradients import binade_span, clone, fit, warm_reference
 from fpsim.nn import MLP
 
@@ -44,17 +44,17 @@ def test_per_tensor_scale_boundaries():
 
 
 @pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2"])
-def test_quantize_matches_a_saturating_ml_dtypes_cast(fmt):
+def test_fp8_round_trip_matches_a_saturating_ml_dtypes_cast(fmt):
     rng = np.random.default_rng(2)
     x = (rng.standard_normal(5000) * 10.0 ** rng.uniform(-9, -5, 5000)).astype(np.float32)
     top = np.float32(get_format(fmt).max)
     for s in (2.0**20, 2.0**30, 2.0**40):  # from "most values flush" to "many saturate"
         ref = np.clip(x * np.float32(s), -top, top).astype(DTYPES[fmt]).astype(np.float32) / np.float32(s)
-        got = quantize(x, fmt, s)
+        got = fp8_round_trip(x, fmt, s)
         assert got.dtype == np.float32
         np.testing.assert_array_equal(got, ref)
     with pytest.raises(ValueError, match="scale"):
-        quantize(x, fmt, 0.0)
+        fp8_round_trip(x, fmt, 0.0)
 
 
 def test_survival_table_counts():

@@ -16,12 +16,12 @@ keeps float32 master weights, and which loss scaler runs:
 Beyond float16 (``EXTENDED_RECIPES``; ``fpsim compare --recipes ...`` runs them):
 
 - ``fp8-delayed``     float32 parameters (the master weights); every Linear runs in fp8
-                      (``fpsim.fp8``): weights and inputs cast to e4m3fn, the gradients to e5m2,
+                      (``fpsim.lowp``): weights and inputs cast to e4m3fn, the gradients to e5m2,
                       each with its own per-tensor scale from an amax history (Transformer
                       Engine's DelayedScaling: history 16, margin 0), saturating casts, float32
                       accumulation; activations between layers and the loss stay float32.  The
                       first step's scales come from its own amaxes (``amax_init=True``, as in
-                      torchao's float8), not 1 as in TE: see ``fpsim.fp8``, "The first step".
+                      torchao's float8), not 1 as in TE: see ``fpsim.lowp.recipes``, "The first step".
 - ``fp8-delayed-inner`` the same for the inner Linears only: the first and the last stay float32,
                       as fp8 recipes at scale commonly keep them in higher precision.
 - ``fp8-current``     ``fp8-delayed`` with current scaling instead (TE's Float8CurrentScaling:
@@ -53,9 +53,9 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from .. import fp8, lowp
+from .. import lowp
 from ..amp import autocast
-from ..lowp import BlockScaling
+from ..lowp import BlockScaling, CurrentScaling, DelayedScaling
 from ..optim import SGD, Adam
 from .run import Run, make_scaler
 
@@ -74,10 +74,10 @@ class Recipe:
     autocast: str | None = None  # run matmuls under autocast(fmt), params stay as they are
     growth_interval: int = 100
     update_rounding: str = "nearest"  # how the optimizer writes updated weights (optim.UPDATE_ROUNDINGS)
-    fp8: fp8.DelayedScaling | None = None  # run the Linears in fp8 with this scaling recipe
-    fp8_skip: tuple = ()  # Linears left out of fp8 (fp8.convert's skip: names, "first", "last")
+    fp8: DelayedScaling | None = None  # run the Linears in fp8 with this scaling recipe
+    fp8_skip: tuple = ()  # Linears left out of fp8 (lowp.convert's skip: names, "first", "last")
     block: BlockScaling | None = None  # run the Linears' GEMMs on block-scaled operands
-    block_skip: tuple = ()  # Linears left out of block scaling (lowp.convert_blocks' skip)
+    block_skip: tuple = ()  # Linears left out of block scaling (lowp.convert's skip)
     description: str = ""
 
     @property
@@ -98,8 +98,8 @@ class Recipe:
                 backend=None) -> Run:
         """``model`` (float32, fresh) made ready to train under this recipe - the one recipe ->
         run builder: moved to ``backend`` (if given), its parameters rounded into ``params``,
-        its Linears converted (fp8: ``fp8.Linear`` with a per-tensor ScalingGroup; block
-        formats: ``lowp.BlockLinear``), an optimizer (``"adam"`` or ``"sgd"``, plain) with
+        its Linears converted (``lowp.convert``: fp8 ``lowp.Linear`` with a per-tensor ScalingGroup;
+        block formats: ``lowp.BlockLinear``), an optimizer (``"adam"`` or ``"sgd"``, plain) with
         float32 master weights where ``master`` says and the recipe's update rounding (seeded
         with ``seed``), and the loss scaler (a dynamic one starts at ``init_scale``)."""
         if optimizer not in ("adam", "sgd"):
@@ -107,9 +107,9 @@ class Recipe:
         if backend is not None:
             model.to(backend=backend)
         model.to(self.params)
-        scaling = fp8.convert(model, self.fp8, skip=self.fp8_skip) if self.fp8 is not None else None
+        scaling = lowp.convert(model, self.fp8, skip=self.fp8_skip) if self.fp8 is not None else None
         if self.block is not None:
-            lowp.convert_blocks(model, self.block, skip=self.block_skip)  # -> lowp.BlockLinear
+            lowp.convert(model, self.block, skip=self.block_skip)  # -> lowp.BlockLinear
         cls = Adam if optimizer == "adam" else SGD
         opt = cls(model.parameters(), lr=lr, master_weights=self.master, update_rounding=self.update_rounding,
                   seed=seed)
@@ -128,13 +128,13 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            description="float32 params, autocast float16 matmuls, GradScaler (PyTorch AMP)"),
     Recipe("bf16-pure", "bfloat16", description="bfloat16 weights, activations, gradients and Adam state"),
     Recipe("bf16-master", "bfloat16", master=True, description="bfloat16 model + float32 master weights"),
-    Recipe("fp8-delayed", "float32", fp8=fp8.DelayedScaling(margin=0, amax_history_len=16, amax_init=True),
+    Recipe("fp8-delayed", "float32", fp8=DelayedScaling(margin=0, amax_history_len=16, amax_init=True),
            description="fp8 matmuls: e4m3 weights/inputs, e5m2 gradients, delayed per-tensor scaling, "
                        "float32 masters"),
-    Recipe("fp8-delayed-inner", "float32", fp8=fp8.DelayedScaling(margin=0, amax_history_len=16, amax_init=True),
+    Recipe("fp8-delayed-inner", "float32", fp8=DelayedScaling(margin=0, amax_history_len=16, amax_init=True),
            fp8_skip=("first", "last"),
            description="fp8-delayed for the inner Linears; the first and last stay float32"),
-    Recipe("fp8-current", "float32", fp8=fp8.CurrentScaling(margin=0),
+    Recipe("fp8-current", "float32", fp8=CurrentScaling(margin=0),
            description="fp8 matmuls with per-tensor current scaling (each cast scaled by its own amax)"),
     Recipe("bf16-kahan", "bfloat16", update_rounding="kahan",
            description="bfloat16 weights and Adam state, Kahan-compensated updates (bfloat16 buffer)"),

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from .. import fp8
+from ..lowp import format_scaling_table
 from ..textable import percent, text_table
 from .recipes import RECIPES, get_recipe
 from .result import RunResult
@@ -98,7 +98,7 @@ def _fp8_lines(results: dict[str, RunResult]) -> list[str]:
         if r.fp8:
             rec = get_recipe(name).fp8 if name in RECIPES else None
             title = f"{name}: per-tensor fp8 scales after the last step" + (f" ({rec})" if rec else "")
-            lines += ["", fp8.format_scaling_table(r.fp8, title)]
+            lines += ["", format_scaling_table(r.fp8, title)]
     if any(r.fp8 for r in results.values()):
         lines += ["  (saturated: clamped to +-max by the saturating cast; flushed to 0: non-zero values the cast "
                   "lost; for fp8 recipes act-grad 0s counts the e5m2 gradient casts)"]

@@ -4,7 +4,7 @@ An fp8 format covers few binades (e4m3fn: 2^-9 .. 448; e5m2: 2^-16 .. 57344), so
 multiplied by its own scale before the cast and divided by it afterwards, as in Micikevicius
 et al. 2022.  The scale here is the simplest one: computed from the tensor's own amax (its
 largest magnitude), a power of two so that multiplying and dividing by it is exact.  (Training
-recipes - :mod:`fpsim.fp8` - use *delayed* scaling instead: the scale comes from the amax of
+recipes - :mod:`fpsim.lowp` - use *delayed* scaling instead: the scale comes from the amax of
 earlier steps, which is why the cast must saturate: a value larger than any seen before must
 clamp to max, not become NaN or inf.)
 """
@@ -17,15 +17,15 @@ import numpy as np
 
 from ..formats.survival import survival
 from ..formats import cast, get_format
-from ..fp8 import compute_scale
+from ..lowp import compute_scale
 from ..textable import text_table
 
-__all__ = ["per_tensor_scale", "quantize", "survival_table", "scaled_histogram"]
+__all__ = ["per_tensor_scale", "fp8_round_trip", "survival_table", "scaled_histogram"]
 
 
 def per_tensor_scale(x, fmt, margin: int = 0) -> float:
     """The largest power of two 2^k with amax(x) * 2^k <= max of ``fmt``, divided by 2^margin:
-    :func:`fpsim.fp8.compute_scale` applied to this tensor's own amax (its largest finite |x|)
+    :func:`fpsim.lowp.compute_scale` applied to this tensor's own amax (its largest finite |x|)
     instead of an amax history.  An all-zero (or empty) tensor gets 1.0.  A Python float;
     multiplying by it is exact as long as nothing over- or underflows."""
     if isinstance(margin, bool) or not isinstance(margin, int | np.integer) or margin < 0:
@@ -36,7 +36,7 @@ def per_tensor_scale(x, fmt, margin: int = 0) -> float:
     return float(compute_scale(amax, fmt, margin=margin, previous=1.0))
 
 
-def quantize(x, fmt, scale: float = 1.0) -> np.ndarray:
+def fp8_round_trip(x, fmt, scale: float = 1.0) -> np.ndarray:
     """What an fp8 tensor with a per-tensor scale hands back: ``x * scale`` (float64, exact for
     a power of two) rounded once to nearest into ``fmt`` with saturation (beyond max -> +-max),
     widened to float32 and divided by ``scale``.  Returns float32, the shape of ``x``."""
@@ -50,7 +50,7 @@ def quantize(x, fmt, scale: float = 1.0) -> np.ndarray:
 def survival_table(tensors: dict, formats=("float8_e4m3fn", "float8_e5m2")) -> str:
     """One row per named tensor and format: the % of the non-zero values that stay non-zero and
     finite when cast without a scale; the tensor's own :func:`per_tensor_scale` (as 2^k); the %
-    kept with it; and the median relative error of the kept values after :func:`quantize`
+    kept with it; and the median relative error of the kept values after :func:`fp8_round_trip`
     (what fp8's few significant bits cost).  Keys may be strings or tuples (joined with '.')."""
     names = [get_format(f).name for f in formats]
     cols = ["tensor", "format", "kept, no scale", "per-tensor scale", "kept, scaled", "median rel. error"]
@@ -62,7 +62,7 @@ def survival_table(tensors: dict, formats=("float8_e4m3fn", "float8_e5m2")) -> s
             s = per_tensor_scale(v, n)
             plain, scaled = survival(v, n), survival(v, n, s)
             x = np.asarray(v, dtype=np.float64).ravel()
-            q = quantize(x, n, s).astype(np.float64)
+            q = fp8_round_trip(x, n, s).astype(np.float64)
             ok = (x != 0) & (q != 0) & np.isfinite(q)
             err = float(np.median(np.abs(q[ok] - x[ok]) / np.abs(x[ok]))) if ok.any() else float("nan")
             rows.append([label if i == 0 else "", n, f"{100 * _kept(plain):.2f}%", f"2^{round(math.log2(s))}",

@@ -1,13 +1,15 @@
 """Layer 4: low-precision training recipes - fp8 with per-tensor scaling (delayed, as Transformer
-Engine's ``DelayedScaling``; current, as its ``Float8CurrentScaling``), the fp8 linear layer and
-the conversion of a model.  ``fpsim.fp8`` is this package under its historical name.
+Engine's ``DelayedScaling``; current, as its ``Float8CurrentScaling``), block scaling (MX, NVFP4,
+fp8 blocks), the layers they run in, and :func:`convert`, the one conversion of a model.
+``fpsim.fp8`` is this package under its old name, kept for one release with a DeprecationWarning.
 
 - ``recipes.py``  the recipes and the scale computation;
-- ``quant.py``    fp8 numbers with their scale, the cast, fake quantization (qdq);
+- ``quant.py``    fp8 numbers with their scale, the cast (``quantize_fp8``), fake quantization (qdq);
 - ``scaling.py``  the per-tensor scaling state, its checkpoint form, and the group of a model;
-- ``linear.py``   the fp8 Linear (three GEMMs, each operand with its own scale) and ``convert``;
+- ``linear.py``   the fp8 Linear (three GEMMs, each operand with its own scale);
 - ``block.py``    block-scaled training (MX, NVFP4, DeepSeek-V3 fp8 blocks): ``BlockScaling``,
-  ``BlockLinear`` (each GEMM's operands in blocks along its own K) and ``convert_blocks``.
+  ``BlockLinear`` (each GEMM's operands in blocks along its own K);
+- ``convert.py``  ``convert(model, config)``: every Linear swapped for the layer the config names.
 
 fp8 has too little range for raw activations and gradients (e4m3fn: 2^-9 .. 448; e5m2: 2^-16 ..
 57344), so every fp8 tensor carries a float32 scale.  Following Micikevicius et al. (2022) and
@@ -15,15 +17,29 @@ Transformer Engine's HYBRID format, weights and forward activations use e4m3fn (
 gradients e5m2 (more range).
 """
 
+import warnings
+
 from ..formats import FP8_FORMATS
 from ..formats.kernels import f32_to_fp8
-from .block import BlockLinear, BlockScaling, block_linear, convert_blocks, hadamard_matrix, hadamard_transform
-from .linear import Linear, LinearScaling, convert, linear
-from .quant import Fp8Tensor, qdq, quantize
+from .block import BlockLinear, BlockScaling, block_linear, hadamard_matrix, hadamard_transform
+from .convert import convert
+from .linear import Linear, LinearScaling, linear
+from .quant import Fp8Tensor, qdq, quantize_fp8
 from .recipes import AMAX_ALGOS, CurrentScaling, DelayedScaling, compute_scale
 from .scaling import ScalingGroup, ScalingState, format_scaling_table
 
 __all__ = ["DelayedScaling", "CurrentScaling", "ScalingState", "ScalingGroup", "Fp8Tensor", "LinearScaling",
-           "Linear", "compute_scale", "quantize", "qdq", "linear", "convert", "f32_to_fp8",
+           "Linear", "compute_scale", "quantize_fp8", "qdq", "linear", "convert", "f32_to_fp8",
            "format_scaling_table", "FP8_FORMATS", "AMAX_ALGOS", "BlockScaling", "BlockLinear", "block_linear",
-           "convert_blocks", "hadamard_matrix", "hadamard_transform"]
+           "hadamard_matrix", "hadamard_transform"]
+
+# Old names, kept for one release: each use warns and names the new one.
+_RENAMED = {"quantize": ("quantize_fp8", quantize_fp8), "convert_blocks": ("convert", convert)}
+
+
+def __getattr__(name: str):
+    if name in _RENAMED:
+        new, obj = _RENAMED[name]
+        warnings.warn(f"fpsim.lowp.{name} is deprecated; use fpsim.lowp.{new}", DeprecationWarning, stacklevel=2)
+        return obj
+    raise AttributeError(f"module 'fpsim.lowp' has no attribute {name!r}")

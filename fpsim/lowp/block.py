@@ -1,5 +1,5 @@
 """Block-scaled training: a Linear whose three GEMMs run on block-scaled operands (MXFP8 / MXFP6 /
-MXFP4, NVFP4, DeepSeek-V3's fp8 blocks), and :func:`convert_blocks`, which swaps it into a model.
+MXFP4, NVFP4, DeepSeek-V3's fp8 blocks), and :func:`swap_block_linears`, which swaps it into a model.
 
 With Y = X W^T (X: tokens x in, W: out x in), each GEMM quantizes both of its operands along its
 own reduction axis K, because block-scaled hardware applies one scale per block to a partial
@@ -38,7 +38,7 @@ from ..state import blas_call
 from ..tensor import Tensor, promote, round_result
 from .swap import linears_to_swap, share_linear
 
-__all__ = ["BlockScaling", "BlockLinear", "block_linear", "convert_blocks", "hadamard_matrix", "hadamard_transform"]
+__all__ = ["BlockScaling", "BlockLinear", "block_linear", "swap_block_linears", "hadamard_matrix", "hadamard_transform"]
 
 
 @dataclass(frozen=True)
@@ -245,11 +245,11 @@ class BlockLinear(nn.Module):
         return f"BlockLinear({self.in_features}, {self.out_features}, {r.format}{grad})"
 
 
-def convert_blocks(model: nn.Module, recipe: BlockScaling | None = None, skip=()) -> list[str]:
+def swap_block_linears(model: nn.Module, recipe: BlockScaling | None = None, skip=()) -> list[str]:
     """Swap every ``nn.Linear`` inside ``model`` for a :class:`BlockLinear` (in place, sharing the
     parameters) and return the names of the layers swapped.
 
-    ``skip`` as in :func:`fpsim.lowp.convert`: module names, or ``"first"`` / ``"last"`` for the first
+    ``skip`` as in :func:`fpsim.lowp.convert` (which calls this for a BlockScaling): module names, or ``"first"`` / ``"last"`` for the first
     and last Linear in module order - the layers NVIDIA's NVFP4 recipe and DeepSeek-V3 keep in
     higher precision.  A name that is not a Linear of ``model`` raises ValueError and the model
     is left as it was.
@@ -258,7 +258,7 @@ def convert_blocks(model: nn.Module, recipe: BlockScaling | None = None, skip=()
     if not isinstance(recipe, BlockScaling):
         raise TypeError(f"recipe must be a BlockScaling, got {type(recipe).__name__}")
     done = []
-    for parent, cname, name in linears_to_swap(model, skip, "convert_blocks"):
+    for parent, cname, name in linears_to_swap(model, skip, "convert"):
         setattr(parent, cname, BlockLinear(getattr(parent, cname), recipe))
         done.append(name)
     return done

@@ -1,5 +1,5 @@
-"""The fp8 linear layer, as Transformer Engine's ``te.Linear`` computes it, and :func:`convert`,
-which swaps it into a model.
+"""The fp8 linear layer, as Transformer Engine's ``te.Linear`` computes it, and
+:func:`swap_fp8_linears`, which swaps it into a model (``lowp.convert`` with a per-tensor recipe).
 
 - forward: ``x`` and ``W`` are cast to e4m3fn with their own scales; the matmul multiplies the
   fp8 numbers exactly in float32, accumulates in float32 and multiplies the sum by
@@ -20,12 +20,12 @@ import numpy as np
 
 from .. import nn
 from ..tensor import Tensor, promote, round_result
-from .quant import quantize
+from .quant import quantize_fp8
 from .recipes import DelayedScaling
 from .scaling import ScalingGroup, ScalingState
 from .swap import linears_to_swap, share_linear
 
-__all__ = ["LinearScaling", "linear", "Linear", "convert"]
+__all__ = ["LinearScaling", "linear", "Linear", "swap_fp8_linears"]
 
 
 class LinearScaling:
@@ -60,8 +60,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, meta: LinearScaling) 
     xp = be.xp
     ins = (x, weight) if bias is None else (x, weight, bias)
     fmt = promote(*(t.fmt for t in ins))
-    xq = quantize(x, meta.input, target="input")
-    wq = quantize(weight, meta.weight, target="weight")
+    xq = quantize_fp8(x, meta.input, target="input")
+    wq = quantize_fp8(weight, meta.weight, target="weight")
     # The fp8 numbers widened to float32 (exact).  The hardware keeps only xq and wq (one byte a
     # value) for the backward pass; the emulator keeps these widened copies too, to save time.
     x8, w8 = xq.codes_f32(), wq.codes_f32()
@@ -104,7 +104,7 @@ class Linear(nn.Module):
                 f"{self.meta.recipe.bwd_format})")
 
 
-def convert(model: nn.Module, recipe: DelayedScaling | None = None, skip=()) -> ScalingGroup:
+def swap_fp8_linears(model: nn.Module, recipe: DelayedScaling | None = None, skip=()) -> ScalingGroup:
     """Swap every ``nn.Linear`` inside ``model`` for an :class:`fp8.Linear <Linear>` (in place,
     sharing the parameters) and return the :class:`ScalingGroup` of their scaling states.
 

@@ -1,4 +1,4 @@
-"""fp8 numbers with their scale (:class:`Fp8Tensor`), the cast that makes them (:func:`quantize`),
+"""fp8 numbers with their scale (:class:`Fp8Tensor`), the cast that makes them (:func:`quantize_fp8`),
 and fake quantization as one differentiable op (:func:`qdq`).
 
 The stored fp8 numbers are ``x * scale``, rounded to nearest even with **saturation** (values
@@ -17,7 +17,7 @@ from ..formats import F32, Format
 from ..formats.kernels import fp8_to_f32
 from ..tensor import Tensor, round_result
 
-__all__ = ["Fp8Tensor", "quantize", "qdq"]
+__all__ = ["Fp8Tensor", "quantize_fp8", "qdq"]
 
 
 def _widen(codes, fmt: Format, backend: Backend):
@@ -63,7 +63,7 @@ class Fp8Tensor:
         return out if out.dtype == self.fmt.dtype else out.astype(self.fmt.dtype)
 
 
-def quantize(x, state, *, direction: str = "forward", target: str = "") -> Fp8Tensor:
+def quantize_fp8(x, state, *, direction: str = "forward", target: str = "") -> Fp8Tensor:
     """Cast ``x`` (a Tensor, or a float32 array on the numpy backend) to fp8 with ``state``'s
     current scale and saturation; records the amax and counts in ``state``.  Not differentiable
     (see :func:`qdq`)."""
@@ -80,7 +80,7 @@ def qdq(x: Tensor, state, grad_state=None) -> Tensor:
     exactly the values the fp8 numbers stand for; backward straight through, the incoming
     float32 gradient cast to ``grad_state``'s format and scale (e5m2) and back, or passed
     unchanged when ``grad_state`` is None."""
-    q = quantize(x, state, target=state.name)
+    q = quantize_fp8(x, state, target=state.name)
     be = x.backend
     out32 = q.f32()
 

@@ -1,5 +1,5 @@
 """Finding the Linear layers a low-precision recipe swaps out, with the ``skip`` rule both
-``convert`` (per-tensor fp8) and ``convert_blocks`` (block scaling) follow."""
+``lowp.convert`` follows (per-tensor fp8 and block scaling alike)."""
 
 from __future__ import annotations
 

@@ -117,12 +117,12 @@ def exercise2(values, fmt, scale):
     back = np.abs(fpsim.cast(v * scale, fmt, saturate=True).astype(np.float32))
     return float(np.mean((back != 0) & (back < fpsim.get_format(fmt).max)))
 """),
-        ("hands the cast to the library's quantize", """
+        ("hands the cast to the library's fp8_round_trip", """
 def exercise2(values, fmt, scale):
-    from fpsim.labs.fp8 import quantize
+    from fpsim.labs.fp8 import fp8_round_trip
     v = np.asarray(values, dtype=np.float64).ravel()
     v = v[np.isfinite(v) & (v != 0)]
-    return float(np.mean(quantize(v, fmt, scale) != 0))
+    return float(np.mean(fp8_round_trip(v, fmt, scale) != 0))
 """),
     ],
     3: [
@@ -156,9 +156,9 @@ def exercise3(history, fmt, margin=0):
     amax = float(max(history))
     return 2.0 ** (math.floor(math.log2(fpsim.get_format(fmt).max / amax)) - margin)
 """),
-        ("hands it to fpsim.fp8.compute_scale", """
+        ("hands it to fpsim.lowp.compute_scale", """
 def exercise3(history, fmt, margin=0):
-    from fpsim.fp8 import compute_scale
+    from fpsim.lowp import compute_scale
     return float(compute_scale(max(history), fmt, margin))
 """),
     ],
