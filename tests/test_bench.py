@@ -15,8 +15,9 @@ import pytest
 
 from fpsim import backend as fb
 from fpsim.experiments.tinygpt import TinyGPTTask
-from fpsim.tools import bench, benchrows, cli
-from fpsim.tools.benchsteps import MLP_SIZES
+from fpsim.tools import bench, cli
+from fpsim.tools.bench import rows as benchrows
+from fpsim.tools.bench.steps import MLP_SIZES
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 HAS_GFLOAT = importlib.util.find_spec("gfloat") is not None

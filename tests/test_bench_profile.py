@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from fpsim.tools import benchprofile, cli
+from fpsim.tools import cli
+from fpsim.tools.bench import profile as benchprofile
 
 
 @pytest.fixture(scope="module")

@@ -77,3 +77,31 @@ def test_python_dash_m_fpsim_and_help():
     assert r.returncode == 0
     for cmd in ("compare", "formats", "example", "audit", "figures", "bench", "gpu-check"):
         assert cmd in r.stdout
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["formats"], ["example", "--grad", "1e-8"]])
+def test_light_commands_import_neither_matplotlib_nor_the_tools(argv):
+    """Each command imports only what it runs: in a fresh interpreter, ``fpsim --help`` and
+    ``fpsim formats`` leave matplotlib, the bench, audit, figures, gpu-check and the
+    experiments unimported."""
+    import subprocess
+    import sys
+
+    code = ("import contextlib, io, sys\nfrom fpsim.tools.cli import main\n"
+            f"with contextlib.redirect_stdout(io.StringIO()):\n    try:\n        main({argv!r})\n"
+            "    except SystemExit:\n        pass\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib' or "
+            "m.startswith(('fpsim.tools.', 'fpsim.experiments', 'tqdm')))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["fpsim.tools.cli"]
+
+
+def test_a_tool_command_imports_its_own_package_only():
+    code = ("import contextlib, io, sys\nfrom fpsim.tools.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n    try:\n        main(['audit', '--help'])\n"
+            "    except SystemExit:\n        pass\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('fpsim.tools.') or "
+            "m.split('.')[0] == 'matplotlib')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert "fpsim.tools.audit" in out and not [m for m in out if m.startswith(("fpsim.tools.bench",
+                                                                              "fpsim.tools.gpu_check", "matplotlib"))]

@@ -30,7 +30,7 @@ from fpsim import checkpoint, classify, nn, round_to
 from fpsim.formats import FORMATS, get_format
 from fpsim.formats.table import _ALIASES
 from fpsim.tools import cli
-from fpsim.tools.tensorfiles import read_tensors
+from fpsim.tools.audit.tensorfiles import read_tensors
 
 hypothesis = pytest.importorskip("hypothesis")
 gfloat = pytest.importorskip("gfloat")
@@ -419,7 +419,7 @@ def _check_run(rc, out, err, cwd):
     assert not leftovers, leftovers
 
 
-SUBPARSERS = {name: p for name, p in cli.build_parser()._subparsers._group_actions[0].choices.items()}
+SUBPARSERS = {name: p for name, p in cli.build_parser(None)._subparsers._group_actions[0].choices.items()}
 
 
 @settings(FUZZ, max_examples=150)

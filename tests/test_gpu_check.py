@@ -19,7 +19,7 @@ from fpsim.experiments import ReferenceTask
 from fpsim.formats import get_format, round_to
 from fpsim.tools import cli
 from fpsim.tools.gpu_check import gpu_check, op_sweep, task_check, torch_compare
-from fpsim.tools.gpu_ops import _compare
+from fpsim.tools.gpu_check.ops import _compare
 
 HAVE_GPU = B.BACKENDS["cupy"].available()
 ROOT = Path(__file__).resolve().parents[1]

@@ -365,7 +365,7 @@ def test_fpsim_import_does_not_import_torch():
 def test_time_labs_on_a_small_notebook(tmp_path):
     nbformat = pytest.importorskip("nbformat")
     pytest.importorskip("nbclient")
-    from fpsim.tools.labtime import lab_paths, time_lab, time_labs, timing_table
+    from fpsim.tools.bench.labtime import lab_paths, time_lab, time_labs, timing_table
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("# t"), nbformat.v4.new_code_cell("x = 1"),

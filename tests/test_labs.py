@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fpsim.tools.labtime import kernel_environment
+from fpsim.tools.bench.labtime import kernel_environment
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")

@@ -321,7 +321,7 @@ def test_zero_d_inputs_come_back_as_zero_d_arrays_in_every_rounding_mode(roundin
 
 
 def test_safetensors_shape_errors_name_the_file(tmp_path):
-    from fpsim.tools.tensorfiles import read_tensors
+    from fpsim.tools.audit.tensorfiles import read_tensors
 
     for shape in ([-1, -4], [2, "x"], [4.5], 4):
         header = json.dumps({"a": {"dtype": "F32", "shape": shape, "data_offsets": [0, 16]}}).encode()

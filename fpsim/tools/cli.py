@@ -277,34 +277,44 @@ def _add_compare(sub) -> None:
     sp.set_defaults(func=cmd_compare)
 
 
-def _add_tools(sub) -> None:
-    """The commands with a module of their own, each with add_arguments(parser) and main(args)."""
-    from . import audit, bench, figures, gpu_check
+# The commands with a package of their own (``add_arguments(parser)``, ``main(args)``), imported
+# only when that command runs: ``fpsim --help`` and ``fpsim formats`` import none of them.
+TOOLS = (
+    ("audit", "audit", "which formats and loss scales keep the gradients in a .npz/.safetensors/.pt file", None),
+    ("bench", "bench", "how fast the emulation runs, as ratios against numpy, BLAS and PyTorch",
+     "Time rounding, matmul, a training step and the monitor hook, each against a peer measured in the same "
+     "run; print a table with the targets."),
+    ("figures", "figures", "regenerate every figure in figures/ from code (fixed seeds)", None),
+    ("gpu-check", "gpu_check", "compare the cupy backend with numpy: every op, the reference task, PyTorch",
+     "Run every op and the reference task on numpy and on the cupy backend from the same inputs and weights "
+     "and report how far they agree (bit-identical where they must be), with step times.  Without a GPU it "
+     "says so and exits 0."),
+)
 
-    for command, mod, help_, description in (
-        ("audit", audit, "which formats and loss scales keep the gradients in a .npz/.safetensors/.pt file", None),
-        ("bench", bench, "how fast the emulation runs, as ratios against numpy, BLAS and PyTorch",
-         "Time rounding, matmul, a training step and the monitor hook, each against a peer measured in the same "
-         "run; print a table with the targets."),
-        ("figures", figures, "regenerate every figure in figures/ from code (fixed seeds)", None),
-        ("gpu-check", gpu_check, "compare the cupy backend with numpy: every op, the reference task, PyTorch",
-         "Run every op and the reference task on numpy and on the cupy backend from the same inputs and weights "
-         "and report how far they agree (bit-identical where they must be), with step times.  Without a GPU it "
-         "says so and exits 0."),
-    ):
+
+def _add_tools(sub, load=None) -> None:
+    """The :data:`TOOLS` commands; the arguments of those in ``load`` (None: all) - each import
+    costs its package."""
+    import importlib
+
+    for command, module, help_, description in TOOLS:
         sp = sub.add_parser(command, help=help_, description=description)
-        mod.add_arguments(sp)
-        sp.set_defaults(func=mod.main)
+        if load is None or command in load:
+            mod = importlib.import_module(f"{__package__}.{module}")
+            mod.add_arguments(sp)
+            sp.set_defaults(func=mod.main)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = "") -> argparse.ArgumentParser:
+    """The ``fpsim`` parser.  ``command``: the one subcommand whose module is imported for its
+    arguments ("" none of the :data:`TOOLS`, None every one)."""
     p = argparse.ArgumentParser(prog="fpsim", description="See, number by number, what low precision does to training.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sp = sub.add_parser("formats", help="table of every format's bits and limits")
     sp.set_defaults(func=cmd_formats)
     _add_example(sub)
     _add_compare(sub)
-    _add_tools(sub)
+    _add_tools(sub, None if command is None else (command,))
     for parser in (p, *sub.choices.values()):
         # argparse takes "-1e-8" for an option (its pattern knows no exponent): let it be a number
         parser._negative_number_matcher = _NEGATIVE_NUMBER
@@ -315,7 +325,9 @@ _NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-inf(inity)
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # the top-level parser takes no option but --help: the first other word names the command
+    parser = build_parser(next((a for a in argv if not a.startswith("-")), ""))
     args = parser.parse_args(argv)
     if sys.stdout is None:  # started with stdout closed (`fpsim formats >&-`): every line would be lost
         if sys.stderr is not None:

@@ -1,6 +1,6 @@
 """``fpsim bench``'s ``Row`` and its step section: training steps held against a peer.
 
-The MLP step (``benchsteps.py``): fpsim under fp32, fp16-dynamic and bf16-master on the numpy
+The MLP step (``steps.py``): fpsim under fp32, fp16-dynamic and bf16-master on the numpy
 backend, fp16-dynamic and bf16-master once more on ``numpy-f32`` (the same numbers, every
 format held in float32 arrays: nothing to widen), and PyTorch CPU float32 and float16
 (``model.half()``).  The low-precision steps are held against fpsim's fp32 step on numpy.
@@ -18,10 +18,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from ..experiments.tinygpt import TinyGPTTask, training_step
-from . import torchref
-from .benchsteps import MLP_SIZES, fpsim_step, torch_step, torch_threads
-from .benchtime import median_ratio, time_interleaved
+from ...experiments.tinygpt import TinyGPTTask, training_step
+from .. import torchref
+from .steps import MLP_SIZES, fpsim_step, torch_step, torch_threads
+from .timing import median_ratio, time_interleaved
 
 __all__ = ["Row", "STEP_RECIPES", "CARRIER", "CARRIER_RECIPES", "step_rows"]
 

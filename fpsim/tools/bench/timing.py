@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from .. import backend as _backend
+from ... import backend as _backend
 
 __all__ = ["time_interleaved", "median_ratio", "blas_threads", "machine_info"]
 

@@ -11,7 +11,7 @@ rounding thresholds: at scale 2^k a value flushes iff |x| <= flush_threshold * 2
 overflows iff |x| reaches overflow_threshold * 2^-k.  One sort per tensor then answers every
 k by binary search; the unscaled counts come from :func:`fpsim.classify`.
 
-Files are read by :func:`fpsim.tools.tensorfiles.read_tensors` (``allow_pickle=False``; PyTorch:
+Files are read by :func:`fpsim.tools.audit.tensorfiles.read_tensors` (``allow_pickle=False``; PyTorch:
 ``weights_only=True``).
 """
 
@@ -25,11 +25,11 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..formats import LOW_FORMATS, cast, classify, get_format
-from ..formats.survival import float_values, is_float_dtype
-from ..textable import percent, text_table
-from .jsonout import dumps, finite
-from .plots import HistogramData, format_bands, gradient_histogram
+from ...formats import LOW_FORMATS, cast, classify, get_format
+from ...formats.survival import float_values, is_float_dtype
+from ...textable import percent, text_table
+from ..jsonout import dumps, finite
+from ..plots import HistogramData, format_bands, gradient_histogram
 from .tensorfiles import read_tensors
 
 __all__ = ["read_tensors", "audit", "audit_arrays", "AuditReport", "TensorAudit", "FormatAudit", "K_RANGE", "KEEP"]

@@ -44,7 +44,7 @@ every comparison must come out exact.  (The test suite also runs the parts again
 stand-in whose arrays refuse to mix with numpy arrays and count every device -> host copy:
 ``tests/support/cupy_standin.py``.)
 
-The parts live in ``gpu_ops.py`` (1), ``gpu_task.py`` (2) and ``gpu_torch.py`` (3); this module
+The parts live in ``ops.py`` (1), ``task.py`` (2) and ``vs_torch.py`` (3); this module
 runs them and prints the report.
 """
 
@@ -58,14 +58,14 @@ from dataclasses import asdict
 
 import numpy as np
 
-from .. import backend as _backend
-from ..backend import CupyBackend
-from ..checks import check_at_least
-from ..experiments import ReferenceTask, get_recipe
-from .gpu_ops import MISMATCH_FRACTION, OpCheck, format_op_table, op_sweep
-from .gpu_task import COUNT_RTOL, TaskCheck, format_task_table, task_check
-from .gpu_torch import format_torch, torch_compare
-from .jsonout import dumps, finite
+from ... import backend as _backend
+from ...backend import CupyBackend
+from ...checks import check_at_least
+from ...experiments import ReferenceTask, get_recipe
+from ..jsonout import dumps, finite
+from .ops import MISMATCH_FRACTION, OpCheck, format_op_table, op_sweep
+from .task import COUNT_RTOL, TaskCheck, format_task_table, task_check
+from .vs_torch import format_torch, torch_compare
 
 __all__ = ["OpCheck", "op_sweep", "TaskCheck", "task_check", "torch_compare", "device_description", "gpu_check",
            "add_arguments", "main"]

@@ -7,11 +7,11 @@ import contextlib
 
 import numpy as np
 
-from .. import backend as _backend
-from .. import nn
-from ..experiments import get_recipe
-from ..tensor import tensor
-from . import torchref
+from ... import backend as _backend
+from ... import nn
+from ...experiments import get_recipe
+from ...tensor import tensor
+from .. import torchref
 
 __all__ = ["MLP_SIZES", "fpsim_step", "torch_step", "torch_threads"]
 

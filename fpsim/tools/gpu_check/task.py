@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import backend as _backend
-from ..experiments import ReferenceTask, get_recipe, run_recipe
-from ..monitor import COUNTERS, monitor
-from ..textable import text_table
+from ... import backend as _backend
+from ...experiments import ReferenceTask, get_recipe, run_recipe
+from ...monitor import COUNTERS, monitor
+from ...textable import text_table
 
 __all__ = ["LOSS_RTOL", "LOSS_RTOL_LOW", "COUNT_RTOL", "TaskCheck", "task_check", "format_task_table", "max_rel"]
 

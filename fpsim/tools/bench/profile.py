@@ -39,12 +39,12 @@ import time
 
 import numpy as np
 
-from .. import backend as _backend
-from .. import optim
-from ..amp import GradScaler
-from ..tensor import _round_special
-from ..textable import text_table
-from .benchsteps import MLP_SIZES, fpsim_step
+from ... import backend as _backend
+from ... import optim
+from ...amp import GradScaler
+from ...tensor import _round_special
+from ...textable import text_table
+from .steps import MLP_SIZES, fpsim_step
 
 __all__ = ["CATEGORIES", "COLUMNS", "column", "profile_step", "profile_recipes", "format_profile"]
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import backend as _backend
-from .. import ops
-from ..formats import FORMATS, get_format, ulp
-from ..tensor import tensor
-from ..textable import text_table
+from ... import backend as _backend
+from ... import ops
+from ...formats import FORMATS, get_format, ulp
+from ...tensor import tensor
+from ...textable import text_table
 
 __all__ = ["OpCheck", "MISMATCH_FRACTION", "op_sweep", "format_op_table"]
 

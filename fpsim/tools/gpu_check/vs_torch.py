@@ -7,10 +7,10 @@ import time
 
 import numpy as np
 
-from .. import backend as _backend
-from ..experiments import Recipe, ReferenceTask, get_recipe, run_recipe
-from . import torchref
-from .gpu_task import LOSS_RTOL, max_rel
+from ... import backend as _backend
+from ...experiments import Recipe, ReferenceTask, get_recipe, run_recipe
+from .. import torchref
+from .task import LOSS_RTOL, max_rel
 
 __all__ = ["torch_compare", "format_torch"]
 

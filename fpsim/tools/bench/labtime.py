@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
-from .. import state
+from ... import state
 
 __all__ = ["LabTime", "CellTime", "lab_paths", "time_lab", "time_labs", "timing_table", "print_lab_times",
            "kernel_environment"]
@@ -98,7 +98,7 @@ def time_labs(paths=None, timeout: int = 600, kernel_name: str = "python3") -> l
 
 def timing_table(times) -> str:
     """A plain-text table of :class:`LabTime` rows."""
-    from ..textable import text_table
+    from ...textable import text_table
 
     rows = [[t.name, f"{t.seconds:.1f} s", f"{t.slowest_cell:.2f} s"] for t in times]
     return "\n".join(text_table(["lab", "whole notebook", "slowest cell"], rows, right=(1, 2)))
@@ -106,7 +106,7 @@ def timing_table(times) -> str:
 
 def print_lab_times(paths=None, as_json: bool = False) -> int:
     """``fpsim bench --labs``: time every lab (or ``paths``) and print the table, or strict JSON."""
-    from .jsonout import dumps
+    from ..jsonout import dumps
 
     times = time_labs(paths)
     print(dumps([t._asdict() for t in times], indent=1) if as_json else timing_table(times))

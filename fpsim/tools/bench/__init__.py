@@ -24,7 +24,7 @@ Five sections, each row one thing fpsim does and the peer it is held against:
 5. gpu - the step on the cupy backend against PyTorch CUDA autocast + GradScaler, when a GPU
    is present; otherwise one row says why it was skipped.
 
-Timing (``benchtime.py``): ``time.perf_counter``; each callable runs untimed first (warm-up),
+Timing (``timing.py``): ``time.perf_counter``; each callable runs untimed first (warm-up),
 then is timed in samples of enough calls to last ``min_time``; the callables of one row are
 timed interleaved (A B, B A, A B, ...) so that a drift in machine load hits both, and a row's
 ratio is the median of the per-sample ratios.  Times are medians per call.  The MLP steps
@@ -46,19 +46,19 @@ from dataclasses import asdict, dataclass
 import ml_dtypes
 import numpy as np
 
-from .. import backend as _backend
-from .. import ops, state
-from ..formats import LOW_FORMATS, cast, get_format, quantize
-from ..formats.kernels import f32_to_fp8
-from ..monitor import monitor
-from ..tensor import no_grad, tensor
-from ..textable import text_table
-from . import torchref
-from .benchprofile import format_profile, profile_recipes
-from .benchrows import Row, step_rows
-from .benchsteps import fpsim_step, torch_step
-from .benchtime import machine_info, median_ratio, time_interleaved
-from .jsonout import dumps, finite
+from ... import backend as _backend
+from ... import ops, state
+from ...formats import LOW_FORMATS, cast, get_format, quantize
+from ...formats.kernels import f32_to_fp8
+from ...monitor import monitor
+from ...tensor import no_grad, tensor
+from ...textable import text_table
+from .. import torchref
+from ..jsonout import dumps, finite
+from .profile import format_profile, profile_recipes
+from .rows import Row, step_rows
+from .steps import fpsim_step, torch_step
+from .timing import machine_info, median_ratio, time_interleaved
 
 __all__ = ["Row", "BenchSettings", "machine_info", "run_bench", "format_report", "main"]
 
