@@ -1,17 +1,18 @@
 """Sweeps: several recipes (and seeds) trained on one task from the same initial weights.
 
-:func:`compare` runs recipes at one seed, :func:`compare_seeds` at several; each run is
-:func:`~fpsim.experiments.train`, so a run is the same number for number whether it runs alone,
-in a sweep, or in a worker process.
+:func:`compare` runs recipes at one seed, :func:`compare_seeds` at several: a list of
+:class:`~fpsim.experiments.executors.RunSpec` (task, recipe, seed, settings) run by
+:func:`~fpsim.experiments.executors.run_all` on an executor - this process, local worker
+processes or a Dask cluster.  Each run is :func:`~fpsim.experiments.train`, so a run is the same
+number for number wherever it runs.
 """
 
 from __future__ import annotations
 
 import sys
 
-from .. import state
 from ..checks import check_at_least, is_integer
-from .loop import run_recipe
+from .executors import RunSpec, SweepStopped, dask_cluster, local_processes, run_all
 from .recipes import DEFAULT_RECIPES, Recipe, get_recipe
 from .result import RunResult
 from .tasks import ReferenceTask
@@ -23,7 +24,7 @@ def compare(recipes=DEFAULT_RECIPES, task: ReferenceTask | None = None, *, steps
             lr: float | None = None, progress: bool = True, backend=None, measure_at="all") -> dict[str, RunResult]:
     """Run every recipe on the same task, seed and initial weights; results by recipe name.
     ``measure_at``: the steps at which flushed gradients and stalled updates are counted, or "all"
-    (:func:`run_recipe`)."""
+    (:func:`~fpsim.experiments.train`)."""
     return compare_seeds(recipes, [seed], task, steps=steps, lr=lr, progress=progress, backend=backend,
                          measure_at=measure_at)[seed]
 
@@ -52,72 +53,77 @@ def _progress_bar(total: int):
 
 def compare_seeds(recipes=DEFAULT_RECIPES, seeds=(0, 1, 2, 3), task: ReferenceTask | None = None, *,
                   steps: int | None = None, lr: float | None = None, progress: bool = True,
-                  backend=None, measure_at="all", jobs: int = 1) -> dict[int, dict[str, RunResult]]:
+                  backend=None, measure_at="all", jobs: int = 1, scheduler: str | None = None,
+                  executor=None) -> dict[int, dict[str, RunResult]]:
     """:func:`compare` once per seed of the initial weights (the data stay the same): results
     by seed, then by recipe.  One seed's ratio to fp32 can mislead - fp8-delayed is 1.097x at
     seed 0 and 1.116x at seed 5 - so :func:`~fpsim.experiments.format_seed_table` shows every
     seed and the mean.
 
-    ``jobs`` > 1 runs the (seed, recipe) runs in that many worker processes; every run starts
-    from its own seed and computes its products on fpsim's fixed BLAS thread count
-    (:func:`fpsim.state.blas_threads`), so the results are the ones the serial sweep gives, bit
-    for bit (only ``seconds`` differs).  The workers are
-    spawned, so the recipes and the task must pickle (a ``Recipe`` defined in a notebook cell
-    may not: run those with ``jobs=1``)."""
+    Where the runs execute (:mod:`~fpsim.experiments.executors`): one after the other in this
+    process (``jobs=1``, the default); in ``jobs`` spawned worker processes (at most the usable
+    cores); on the Dask cluster whose scheduler is at ``scheduler`` (``"tcp://host:8786"``;
+    ``pip install fpsim[cluster]``); or on any ``concurrent.futures`` ``executor`` you pass.
+    Every run starts from its own seed and computes its products on fpsim's fixed BLAS thread
+    count (:func:`fpsim.state.blas_threads`, set in each worker), so the results are the ones
+    the serial sweep gives, bit for bit (only ``seconds`` differs).  Runs in other processes
+    must pickle (a ``Recipe`` defined in a notebook cell may not: run those with ``jobs=1``).
+    SIGINT / SIGTERM or a worker that dies raise
+    :class:`~fpsim.experiments.executors.SweepStopped`, whose ``results`` hold the finished
+    runs by seed; no worker process is left."""
     recs, seeds = _check_recipes_and_seeds(recipes, seeds)
     check_at_least(jobs, 1, "jobs")
     task = task or ReferenceTask()
     n_steps = task.steps if steps is None else steps
-    bar = _progress_bar(n_steps * len(recs) * len(seeds)) if progress else None
-    runs = [(seed, rec) for seed in seeds for rec in recs]
-    results: dict[int, dict[str, RunResult]] = {seed: {} for seed in seeds}
+    be = getattr(backend, "name", backend)
+    specs = [RunSpec(task, rec, int(seed), steps, lr, measure_at, be if jobs > 1 or scheduler or executor else backend)
+             for seed in seeds for rec in recs]
+    bar = _progress_bar(n_steps * len(specs)) if progress else None
+    own, env, client = None, None, None
+    if scheduler is not None:
+        executor, client = dask_cluster(scheduler)
+    elif executor is None and jobs > 1 and len(specs) > 1:
+        own, env = local_processes(jobs, len(specs))
+        executor = own
 
-    def label(seed, rec):
-        return rec.name if len(seeds) == 1 else f"{rec.name}, seed {seed}"
+    def label(spec):
+        return spec.recipe.name if len(seeds) == 1 else f"{spec.recipe.name}, seed {spec.seed}"
 
-    def done(seed, rec, r):
-        results[seed][rec.name] = r
+    def done(spec, r):
+        if executor is not None and bar is not None:
+            bar.update(n_steps)
         if bar is not None and bar.disable:
-            print(f"fpsim compare: {label(seed, rec)} done in {r.seconds:.1f}s", file=sys.stderr, flush=True)
+            print(f"fpsim compare: {label(spec)} done in {r.seconds:.1f}s", file=sys.stderr, flush=True)
+
+    def start(spec):
+        if bar is not None:
+            bar.set_postfix_str(label(spec))
 
     try:
-        if jobs > 1 and len(runs) > 1:
-            _run_parallel(runs, jobs, task, steps, lr, backend, measure_at, bar, done, n_steps)
-        else:
-            for seed, rec in runs:
-                if bar is not None:
-                    bar.set_postfix_str(label(seed, rec))
-                done(seed, rec, run_recipe(rec, task, steps=steps, seed=int(seed), lr=lr,
-                                           progress=bar.update if bar is not None else None,
-                                           backend=backend, measure_at=measure_at))
+        if executor is not None and bar is not None:
+            bar.set_postfix_str(f"{len(specs)} runs on {_where(own, scheduler)}")
+        ran = run_all(specs, executor, env=env, on_start=start, on_done=done,
+                      progress=bar.update if bar is not None else None)
+    except SweepStopped as e:
+        e.results = _by_seed(e.done, seeds, recs)
+        raise
     finally:
         if bar is not None:
             bar.close()
-    return {seed: {rec.name: results[seed][rec.name] for rec in recs} for seed in seeds}
+        if own is not None:
+            own.shutdown()
+        if client is not None:
+            client.close()
+    return _by_seed(ran, seeds, recs)
 
 
-def _run_parallel(runs, jobs, task, steps, lr, backend, measure_at, bar, done, n_steps) -> None:
-    """The runs in ``jobs`` spawned worker processes; the bar advances a run at a time."""
-    import multiprocessing
-    import os
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+def _where(own, scheduler) -> str:
+    if scheduler is not None:
+        return f"the Dask cluster at {scheduler}"
+    return f"{own._max_workers} processes" if own is not None else "the executor"
 
-    be = getattr(backend, "name", backend)  # a backend by name: its object does not cross processes
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    threads = str(max(1, cores // jobs))
-    names = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-    # fpsim's own products run on the pinned count in every process (the bits depend on it); the
-    # BLAS pools are sized so that the workers do not oversubscribe the cores between them
-    env = {"FPSIM_BLAS_THREADS": str(state.blas_threads()), **dict.fromkeys(names, threads)}
-    with state.environment(env):  # the workers inherit it when they start
-        with ProcessPoolExecutor(max_workers=min(jobs, len(runs)),
-                                 mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(run_recipe, rec, task, steps=steps, seed=int(seed), lr=lr, backend=be,
-                                   measure_at=measure_at): (seed, rec) for seed, rec in runs}
-            if bar is not None:
-                bar.set_postfix_str(f"{len(runs)} runs in {min(jobs, len(runs))} processes")
-            for fut in as_completed(futures):
-                seed, rec = futures[fut]
-                done(seed, rec, fut.result())
-                if bar is not None:
-                    bar.update(n_steps)
+
+def _by_seed(done: dict, seeds, recs) -> dict[int, dict[str, RunResult]]:
+    """RunSpec -> RunResult as {seed: {recipe: RunResult}}, in the order asked for."""
+    by = {(s.seed, s.recipe.name): r for s, r in done.items()}
+    return {seed: {rec.name: by[seed, rec.name] for rec in recs if (seed, rec.name) in by} for seed in seeds}

@@ -186,6 +186,24 @@ def _compare_figure(by_seed, seeds, task, steps, path) -> None:
           f"{deaths}): {path}", file=sys.stderr)
 
 
+def _print_stopped(e, args, recipes) -> None:
+    """What a stopped sweep finished (its table), then one line: what stopped it, what was lost."""
+    from ..experiments import format_seed_table, format_table
+
+    finished = {s: r for s, r in e.results.items() if r}
+    baseline = recipes[0] if "fp32" not in recipes else "fp32"
+    if finished and not args.json:
+        if args.seeds is None:
+            print(format_table(next(iter(finished.values())), baseline=baseline))
+        elif all(len(r) == len(recipes) for r in finished.values()):
+            print(format_seed_table(finished, baseline=baseline))
+        else:
+            for seed, runs in finished.items():
+                print(f"seed {seed}:\n{format_table(runs, baseline=baseline)}\n")
+    lost = ", ".join(s.label for s in e.lost)
+    print(f"fpsim compare: {e.reason}" + (f"; not finished: {lost}" if lost and e.signum else ""), file=sys.stderr)
+
+
 def cmd_compare(args) -> int:
     from ..experiments import DEFAULT_RECIPES, ReferenceTask, compare_seeds, format_seed_table, format_table, tinygpt
     from .jsonout import dumps
@@ -210,8 +228,14 @@ def cmd_compare(args) -> int:
               f"{task.n} x {task.dim} = 2^{(task.n * task.dim).bit_length() - 1} outputs, mean squared error, "
               f"Adam lr {args.lr or task.lr:g}, {steps} full-batch steps, "
               f"seed{'s' if len(seeds) > 1 else ''} {' '.join(map(str, seeds))}", file=sys.stderr)
-    by_seed = compare_seeds(recipes, seeds, task, steps=steps, lr=args.lr, progress=not args.quiet,
-                            backend=args.backend, jobs=args.jobs)
+    from ..experiments.executors import SweepStopped
+
+    try:
+        by_seed = compare_seeds(recipes, seeds, task, steps=steps, lr=args.lr, progress=not args.quiet,
+                                backend=args.backend, jobs=args.jobs, scheduler=args.scheduler)
+    except SweepStopped as e:  # the finished runs, then one line saying what stopped
+        _print_stopped(e, args, recipes)
+        return 128 + e.signum if e.signum else 1
     results = by_seed[seeds[0]]
     baseline = recipes[0] if "fp32" not in recipes else "fp32"
     if args.json:
@@ -263,8 +287,11 @@ def _add_compare(sub) -> None:
     sp.add_argument("--lr", type=_positive_float,
                     help="Adam learning rate (default 1e-2; tinygpt 5e-3, the peak of its schedule)")
     sp.add_argument("--jobs", type=_positive_int, default=1,
-                    help="run the recipes and seeds in this many processes (default 1); the results are the "
-                         "serial run's, number for number")
+                    help="run the recipes and seeds in this many processes (default 1; at most the usable cores); "
+                         "the results are the serial run's, bit for bit")
+    sp.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                    help="run them on the Dask cluster whose scheduler is at ADDRESS (tcp://host:8786; "
+                         "pip install 'fpsim[cluster]'); the same bits as a serial run")
     sp.add_argument("--backend", type=_backend_arg, default=None, metavar="{numpy,numpy-f32,cupy}",
                     help="array backend (default numpy, or $FPSIM_BACKEND; numpy-f32 holds the values in float32 "
                          "arrays: the same numbers, faster; cupy needs CuPy and a CUDA GPU)")

@@ -1,0 +1,185 @@
+"""Where a sweep's runs execute: one function, :func:`run_all`, over any ``concurrent.futures``
+executor - this process, local worker processes, or a Dask cluster - and the same bits from each.
+
+Every run is :func:`run_spec` on a :class:`RunSpec`: the task function sets fpsim's BLAS thread
+count in whatever process runs it (``FPSIM_BLAS_THREADS`` of the process that started the sweep),
+so a run gives the serial run's numbers on any executor.  A sweep stopped by SIGINT or SIGTERM,
+or by a worker process that died, raises :class:`SweepStopped` with the runs that finished; no
+worker process is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from concurrent.futures import FIRST_COMPLETED, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+
+from .. import state
+from .loop import train
+
+__all__ = ["RunSpec", "SweepStopped", "run_spec", "run_all", "usable_cores"]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a sweep: a task, a recipe, the seed of the initial weights, and the settings
+    :func:`~fpsim.experiments.train` takes (the backend by name: its object does not cross
+    processes)."""
+
+    task: object
+    recipe: object
+    seed: int
+    steps: int | None = None
+    lr: float | None = None
+    measure_at: object = "all"
+    backend: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.recipe.name} (seed {self.seed})"
+
+
+class SweepStopped(Exception):
+    """A sweep that stopped before every run finished: ``reason`` (one line), ``done``
+    (RunSpec -> RunResult, the runs that finished) and ``lost`` (the RunSpecs that did not)."""
+
+    def __init__(self, reason: str, done: dict, lost: list, signum: int | None = None):
+        super().__init__(reason)
+        self.reason, self.done, self.lost, self.signum = reason, done, lost, signum
+        self.results = None  # set by compare_seeds: {seed: {recipe: RunResult}} of the finished runs
+
+
+def run_spec(spec: RunSpec, blas_threads: int | None = None, progress=None):
+    """Train one :class:`RunSpec` - the task function every executor runs.  ``blas_threads``:
+    the BLAS thread count fpsim's products run on in this process (the bits depend on it);
+    ``progress``: called after every step (in this process only)."""
+    if blas_threads is not None:
+        state.set_blas_threads(blas_threads)
+    return train(spec.task, spec.recipe, spec.seed, steps=spec.steps, lr=spec.lr, measure_at=spec.measure_at,
+                 backend=spec.backend, progress=progress)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _ignore_sigint() -> None:
+    """Worker processes leave Ctrl-C to the sweep, which stops them: no traceback from each."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class _Signalled(BaseException):
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_signal(signum, frame):
+    raise _Signalled(signum)
+
+
+def local_processes(jobs: int, n_runs: int):
+    """A spawned ProcessPoolExecutor of ``min(jobs, usable cores, n_runs)`` workers (each
+    ignoring SIGINT), and the environment its workers must start in: fpsim's pinned BLAS count,
+    and BLAS pools sized so that the workers do not oversubscribe the cores between them."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    workers = max(1, min(jobs, usable_cores(), n_runs))
+    threads = str(max(1, usable_cores() // workers))
+    env = {"FPSIM_BLAS_THREADS": str(state.blas_threads()),
+           **dict.fromkeys(("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"), threads)}
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_ignore_sigint)
+    return pool, env
+
+
+def dask_cluster(address: str):
+    """A ``concurrent.futures`` executor on the Dask scheduler at ``address`` and the client to
+    close afterwards (``pip install fpsim[cluster]``)."""
+    try:
+        from dask.distributed import Client
+    except ImportError:
+        raise ImportError("--scheduler needs dask.distributed: pip install 'fpsim[cluster]'") from None
+    try:
+        client = Client(address, set_as_default=False, timeout=30)
+    except OSError as e:
+        raise OSError(f"no Dask scheduler at {address!r}: {e}") from None
+    return client.get_executor(), client
+
+
+def _stop_workers(pool) -> None:
+    """Cancel what has not started and end the worker processes (a ProcessPoolExecutor's)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=10)
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def run_all(specs: list[RunSpec], executor=None, *, env=None, on_start=None, on_done=None, progress=None) -> dict:
+    """Run every spec on ``executor`` (None: one after the other in this process) and return
+    RunSpec -> RunResult.  ``env``: environment variables set while the runs are submitted
+    (spawned workers inherit them).  ``on_start(spec)`` (in this process only) and
+    ``on_done(spec, result)`` are called as each run starts and finishes; ``progress`` after every
+    step of a run in this process.
+    SIGINT / SIGTERM (in the main thread), or a worker process that dies, stop the sweep:
+    :class:`SweepStopped`, after the workers are ended."""
+    done: dict = {}
+    old = None
+    if threading.current_thread() is threading.main_thread():
+        old = signal.signal(signal.SIGTERM, _raise_signal)
+    futures: dict = {}
+    try:
+        if executor is None:
+            for spec in specs:
+                if on_start is not None:
+                    on_start(spec)
+                done[spec] = run_spec(spec, progress=progress)
+                if on_done is not None:
+                    on_done(spec, done[spec])
+            return done
+        blas = state.blas_threads()
+        with state.environment(env or {}):
+            futures = {executor.submit(run_spec, spec, blas): spec for spec in specs}
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                spec = futures[fut]
+                done[spec] = fut.result()
+                if on_done is not None:
+                    on_done(spec, done[spec])
+        return done
+    except (KeyboardInterrupt, _Signalled) as e:
+        signum = getattr(e, "signum", signal.SIGINT)
+        name = signal.Signals(signum).name
+        _shutdown(executor)
+        raise SweepStopped(f"stopped by {name} after {len(done)} of {len(specs)} runs", done,
+                           [s for s in specs if s not in done], signum) from None
+    except BrokenProcessPool:
+        _shutdown(executor)
+        lost = [s for s in specs if s not in done]
+        raise SweepStopped(f"a worker process died; {len(done)} of {len(specs)} runs finished, lost: "
+                           f"{', '.join(s.label for s in lost)}", done, lost) from None
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+
+
+def _shutdown(executor) -> None:
+    if executor is None:
+        return
+    if hasattr(executor, "_processes"):
+        _stop_workers(executor)
+    else:
+        executor.shutdown(wait=False, cancel_futures=True)
