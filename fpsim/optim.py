@@ -299,11 +299,11 @@ class Adam(Optimizer):
         elif self.weight_decay:
             g = f(self._r(g + xp.float32(self.weight_decay) * w, t, "weight_decay"))
         m, v = state["exp_avg"].f32(), state["exp_avg_sq"].f32()
-        m = f(self._r(m + xp.float32(1 - b1) * (g - m), t, "exp_avg"))  # lerp_(g, 1 - b1)
+        # the moments are stored as they were rounded (once, where the hooks see it), not rounded again
+        state["exp_avg"].data = self._r(m + xp.float32(1 - b1) * (g - m), t, "exp_avg")  # lerp_(g, 1 - b1)
         v = f(self._r(v * xp.float32(b2), t, "exp_avg_sq"))
-        v = f(self._r(v + xp.float32(1 - b2) * g * g, t, "exp_avg_sq"))  # addcmul_
-        state["exp_avg"].data = be.round(m, t.fmt)
-        state["exp_avg_sq"].data = be.round(v, t.fmt)
+        state["exp_avg_sq"].data = self._r(v + xp.float32(1 - b2) * g * g, t, "exp_avg_sq")  # addcmul_
+        m, v = f(state["exp_avg"].data), f(state["exp_avg_sq"].data)
         step_size = self.lr / (1 - b1**step)
         bc2_sqrt = math.sqrt(1 - b2**step)
         denom = f(self._r(xp.sqrt(v), t, "denom"))

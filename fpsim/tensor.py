@@ -227,7 +227,8 @@ class Tensor:
         order = _topo_order(self)
         if any(node._backward is _freed for node in order):
             raise RuntimeError(_FREED_MESSAGE)
-        grads = {id(self): be.round(seed, self.grad_fmt)}
+        # the seed is rounded into the gradient format like every stored value: the hooks see it
+        grads = {id(self): round_result(seed, self.grad_fmt, be, "backward_seed", "backward", self.name)}
         with state.pinned_blas():  # one fixed BLAS thread count for every product of the walk
             for node in order:
                 g = grads.pop(id(node), None)

@@ -284,10 +284,10 @@ def quantize(x, fmt, axis: int = -1, *, block=None, scale_rounding: str | None =
     lay = _Layout(arr.shape, axis, block)
     xb = lay.to_blocks(arr)
     amax = _chunks(lay, xb, lambda sl: lay.amax(xb[sl]))
-    codes, divide, factor, dec, tscale = _scales(bf, amax, scale_rounding, pow2_scales)
+    codes, factor, dec, tscale = _scales(bf, amax, scale_rounding, pow2_scales)
     with np.errstate(invalid="ignore", over="ignore"):
-        top = amax / factor if divide else amax * factor  # the largest scaled magnitude of each block
-    enc = _Encoder(lay, bf.element, rounding, rng, divide)
+        top = amax * factor  # the largest scaled magnitude of each block
+    enc = _Encoder(lay, bf.element, rounding, rng)
     elements = np.empty(xb.shape, dtype=bf.element.dtype)
     under, sat = np.zeros(amax.shape, np.int64), np.zeros(amax.shape, np.int64)
     for sl in _row_slices(lay, xb):
@@ -316,8 +316,8 @@ def _chunks(lay: _Layout, xb: np.ndarray, fn) -> np.ndarray:
 class _Encoder:
     """Scales, rounds and counts one chunk of rows of blocks."""
 
-    def __init__(self, lay: _Layout, elem: Format, rounding: str, rng, divide: bool):
-        self.lay, self.elem, self.rounding, self.rng, self.divide = lay, elem, rounding, rng, divide
+    def __init__(self, lay: _Layout, elem: Format, rounding: str, rng):
+        self.lay, self.elem, self.rounding, self.rng = lay, elem, rounding, rng
         self.mag_mask = np.uint8((1 << (elem.bits - 1)) - 1)
         self.emax = np.float32(elem.max)
         self.emin_neg = np.float32(-elem.max_negative)  # ocp_int8: -2 is a value, +2 is not
@@ -325,7 +325,7 @@ class _Encoder:
     def __call__(self, xb, amax, factor, top):
         lay, elem = self.lay, self.elem
         with np.errstate(invalid="ignore", over="ignore"):
-            scaled = xb / lay.expand(factor) if self.divide else xb * lay.expand(factor)
+            scaled = xb * lay.expand(factor)
         bad = ~np.isfinite(amax)
         bad_any = bool(bad.any())
         if bad_any and not elem.has_nan:
@@ -364,18 +364,18 @@ def _as_f32(x) -> np.ndarray:
 
 
 def _scales(bf: BlockFormat, amax, scale_rounding, pow2):
-    """(stored scales, divide?, the factor the elements are multiplied / divided by, decode factor,
-    tensor scale) in blocked layout."""
+    """(stored scales, the factor the elements are multiplied by, decode factor, tensor scale) in
+    blocked layout."""
     if bf.family == "mx":
         codes, inv, dec = bs.mx_scales(amax, bf.element, scale_rounding)
-        return codes, False, inv, dec, None
+        return codes, inv, dec, None
     if bf.family == "nvfp4":
         finite = amax[np.isfinite(amax)]
         s_enc = bs.nvfp4_tensor_scale(finite.max() if finite.size else 0.0)
         codes, enc, dec = bs.nvfp4_scales(amax, s_enc)
-        return codes, False, enc, dec, np.float32(1) / s_enc
+        return codes, enc, dec, np.float32(1) / s_enc
     enc, dec = bs.fp8_block_scales(amax, pow2)
-    return dec, False, enc, dec, None
+    return dec, enc, dec, None
 
 
 def _check(arr, bf: BlockFormat, axis, block, scale_rounding, rounding, pow2):

@@ -15,7 +15,7 @@ from numpy import broadcast_shapes as _broadcast_shapes
 
 from .. import state
 from ..formats import Format, get_format
-from ..tensor import Tensor, promote
+from ..tensor import Tensor, promote, round_result
 from .core import _autocast, _broadcast_pair, _const, _make, _pair, _quiet, _unbroadcast
 
 __all__ = ['add', 'sub', 'mul', 'div', 'neg', 'pow', 'matmul', 'linear']
@@ -140,5 +140,7 @@ def _matmul_low_acc(a32, b32, acc: Format, be):
     shape = _broadcast_shapes(a32.shape[:-2], b32.shape[:-2]) + (a32.shape[-2], b32.shape[-1])
     s = xp.zeros(shape, dtype=xp.float32)
     for k in range(a32.shape[-1]):
-        s = be.to_f32(be.round(s + a32[..., :, k : k + 1] * b32[..., k : k + 1, :], acc))
+        # each partial sum is stored in the accumulator: rounded where the hooks see it
+        s = be.to_f32(round_result(s + a32[..., :, k : k + 1] * b32[..., k : k + 1, :], acc, be, "matmul",
+                                   "forward", "accumulator"))
     return s

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numbers
 
 from ..formats import F32, get_format
-from ..tensor import Tensor, promote
+from ..tensor import Tensor, promote, round_result
 from .core import _autocast, _make, _quiet
 
 __all__ = ["layer_norm"]
@@ -43,7 +43,7 @@ def _low_moments(x32, axes, fmt, eps: float, be):
     n = 1
     for a in axes:
         n *= x32.shape[a]
-    rnd = lambda v: be.to_f32(be.round(v, fmt))  # noqa: E731
+    rnd = lambda v: be.to_f32(round_result(v, fmt, be, "layer_norm", "forward", "accumulator"))  # noqa: E731  (hooks see it)
     rows = xp.moveaxis(x32, axes, tuple(range(x32.ndim - len(axes), x32.ndim))).reshape(
         tuple(d for i, d in enumerate(x32.shape) if i not in axes) + (n,))
     s = xp.zeros(rows.shape[:-1], dtype=xp.float32)

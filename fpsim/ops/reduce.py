@@ -6,7 +6,7 @@ swamping lesson: counting by 1 stalls at 2048 in float16, 256 in bfloat16).
 from __future__ import annotations
 
 from ..formats import get_format
-from ..tensor import Tensor
+from ..tensor import Tensor, round_result
 from .core import _autocast, _expand_back, _make, _norm_axes, _quiet
 
 __all__ = ['sum', 'mean', 'max']
@@ -30,7 +30,7 @@ def sum(x: Tensor, axis=None, keepdims=False, acc=None) -> Tensor:  # noqa: A001
         flat = moved.reshape((-1,) + moved.shape[len(axes):])
         s = xp.zeros(flat.shape[1:], dtype=xp.float32)
         for row in flat:
-            s = be.to_f32(be.round(s + row, accf))
+            s = be.to_f32(round_result(s + row, accf, be, "sum", "forward", "accumulator"))  # the hooks see each
         out32 = s.reshape(tuple(1 if i in axes else n for i, n in enumerate(x.shape))) if keepdims else s
     return _make(out32, x.fmt, (x,), lambda g, out: (_expand_back(g, x.shape, axes, keepdims, xp),), "sum")
 
