@@ -1,20 +1,20 @@
 """Gradient capture: one forward + backward pass that keeps every gradient, per layer, and says
 what each format would keep of them (``capture_gradients``, for the histograms of the labs and
-``fpsim figures``).  It watches the backward pass with a monitor hook; the model is not touched.
+``fpsim figures``).  It reads everything from the rounding hooks; the model is neither copied nor
+patched, and comes back as it was.
 """
 
 from __future__ import annotations
 
-import copy
+import contextlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import state
-from .formats import LOW_FORMATS, get_format
+from .formats import F32, LOW_FORMATS, get_format
 from .formats.survival import survival
-from .monitor import monitor
-from .tensor import Tensor, tensor
+from .tensor import Tensor, _topo_order, tensor
 from .textable import text_table
 
 __all__ = ["capture_gradients", "GradientCapture"]
@@ -85,61 +85,79 @@ class GradientCapture:
 
 
 def capture_gradients(model, loss_fn, *inputs, formats=LOW_FORMATS, scale=1.0) -> GradientCapture:
-    """One forward + backward pass of a float32 copy of ``model``, keeping every gradient.
+    """One forward + backward pass of ``model`` in float32, keeping every gradient.
 
     ``loss = loss_fn(model(inputs[0]), *inputs[1:])``: the first input feeds the model, the
     rest (targets) go to the loss.  Float inputs are widened exactly (or rounded once from
-    float64) to float32; autocast is off inside.  The user's model, its parameters and their
-    ``.grad`` are not touched: a deep copy is converted to float32 and differentiated.
+    float64) to float32; autocast is off inside.  The parameters run as their float32 values
+    (a low-format parameter widened exactly) for this one pass; afterwards every parameter has
+    its own data, format and ``.grad`` back, the very objects it had - the model is neither
+    copied nor patched.
 
-    Parameter gradients are read from the copy's ``.grad`` (float32); activation gradients
-    are the float32 gradients the backward pass rounds into each module's output tensor,
-    collected by a monitor hook (the last rounding of a tensor used twice is its sum).
+    Everything is read from the rounding hooks: parameter gradients are the float32 gradients
+    the backward pass rounds into them; activation gradients are those it rounds into each
+    module's output (the tensor made inside the module that the rest of the graph uses; the last
+    rounding into a tensor used twice is its sum).
     """
     if not inputs:
         raise TypeError("capture_gradients needs at least one input: capture_gradients(model, loss_fn, x, *targets)")
     fnames = tuple(get_format(f).name for f in formats)
     params = model.parameters()
     be = params[0].backend if params else None
-    memo = {}
-    for p in params:
-        memo[id(p.backend)] = p.backend
-        memo[id(p.fmt)] = p.fmt
-        memo[id(p.grad_fmt)] = p.grad_fmt
-    work = copy.deepcopy(model, memo)
-    work.to("float32")
-    for p in work.parameters():
-        p.grad = None
-
     x0 = _widen(inputs[0], be)
     rest = [_widen(x, be) for x in inputs[1:]]
+    paths = [path for path, _ in model.named_modules()]
+    caught: list = []
 
-    owners = _name_module_outputs(work)  # so the backward rounding into each can be told apart
-    with state.autocast_as(None), state.set_grad_enabled(True), \
-            monitor(capture=lambda ev: ev.direction == "backward" and ev.target.startswith(_OUT_MARK)) as m:
-        loss = loss_fn(work(x0), *rest)
-        if not isinstance(loss, Tensor):
-            raise TypeError(f"loss_fn must return a Tensor, got {type(loss).__name__}")
-        loss.backward()
+    def hook(ev):
+        if ev.direction == "backward" and ev.target.startswith((_OUT_MARK, _PARAM_MARK)):
+            exact = ev.exact32 if ev.exact32 is not None else ev.backend.to_f32(ev.stored)
+            caught.append((ev.target, np.array(ev.backend.to_numpy(ev.backend.to_f32(exact)), np.float32)))
 
+    with _as_float32(model) as names:
+        with state.autocast_as(None), state.set_grad_enabled(True), state.hooked(hook):
+            out = model(x0)
+            loss = loss_fn(out, *rest)
+            if not isinstance(loss, Tensor):
+                raise TypeError(f"loss_fn must return a Tensor, got {type(loss).__name__}")
+            owners = _mark_outputs(loss, out, paths)
+            loss.backward()
+    last: dict[str, np.ndarray] = dict(caught)  # in order: the last rounding into a tensor is its full gradient
     grads: dict[tuple[str, str, str], np.ndarray] = {}
-    last: dict[str, np.ndarray] = {}
-    for key, arr in m.captured:  # in order: the last rounding into a tensor is its full gradient
-        last[key[3]] = arr
-    for mark, paths in owners.items():
-        if mark not in last:
-            continue
-        keep = [p for p in paths if p] or paths  # the root shares its output with its last child
-        for p in keep:
-            grads[(p, "activation", "output")] = last[mark]
-    for pname, p in work.named_parameters():
-        scope, _, name = pname.rpartition(".")
-        if p.grad is not None:
-            grads[(scope, "weight", name)] = np.asarray(p.grad.backend.to_numpy(p.grad.f32()), dtype=np.float32)
-    order = {path: i for i, (path, _) in enumerate(work.named_modules())}
+    for mark, mpaths in owners.items():
+        if mark in last:
+            for p in [p for p in mpaths if p] or mpaths:  # the root shares its output with its last child
+                grads[(p, "activation", "output")] = last[mark]
+    for mark, pname in names.items():
+        if mark in last:
+            scope, _, name = pname.rpartition(".")
+            grads[(scope, "weight", name)] = last[mark]
+    order = {path: i for i, path in enumerate(paths)}
     grads = dict(sorted(grads.items(), key=lambda kv: (order.get(kv[0][0], len(order)), kv[0][1] != "activation",
                                                          kv[0][2])))
     return GradientCapture(grads=grads, formats=fnames, scale=float(scale), loss=loss.item())
+
+
+_PARAM_MARK = "__fpsim_capture_param_"
+
+
+@contextlib.contextmanager
+def _as_float32(model):
+    """The parameters as float32 (data widened exactly, float32 gradients, no gradient yet, a
+    marked name the hooks see) inside; each gets its own attributes back on exit.  Yields
+    mark -> parameter name."""
+    named = list(model.named_parameters())
+    saved = [(p, p.data, p.fmt, p.grad_fmt, p.grad, p.name) for _, p in named]
+    try:
+        names = {}
+        for i, (pname, p) in enumerate(named):
+            p.data, p.fmt, p.grad_fmt, p.grad = p.backend.to_f32(p.data), F32, F32, None
+            p.name = f"{_PARAM_MARK}{i}"
+            names[p.name] = pname
+        yield names
+    finally:
+        for p, data, fmt, grad_fmt, grad, name in saved:
+            p.data, p.fmt, p.grad_fmt, p.grad, p.name = data, fmt, grad_fmt, grad, name
 
 
 def _widen(x, be):
@@ -152,27 +170,28 @@ def _widen(x, be):
     return x
 
 
-def _name_module_outputs(work) -> dict[str, list[str]]:
-    """Wrap every module's forward so that its output tensor gets a marked name; returns the
-    mark -> module paths map, filled as the forward pass runs (a tensor returned by several
-    modules - a Sequential and its last child - lists them all)."""
+def _mark_outputs(loss, out, paths) -> dict[str, list[str]]:
+    """Name each module's output tensor in the graph of ``loss`` so the backward rounding into it
+    can be told apart: the node made inside the module's scope that a node outside it uses (the
+    model's own output ``out`` for the root).  Returns mark -> module paths (a tensor several
+    modules return - a Sequential and its last child - lists them all)."""
+    order = _topo_order(loss)
+    used_in: dict[int, list[str]] = {}  # node -> the scopes of the nodes that use it
+    for node in order:
+        for parent in node._parents or ():
+            used_in.setdefault(id(parent), []).append(node._scope or "")
+
+    def inside(scope: str, path: str) -> bool:
+        return not path or scope == path or scope.startswith(path + ".")
+
     owners: dict[str, list[str]] = {}
-
-    def wrap(path, mod):
-        orig = mod.forward
-
-        def forward(*a, **kw):
-            out = orig(*a, **kw)
-            if isinstance(out, Tensor) and out.requires_grad and not out.is_leaf:
-                if out.name.startswith(_OUT_MARK):
-                    owners[out.name].append(path)
-                elif not out.name:
-                    out.name = f"{_OUT_MARK}{len(owners)}"
-                    owners[out.name] = [path]
-            return out
-
-        object.__setattr__(mod, "forward", forward)
-
-    for path, mod in list(work.named_modules()):
-        wrap(path, mod)
+    for node in order:
+        if node.is_leaf or not node.requires_grad or node.name:
+            continue
+        scope = node._scope or ""
+        mpaths = [p for p in paths if inside(scope, p)
+                  and (node is out or any(not inside(s, p) for s in used_in.get(id(node), ())))]
+        if mpaths:
+            node.name = f"{_OUT_MARK}{len(owners)}"
+            owners[node.name] = mpaths
     return owners

@@ -50,7 +50,7 @@ def kernel_environment(**extra):
 def lab_paths(directory=None) -> list[Path]:
     """The lab notebooks (``NN_*.ipynb``) in ``directory``, by number.  Default: the ``labs``
     folder next to the ``fpsim`` package (a source checkout)."""
-    d = Path(directory) if directory is not None else Path(__file__).resolve().parents[2] / "labs"
+    d = Path(directory) if directory is not None else Path(__file__).resolve().parents[3] / "labs"
     return sorted(d.glob("[0-9][0-9]_*.ipynb"))
 
 
