@@ -152,3 +152,28 @@ def test_one_owner_of_program_wide_state():
             if isinstance(node, ast.Global):
                 writers.append(f"{m}: global {', '.join(node.names)}")
     assert not writers, "program-wide state outside fpsim/state.py:\n" + "\n".join(writers)
+
+
+def test_one_name_one_thing():
+    """No two modules export (``__all__``) different objects under one name - a concept is
+    defined once and imported everywhere else.  Allowed: each tool package's ``main`` (the
+    command's entry), and ``blas_threads`` (the lab helper that sets the notebook's count; the
+    state function that reads fpsim's own; the bench's probe)."""
+    import importlib
+    import pkgutil
+    import warnings
+
+    import fpsim
+
+    allowed = {"main", "blas_threads"}
+    seen: dict = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for m in pkgutil.walk_packages(fpsim.__path__, "fpsim."):
+            if m.name in ("fpsim.fp8", "fpsim.__main__") or ".solutions" in m.name:
+                continue
+            mod = importlib.import_module(m.name)
+            for name in getattr(mod, "__all__", ()):
+                seen.setdefault(name, {}).setdefault(id(getattr(mod, name, None)), []).append(m.name)
+    twice = {n: list(objs.values()) for n, objs in seen.items() if len(objs) > 1 and n not in allowed}
+    assert not twice, twice

@@ -32,7 +32,7 @@ def test_every_recipe_and_category(prof):
     assert list(prof["recipes"]) == list(COLUMNS)
     for col, p in prof["recipes"].items():
         assert (p["recipe"], p["backend"]) == COLUMNS[col] == benchprofile.column(col)
-        assert set(p["shares"]) == set(benchprofile.CATEGORIES) == set(p["seconds"])
+        assert set(p["shares"]) == set(benchprofile.TIME_CATEGORIES) == set(p["seconds"])
         assert all(v >= 0 for v in p["seconds"].values())
         assert math.isclose(sum(p["shares"].values()), 1.0, rel_tol=1e-9)
         assert math.isclose(sum(p["seconds"].values()), p["attributed"], rel_tol=1e-9)
@@ -66,7 +66,7 @@ def test_hook_removed_and_table_printed(prof):
     res = benchprofile.profile_recipes(("fp16-dynamic",), batch=4, steps=2, warmup=1)
     assert sys.getprofile() is None
     text = benchprofile.format_profile(res)
-    for c in benchprofile.CATEGORIES:
+    for c in benchprofile.TIME_CATEGORIES:
         assert c in text
     assert "fp16-dynamic [numpy-f32] share" in benchprofile.format_profile(prof)
     assert "100.0%" in text

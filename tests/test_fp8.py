@@ -472,7 +472,7 @@ def test_convert_swaps_linears_shares_parameters_and_names_states():
     model = nn.MLP([6, 5, 4], activation="tanh", seed=0)
     before = dict(model.named_parameters())
     group = fp8.convert(model, fp8.DelayedScaling(amax_history_len=4))
-    assert isinstance(model[0], fp8.Linear) and isinstance(model[2], fp8.Linear)
+    assert isinstance(model[0], fp8.Fp8Linear) and isinstance(model[2], fp8.Fp8Linear)
     after = dict(model.named_parameters())
     assert list(after) == list(before) and all(after[k] is before[k] for k in before)
     assert list(group.states) == ["0.input", "0.weight", "0.grad_output", "2.input", "2.weight", "2.grad_output"]
@@ -495,7 +495,7 @@ def test_convert_skip_keeps_the_first_and_last_linear_out_of_fp8():
     x = tensor(np.random.default_rng(1).standard_normal((10, 6)), "float32")
     ref = nn.MLP([6, 5, 4, 3], activation="tanh", seed=0)
     group = fp8.convert(model, fp8.DelayedScaling(amax_history_len=4), skip=("first", "last"))
-    assert type(model[0]) is nn.Linear and isinstance(model[2], fp8.Linear) and type(model[4]) is nn.Linear
+    assert type(model[0]) is nn.Linear and isinstance(model[2], fp8.Fp8Linear) and type(model[4]) is nn.Linear
     assert list(group.states) == ["2.input", "2.weight", "2.grad_output"]
     after = dict(model.named_parameters())
     assert list(after) == list(before) and all(after[k] is before[k] for k in before)
@@ -521,7 +521,7 @@ def test_convert_skip_a_linear_named_last_wins_over_the_alias():
 
     net = Net()
     group = fp8.convert(net, skip="last")
-    assert type(net.last) is nn.Linear and isinstance(net.out, fp8.Linear)
+    assert type(net.last) is nn.Linear and isinstance(net.out, fp8.Fp8Linear)
     assert list(group.states) == ["out.input", "out.weight", "out.grad_output"]
 
 

@@ -267,7 +267,7 @@ def test_runs_train_measures_every_step_and_the_labs_draw_with_the_compare_figur
     from fpsim.labs import runs
     from fpsim.tools.compareplot import compare_figure
 
-    res = runs.train(["fp32", "fp16-pure", "fp16-master", "fp16-dynamic"], ReferenceTask(n=256), steps=4)
+    res = runs.side_by_side(["fp32", "fp16-pure", "fp16-master", "fp16-dynamic"], ReferenceTask(n=256), steps=4)
     assert all(len(res[k].act_grad_flushed) == 4 for k in ("fp32", "fp16-master", "fp16-dynamic"))  # every step
     text = format_table(res)
     assert "diverged at step 0" in text and "65536" in text

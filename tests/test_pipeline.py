@@ -114,7 +114,7 @@ def test_prepare_builds_the_run_the_recipe_names():
     run = get_recipe("fp16-static").prepare(nn.MLP([4, 3, 2], seed=0), lr=0.1, optimizer="sgd")
     assert isinstance(run.opt, SGD) and isinstance(run.scaler, StaticScaler)
     run = get_recipe("fp8-delayed").prepare(nn.MLP([4, 3, 2], seed=0), lr=0.1)
-    assert run.scaling is not None and any(isinstance(m, lowp.Linear) for _, m in run.model.named_modules())
+    assert run.scaling is not None and any(isinstance(m, lowp.Fp8Linear) for _, m in run.model.named_modules())
     run = get_recipe("mxfp8").prepare(nn.MLP([4, 3, 2], seed=0), lr=0.1)
     assert any(isinstance(m, lowp.BlockLinear) for _, m in run.model.named_modules())
     with pytest.raises(ValueError, match="optimizer"):
@@ -141,13 +141,15 @@ def test_one_low_precision_package_one_convert_and_the_old_names_warn():
     group = lowp.convert(m, lowp.DelayedScaling(), skip=("first",))
     assert isinstance(group, lowp.ScalingGroup)
     assert lowp.convert(m, lowp.BlockScaling("mxfp8_e4m3")) == ["0"]  # the one the fp8 conversion skipped
-    assert [type(m._modules[k]) for k in ("0", "2", "4")] == [lowp.BlockLinear, lowp.Linear, lowp.Linear]
+    assert [type(m._modules[k]) for k in ("0", "2", "4")] == [lowp.BlockLinear, lowp.Fp8Linear, lowp.Fp8Linear]
     with pytest.raises(TypeError, match="config must be"):
         lowp.convert(nn.MLP([4, 3, 2], seed=0), "fp8")
     with pytest.warns(DeprecationWarning, match="fpsim.lowp.quantize_fp8"):
         assert lowp.quantize is lowp.quantize_fp8
     with pytest.warns(DeprecationWarning, match="fpsim.lowp.convert"):
         assert lowp.convert_blocks is lowp.convert
+    with pytest.warns(DeprecationWarning, match="fpsim.lowp.Fp8Linear"):
+        assert lowp.Linear is lowp.Fp8Linear
     sys.modules.pop("fpsim.fp8", None)
     with pytest.warns(DeprecationWarning, match="import fpsim.lowp"):
         old = importlib.import_module("fpsim.fp8")

@@ -98,7 +98,7 @@ class Recipe:
                 backend=None) -> Run:
         """``model`` (float32, fresh) made ready to train under this recipe - the one recipe ->
         run builder: moved to ``backend`` (if given), its parameters rounded into ``params``,
-        its Linears converted (``lowp.convert``: fp8 ``lowp.Linear`` with a per-tensor ScalingGroup;
+        its Linears converted (``lowp.convert``: ``lowp.Fp8Linear`` with a per-tensor ScalingGroup;
         block formats: ``lowp.BlockLinear``), an optimizer (``"adam"`` or ``"sgd"``, plain) with
         float32 master weights where ``master`` says and the recipe's update rounding (seeded
         with ``seed``), and the loss scaler (a dynamic one starts at ``init_scale``)."""

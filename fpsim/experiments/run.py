@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from .. import state
 
-__all__ = ["Run", "Step", "make_scaler"]
+__all__ = ["Run", "StepOutcome", "make_scaler"]
 
 
 def make_scaler(recipe, init_scale: float = 2.0**16):
@@ -31,7 +31,7 @@ def make_scaler(recipe, init_scale: float = 2.0**16):
 
 
 @dataclass
-class Step:
+class StepOutcome:
     """What one :meth:`Run.step` did: the float32 loss (the Tensor; ``loss.item()`` is the
     unscaled value), the loss scale it was multiplied by, whether the update was skipped, and,
     when asked for, ``unchanged``: (parameter entries the update left equal, all entries) -
@@ -89,8 +89,8 @@ class Run:
             self.scaling.update()
         return skipped
 
-    def step(self, loss_fn, *, hook=None, count_unchanged: bool = False) -> Step:
-        """One training step (module docstring) on the loss ``loss_fn(model)``: a :class:`Step`.
+    def step(self, loss_fn, *, hook=None, count_unchanged: bool = False) -> StepOutcome:
+        """One training step (module docstring) on the loss ``loss_fn(model)``: a :class:`StepOutcome`.
         ``hook`` sees the forward and backward passes' roundings (not the update's);
         ``count_unchanged`` counts the entries of :meth:`masters` the update left equal."""
         loss, scale = self.forward_backward(loss_fn, hook)
@@ -101,4 +101,4 @@ class Run:
             xp = self.opt.params[0].backend.xp
             same = sum(xp.count_nonzero(a == b) for a, b in zip(before, self.masters()))
             unchanged = (same, sum(a.size for a in before))
-        return Step(loss, float(scale), skipped, unchanged)
+        return StepOutcome(loss, float(scale), skipped, unchanged)

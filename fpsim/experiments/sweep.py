@@ -79,12 +79,7 @@ def compare_seeds(recipes=DEFAULT_RECIPES, seeds=(0, 1, 2, 3), task: ReferenceTa
     specs = [RunSpec(task, rec, int(seed), steps, lr, measure_at, be if jobs > 1 or scheduler or executor else backend)
              for seed in seeds for rec in recs]
     bar = _progress_bar(n_steps * len(specs)) if progress else None
-    own, env, client = None, None, None
-    if scheduler is not None:
-        executor, client = dask_cluster(scheduler)
-    elif executor is None and jobs > 1 and len(specs) > 1:
-        own, env = local_processes(jobs, len(specs))
-        executor = own
+    executor, own, env, client = _executor(executor, jobs, scheduler, len(specs))
 
     def label(spec):
         return spec.recipe.name if len(seeds) == 1 else f"{spec.recipe.name}, seed {spec.seed}"
@@ -115,6 +110,18 @@ def compare_seeds(recipes=DEFAULT_RECIPES, seeds=(0, 1, 2, 3), task: ReferenceTa
         if client is not None:
             client.close()
     return _by_seed(ran, seeds, recs)
+
+
+def _executor(executor, jobs: int, scheduler, n_runs: int):
+    """(executor, the process pool made here, the environment its workers start in, the Dask
+    client): the caller's executor, a Dask cluster's, local processes, or None (this process)."""
+    if scheduler is not None:
+        executor, client = dask_cluster(scheduler)
+        return executor, None, None, client
+    if executor is None and jobs > 1 and n_runs > 1:
+        own, env = local_processes(jobs, n_runs)
+        return own, own, env, None
+    return executor, None, None, None
 
 
 def _where(own, scheduler) -> str:

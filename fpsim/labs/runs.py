@@ -1,6 +1,6 @@
 """Recipes side by side, so that what differs is visible (labs 03, 04, 06 and 08).
 
-:func:`train` runs the recipes with the flushed gradients and the unchanged weights counted at
+:func:`side_by_side` runs the recipes with the flushed gradients and the unchanged weights counted at
 every step.  What the labs show of the runs is what ``fpsim compare`` shows:
 ``fpsim.experiments.format_table`` prints the numbers that sum a run up, and
 ``fpsim.tools.compareplot.compare_figure(results, panels=[...])`` draws what differs - each
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from ..experiments import RunResult, compare
 
-__all__ = ["train"]
+__all__ = ["side_by_side"]
 
 
-def train(recipes, task=None, *, steps: int = 40, seed: int = 0) -> dict[str, RunResult]:
+def side_by_side(recipes, task=None, *, steps: int = 40, seed: int = 0) -> dict[str, RunResult]:
     """:func:`fpsim.experiments.compare` over ``recipes`` (same data, same initial weights),
     with flushed gradients and unchanged weights counted at every step, no progress bar."""
     return compare(recipes, task, steps=steps, seed=seed, progress=False, measure_at=range(steps))

@@ -6,7 +6,7 @@ fp8 blocks), the layers they run in, and :func:`convert`, the one conversion of 
 - ``recipes.py``  the recipes and the scale computation;
 - ``quant.py``    fp8 numbers with their scale, the cast (``quantize_fp8``), fake quantization (qdq);
 - ``scaling.py``  the per-tensor scaling state, its checkpoint form, and the group of a model;
-- ``linear.py``   the fp8 Linear (three GEMMs, each operand with its own scale);
+- ``linear.py``   ``Fp8Linear`` and ``fp8_linear`` (three GEMMs, each operand with its own scale);
 - ``block.py``    block-scaled training (MX, NVFP4, DeepSeek-V3 fp8 blocks): ``BlockScaling``,
   ``BlockLinear`` (each GEMM's operands in blocks along its own K);
 - ``convert.py``  ``convert(model, config)``: every Linear swapped for the layer the config names.
@@ -23,18 +23,19 @@ from ..formats import FP8_FORMATS
 from ..formats.kernels import f32_to_fp8
 from .block import BlockLinear, BlockScaling, block_linear, hadamard_matrix, hadamard_transform
 from .convert import convert
-from .linear import Linear, LinearScaling, linear
+from .linear import Fp8Linear, LinearScaling, fp8_linear
 from .quant import Fp8Tensor, qdq, quantize_fp8
 from .recipes import AMAX_ALGOS, CurrentScaling, DelayedScaling, compute_scale
 from .scaling import ScalingGroup, ScalingState, format_scaling_table
 
 __all__ = ["DelayedScaling", "CurrentScaling", "ScalingState", "ScalingGroup", "Fp8Tensor", "LinearScaling",
-           "Linear", "compute_scale", "quantize_fp8", "qdq", "linear", "convert", "f32_to_fp8",
+           "Fp8Linear", "compute_scale", "quantize_fp8", "qdq", "fp8_linear", "convert", "f32_to_fp8",
            "format_scaling_table", "FP8_FORMATS", "AMAX_ALGOS", "BlockScaling", "BlockLinear", "block_linear",
            "hadamard_matrix", "hadamard_transform"]
 
 # Old names, kept for one release: each use warns and names the new one.
-_RENAMED = {"quantize": ("quantize_fp8", quantize_fp8), "convert_blocks": ("convert", convert)}
+_RENAMED = {"quantize": ("quantize_fp8", quantize_fp8), "convert_blocks": ("convert", convert),
+            "Linear": ("Fp8Linear", Fp8Linear), "linear": ("fp8_linear", fp8_linear)}
 
 
 def __getattr__(name: str):

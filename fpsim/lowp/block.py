@@ -36,7 +36,7 @@ from .. import nn
 from ..formats import get_block_format, get_format, quantize, round_to
 from ..state import blas_call
 from ..tensor import Tensor, promote, round_result
-from .swap import linears_to_swap, share_linear
+from .swap import check_linear_args, linears_to_swap, share_linear
 
 __all__ = ["BlockScaling", "BlockLinear", "block_linear", "swap_block_linears", "hadamard_matrix", "hadamard_transform"]
 
@@ -182,12 +182,7 @@ def block_linear(x: Tensor, weight: Tensor, bias: Tensor | None, recipe: BlockSc
     In: Tensors of any format (their float32 values are quantized).  Out: rounded once into
     ``promote(x.fmt, weight.fmt[, bias.fmt])``.  Gradients come back as float32.
     """
-    if not isinstance(x, Tensor):
-        raise TypeError(f"block_linear: x must be a Tensor, got {type(x).__name__}")
-    if weight.ndim != 2 or x.ndim < 1 or x.shape[-1] != weight.shape[1]:
-        raise ValueError(f"block_linear: input shape {x.shape} does not fit weight shape {weight.shape}")
-    if bias is not None and bias.shape != (weight.shape[0],):
-        raise ValueError(f"block_linear: bias shape {bias.shape} does not fit weight shape {weight.shape}")
+    check_linear_args("block_linear", x, weight, bias)
     be, r = x.backend, recipe
     ins = (x, weight) if bias is None else (x, weight, bias)
     fmt = promote(*(t.fmt for t in ins))

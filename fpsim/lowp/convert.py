@@ -17,7 +17,7 @@ def convert(model: nn.Module, config=None, skip=()):
     optimizer holding them keeps working) for the layer ``config`` names:
 
     - a per-tensor fp8 recipe (:class:`DelayedScaling`, :class:`CurrentScaling`; None means
-      ``DelayedScaling()``): an fp8 :class:`Linear` whose three GEMMs cast each operand to
+      ``DelayedScaling()``): an fp8 :class:`Fp8Linear` whose three GEMMs cast each operand to
       e4m3fn / e5m2 with its own float32 scale.  Returns the :class:`ScalingGroup` of their
       scaling states (call its ``update()`` after every optimizer step);
     - a block-scaled recipe (:class:`BlockScaling`: MX, NVFP4, fp8 blocks): a

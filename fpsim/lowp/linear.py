@@ -23,9 +23,9 @@ from ..tensor import Tensor, promote, round_result
 from .quant import quantize_fp8
 from .recipes import DelayedScaling
 from .scaling import ScalingGroup, ScalingState
-from .swap import linears_to_swap, share_linear
+from .swap import check_linear_args, linears_to_swap, share_linear
 
-__all__ = ["LinearScaling", "linear", "Linear", "swap_fp8_linears"]
+__all__ = ["LinearScaling", "fp8_linear", "Fp8Linear", "swap_fp8_linears"]
 
 
 class LinearScaling:
@@ -43,19 +43,14 @@ class LinearScaling:
         return (self.input, self.weight, self.grad_output)
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None, meta: LinearScaling) -> Tensor:
+def fp8_linear(x: Tensor, weight: Tensor, bias: Tensor | None, meta: LinearScaling) -> Tensor:
     """``x @ weight.T + bias`` with fp8 inputs (see the module docstring for every rounding).
 
     In: Tensors of any format (their exact float32 values are cast).  Out: rounded once into
     ``promote(x.fmt, weight.fmt[, bias.fmt])``.  Gradients for ``x``, ``weight``, ``bias``
     come back as float32 sums and are rounded into their gradient formats by the graph walk.
     """
-    if not isinstance(x, Tensor):
-        raise TypeError(f"fp8.linear: x must be a Tensor, got {type(x).__name__}")
-    if weight.ndim != 2 or x.ndim < 1 or x.shape[-1] != weight.shape[1]:
-        raise ValueError(f"fp8.linear: input shape {x.shape} does not fit weight shape {weight.shape}")
-    if bias is not None and bias.shape != (weight.shape[0],):
-        raise ValueError(f"fp8.linear: bias shape {bias.shape} does not fit weight shape {weight.shape}")
+    check_linear_args("fp8_linear", x, weight, bias)
     be = x.backend
     xp = be.xp
     ins = (x, weight) if bias is None else (x, weight, bias)
@@ -87,25 +82,25 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, meta: LinearScaling) 
                            "fp8.linear", be)
 
 
-class Linear(nn.Module):
+class Fp8Linear(nn.Module):
     """An ``nn.Linear`` whose matmuls run in fp8 with delayed scaling.  It shares the weight and
     bias tensors of the layer it was made from, so an optimizer holding them keeps working."""
 
     def __init__(self, layer: nn.Linear, recipe: DelayedScaling | None = None, name: str = ""):
         super().__init__()
-        share_linear(self, layer, "fp8.Linear")
+        share_linear(self, layer, "Fp8Linear")
         object.__setattr__(self, "meta", LinearScaling(name, recipe if recipe is not None else DelayedScaling()))
 
     def forward(self, x: Tensor) -> Tensor:
-        return linear(x, self.weight, self.bias, self.meta)
+        return fp8_linear(x, self.weight, self.bias, self.meta)
 
     def __repr__(self) -> str:
-        return (f"fp8.Linear({self.in_features}, {self.out_features}, {self.meta.recipe.fwd_format}/"
+        return (f"Fp8Linear({self.in_features}, {self.out_features}, {self.meta.recipe.fwd_format}/"
                 f"{self.meta.recipe.bwd_format})")
 
 
 def swap_fp8_linears(model: nn.Module, recipe: DelayedScaling | None = None, skip=()) -> ScalingGroup:
-    """Swap every ``nn.Linear`` inside ``model`` for an :class:`fp8.Linear <Linear>` (in place,
+    """Swap every ``nn.Linear`` inside ``model`` for an :class:`Fp8Linear` (in place,
     sharing the parameters) and return the :class:`ScalingGroup` of their scaling states.
 
     ``skip`` names Linear layers to leave in the model's own format: module names as
@@ -120,7 +115,7 @@ def swap_fp8_linears(model: nn.Module, recipe: DelayedScaling | None = None, ski
         raise TypeError(f"recipe must be an fp8.DelayedScaling, got {type(recipe).__name__}")
     states: dict[str, ScalingState] = {}
     for parent, cname, name in linears_to_swap(model, skip, "convert"):
-        layer = Linear(getattr(parent, cname), recipe, name)
+        layer = Fp8Linear(getattr(parent, cname), recipe, name)
         setattr(parent, cname, layer)
         for s in layer.meta.states():
             states[s.name] = s

@@ -1,11 +1,13 @@
-"""Finding the Linear layers a low-precision recipe swaps out, with the ``skip`` rule both
-``lowp.convert`` follows (per-tensor fp8 and block scaling alike)."""
+"""Finding the Linear layers a low-precision recipe swaps out (the ``skip`` rule ``lowp.convert``
+follows, per-tensor fp8 and block scaling alike), sharing a layer's parameters, and the argument
+check of the linears swapped in."""
 
 from __future__ import annotations
 
 from .. import nn
+from ..tensor import Tensor
 
-__all__ = ["linears_to_swap", "share_linear"]
+__all__ = ["linears_to_swap", "share_linear", "check_linear_args"]
 
 
 def linears_to_swap(model: nn.Module, skip, who: str) -> list[tuple]:
@@ -48,3 +50,14 @@ def share_linear(module: nn.Module, layer: nn.Linear, who: str) -> None:
         module.bias = layer.bias
     else:
         object.__setattr__(module, "bias", None)
+
+
+def check_linear_args(who: str, x, weight, bias) -> None:
+    """``x @ weight.T + bias`` can be formed: x a Tensor whose last axis is weight's second, a 2-D
+    weight, a bias of weight's first length (or None); else the error names ``who`` and shapes."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{who}: x must be a Tensor, got {type(x).__name__}")
+    if weight.ndim != 2 or x.ndim < 1 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"{who}: input shape {x.shape} does not fit weight shape {weight.shape}")
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise ValueError(f"{who}: bias shape {bias.shape} does not fit weight shape {weight.shape}")

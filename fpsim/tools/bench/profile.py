@@ -46,9 +46,9 @@ from ...tensor import _round_special
 from ...textable import text_table
 from .steps import MLP_SIZES, fpsim_step
 
-__all__ = ["CATEGORIES", "COLUMNS", "column", "profile_step", "profile_recipes", "format_profile"]
+__all__ = ["TIME_CATEGORIES", "COLUMNS", "column", "profile_step", "profile_recipes", "format_profile"]
 
-CATEGORIES = ("gemm", "rounding", "widening", "reductions", "optimizer", "scaler", "python")
+TIME_CATEGORIES = ("gemm", "rounding", "widening", "reductions", "optimizer", "scaler", "python")
 COLUMNS = ("fp32", "fp16-dynamic", "bf16-master", "fp16-dynamic [numpy-f32]", "bf16-master [numpy-f32]")
 _REDUCTION_METHODS = frozenset({"reduce", "sum", "max", "min", "mean", "any", "all", "argmax", "argmin", "prod"})
 _OUTER = frozenset({"python"})  # reductions count as such only when called from uncategorised code
@@ -80,7 +80,7 @@ class _Profiler:
 
     def __init__(self):
         self.codes = _code_categories()
-        self.acc = dict.fromkeys(CATEGORIES, 0.0)
+        self.acc = dict.fromkeys(TIME_CATEGORIES, 0.0)
         self.stack = ["python"]
         self.last = 0.0
 
@@ -123,7 +123,7 @@ def profile_step(step, steps: int = 50, warmup: int = 3) -> dict:
     t0 = time.perf_counter()
     prof.run(step, steps)
     wall = (time.perf_counter() - t0) / steps
-    per_step = {c: prof.acc[c] / steps for c in CATEGORIES}
+    per_step = {c: prof.acc[c] / steps for c in TIME_CATEGORIES}
     total = sum(per_step.values())
     shares = {c: (v / total if total > 0 else 0.0) for c, v in per_step.items()}
     return {"seconds": per_step, "shares": shares, "attributed": total, "profiled_wall": wall,
@@ -159,7 +159,7 @@ def format_profile(result: dict) -> str:
     recipes = list(result["recipes"])
     cols = ["category"] + [f"{r} {u}" for r in recipes for u in ("ms", "share")]
     rows = []
-    for c in CATEGORIES:
+    for c in TIME_CATEGORIES:
         line = [c]
         for r in recipes:
             p = result["recipes"][r]
