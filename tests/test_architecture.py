@@ -9,7 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "fpsim"
 
-# Layer of every module, from the ground up (README "Architecture"); a module may import its
+# Layer of every module, from the ground up (ARCHITECTURE.md); a module may import its
 # own layer and the ones below, never a higher one.
 LAYERS = [
     ("ground", ["fpsim.state", "fpsim.formats", "fpsim.textable", "fpsim.checks"]),
@@ -40,7 +40,7 @@ def _layer(mod: str) -> int:
     for i, (_, prefixes) in enumerate(LAYERS):
         if any(mod == p or mod.startswith(p + ".") for p in prefixes):
             return i
-    raise AssertionError(f"{mod} belongs to no layer: add it to LAYERS (and to the README's Architecture section)")
+    raise AssertionError(f"{mod} belongs to no layer: add it to LAYERS (and to ARCHITECTURE.md)")
 
 
 def _imports(mod: str, path: Path) -> set[str]:

@@ -207,7 +207,7 @@ def test_non_finite_hyperparameters_are_refused_naming_the_argument(name, kwargs
     with pytest.raises(ValueError, match=rf"^{arg} must be a finite number"):
         getattr(optim, name)(nn.Linear(2, 2).parameters(), **kwargs)
     # PyTorch refuses the same with ValueError where it checks at all; where it takes NaN or inf
-    # (SGD, an infinite lr or eps) fpsim's refusal is a deliberate departure (README, Guarantees)
+    # (SGD, an infinite lr or eps) fpsim's refusal is a deliberate departure (docs/guarantees.md)
     torch = pytest.importorskip("torch")
     try:
         getattr(torch.optim, name)([torch.zeros(2, requires_grad=True)], **kwargs)
@@ -227,7 +227,7 @@ def test_scaler_refuses_non_finite_settings(kwargs):
     with pytest.raises(ValueError, match="init_scale"):
         StaticScaler(scale=NAN)
     torch = pytest.importorskip("torch")
-    if "min_scale" not in kwargs:  # PyTorch takes every one of these (a departure: README, Guarantees)
+    if "min_scale" not in kwargs:  # PyTorch takes every one of these (a departure: docs/guarantees.md)
         torch.amp.GradScaler("cpu", **kwargs)
 
 
@@ -398,19 +398,18 @@ def test_a_graph_of_saved_nothing_is_freed_too_a_departure_from_pytorch():
     loss = (x + 1).sum()
     loss.backward()
     with pytest.raises(RuntimeError, match="retain_graph=True"):
-        loss.backward()  # fpsim frees every graph it walked (README, Guarantees)
+        loss.backward()  # fpsim frees every graph it walked (docs/guarantees.md)
     assert x.grad.numpy().tolist() == [1.0] * 3
 
 
-# -- README: every test the Guarantees section cites exists --------------------------------------
+# -- docs/guarantees.md: every test the Guarantees page cites exists --------------------------------------
 
 def test_every_test_the_guarantees_section_cites_exists():
     import re
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    readme = (root / "README.md").read_text()
-    section = readme[readme.index("## Guarantees"):readme.index("## Architecture")]
+    section = (root / "docs" / "guarantees.md").read_text()
     cited = re.findall(r"`([^`]*test_[^`]*)`", section)
     assert len(cited) >= 15
     current = None
