@@ -396,3 +396,19 @@ def test_classify_saturated_overflow_respects_the_tie_at_the_top():
         False, False, True, True]
     # float16: 65520 is the tie above max 65504 whose even neighbour is 2^16 - an overflow
     assert list(classify(np.array([65519.0, 65520.0]), "fp16", saturate=True).overflow) == [False, True]
+
+
+def test_eps_is_the_gap_above_one_in_every_format():
+    """eps = ulp(1.0) = the next value above 1.0 minus 1.0, read off the code points (gfloat's
+    decoder) - also where 1.0 is subnormal: ocp_int8 holds i/64, so 1 + 2^-6 follows 1 (the OCP
+    MX spec's INT8 element: two's complement with an implicit scale of 2^-6)."""
+    gfloat = pytest.importorskip("gfloat")
+    from gfloat.formats import format_info_ocp_int8, format_info_p3109
+
+    assert fpsim.get_format("ocp_int8").eps == 2.0**-6
+    cases = [("ocp_int8", format_info_ocp_int8)] + [
+        (f"p3109_k{k}p{p}se", format_info_p3109(k, p)) for k in (6, 8) for p in (2, 3, 4, 5)]
+    for name, fi in cases:
+        values = sorted(v for v in (gfloat.decode_float(fi, c).fval for c in range(2**fi.k)) if np.isfinite(v))
+        above = next(v for v in values if v > 1.0)
+        assert fpsim.get_format(name).eps == above - 1.0, name

@@ -26,7 +26,7 @@ def format_row(f: Format) -> list[str]:
         specials = "yes" if f.has_inf else "no (NaN only)" if f.has_nan else "no, no NaN (saturates)"
     return [f.name, str(f.bits), str(f.exponent_bits), str(f.mantissa_bits), str(f.bias), f"{f.max:.6g}", tiny,
             f"2^{f.emin - f.mantissa_bits} = {f.smallest_subnormal:.6g}" if f.subnormals else "- (none)",
-            f"2^-{f.mantissa_bits} = {f.eps:.6g}",
+            f"2^{max(f.emin, 0) - f.mantissa_bits} = {f.eps:.6g}",
             f"{f.flush_threshold:.6g}" if f.has_zero else "- (no zero)", specials]
 
 

@@ -161,8 +161,9 @@ class Format:
 
     @property
     def eps(self) -> float:
-        """The ulp of 1.0."""
-        return 2.0 ** -self.mantissa_bits
+        """The ulp of 1.0: 2^-mantissa_bits where 1.0 is normal; where it lies in the subnormal
+        range (ocp_int8: i/64, so 1 + 1/64 follows 1) the subnormal spacing 2^(emin - mantissa_bits)."""
+        return 2.0 ** (max(self.emin, 0) - self.mantissa_bits)
 
     @property
     def flush_threshold(self) -> float:

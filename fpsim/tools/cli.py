@@ -7,7 +7,7 @@ import math
 import re
 import sys
 
-from ..formats import ALL_FORMATS, format_names, get_format
+from ..formats import format_names, get_format
 from ..textable import text_table
 
 
@@ -57,18 +57,12 @@ _positive_int = _number_arg(int, "a whole number", lambda v: v >= 1, "expected a
 
 
 def cmd_formats(args) -> int:
-    cols = ["format", "bits", "exp", "man", "bias", "max", "tiny (min normal)",
-            "smallest subnormal", "eps = ulp(1)", "flush to 0 at |x| <=", "inf?"]
-    rows = []
-    for f in ALL_FORMATS.values():
-        rows.append([f.name, str(f.bits), str(f.exponent_bits), str(f.mantissa_bits), str(f.bias),
-                     f"{f.max:.6g}", f"2^{f.emin} = {f.tiny:.6g}",
-                     f"2^{f.emin - f.mantissa_bits} = {f.smallest_subnormal:.6g}" if f.subnormals else "- (none)",
-                     f"2^-{f.mantissa_bits} = {f.eps:.6g}",
-                     f"{f.flush_threshold:.6g}" if f.has_zero else "- (no zero)",
-                     "yes" if f.has_inf else "no (NaN only)" if f.has_nan else "no, no NaN (saturates)"])
-    print("\n".join(text_table(cols, rows)))
+    from ..formats.listing import FORMAT_COLUMNS, format_rows
+
+    print("\n".join(text_table(FORMAT_COLUMNS, format_rows(include_all=args.all))))
     print(f"\naliases: {format_names().split('(aliases: ')[1].rstrip(')')}")
+    if not args.all:
+        print("(--all adds ocp_int8 and the IEEE P3109 formats p3109_k<bits>p<precision><s|u><e|f>)")
     return 0
 
 
@@ -338,6 +332,8 @@ def build_parser(command: str | None = "") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fpsim", description="See, number by number, what low precision does to training.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sp = sub.add_parser("formats", help="table of every format's bits and limits")
+    sp.add_argument("--all", action="store_true",
+                    help="also ocp_int8 and every IEEE P3109 format (k = 3..8 bits, every precision)")
     sp.set_defaults(func=cmd_formats)
     _add_example(sub)
     _add_compare(sub)
