@@ -8,6 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+import fpsim
 from fpsim.labs.solutions import lab13
 
 gfloat = pytest.importorskip("gfloat")
@@ -76,3 +77,63 @@ def test_the_quoted_double_rounding_example_against_fractions():
     assert f32 == 1 + 2.0**-8 and gfloat.round_float(format_info_bfloat16, f32) == 1.0
     odd = lab13.exercise3(x, "float32")
     assert odd == 1 + 2.0**-8 + 2.0**-23 and gfloat.round_float(format_info_bfloat16, odd) == 1 + 2.0**-7
+
+
+U = float(np.float32(1e-4))  # the lab's update: the float32 number nearest 1e-4
+GFLOAT_MODES = {"nearest": RoundMode.TiesToEven, "nearest_away": RoundMode.TiesToAway,
+                "toward_zero": RoundMode.TowardZero}
+
+
+def _reference_sum(fmt, mode, u, steps, start):
+    """s <- round(s + u) one value at a time with gfloat (to odd: the solution checked above);
+    s + u is exact in float64 for these formats and updates.  Stops once a step changes nothing."""
+    s = gfloat.round_float(GFLOAT[fmt], start)
+    for _ in range(steps):
+        exact = Fraction(s) + Fraction(u)
+        assert Fraction(s + u) == exact  # one rounding, from the exact sum
+        new = lab13.exercise3(s + u, fmt) if mode == "to_odd" else gfloat.round_float(GFLOAT[fmt], s + u, GFLOAT_MODES[mode])
+        if new == s:
+            return s
+        s = new
+    return s
+
+
+@pytest.mark.parametrize(("fmt", "mode", "u", "steps", "start", "quoted"), [
+    ("float16", "nearest", U, 10_000, 0.0, 0.25), ("float16", "nearest_away", U, 10_000, 0.0, 0.25),
+    ("float16", "toward_zero", U, 10_000, 0.0, 0.125), ("float16", "to_odd", U, 10_000, 0.0, 0.125 + 2.0**-13),
+    ("bfloat16", "nearest", U, 10_000, 0.0, 2.0**-5), ("bfloat16", "toward_zero", U, 10_000, 0.0, 2.0**-6),
+    ("bfloat16", "to_odd", U, 10_000, 0.0, 2.0**-6 + 2.0**-13),
+    ("bfloat16", "nearest", -U, 1000, 1.0, 1.0), ("bfloat16", "nearest", U, 1000, 1.0, 1.0),
+    ("bfloat16", "toward_zero", U, 1000, 1.0, 1.0), ("bfloat16", "to_odd", -U, 1000, 1.0, 1 - 2.0**-8),
+    ("bfloat16", "to_odd", U, 1000, 1.0, 1 + 2.0**-7)])
+def test_the_long_sums_and_weight_streams_the_lab_quotes(fmt, mode, u, steps, start, quoted):
+    """Where sections 2 and 3 say each deterministic mode stalls, against gfloat; and fpsim.round_to
+    (what the notebook runs) reaches the same value."""
+    assert _reference_sum(fmt, mode, u, steps, start) == quoted
+    s = fpsim.round_to(start, fmt)
+    for _ in range(steps):
+        new = fpsim.round_to(s + u, fmt, mode)
+        if new == s:
+            break
+        s = new
+    assert float(s) == quoted
+
+
+def test_toward_zero_drags_a_weight_below_zero():
+    """Section 3: a bfloat16 weight of 1.0 after 1000 updates of -1e-4 toward zero ends below 0
+    (each update moves it a whole gap down), at the value the lab prints (-0.008728)."""
+    s = 1.0
+    for _ in range(1000):
+        s = gfloat.round_float(format_info_bfloat16, s - U, RoundMode.TowardZero)
+    assert s < 0 and f"{s:.6f}" == "-0.008728"
+
+
+def test_two_random_bits_never_move_the_float16_sum_from_one_half():
+    """Section 5: in [0.5, 1) the update is 0.2048 of float16's gap 2^-11; with 2 random bits,
+    truncated ("fastest"), no value of the bits rounds 0.5 + u up."""
+    assert f"{U / 2.0**-11:.4f}" == "0.2048"
+    assert {gfloat.round_float(format_info_binary16, 0.5 + U, RoundMode.StochasticFastest, srbits=r, srnumbits=2)
+            for r in range(4)} == {0.5}
+    assert sum(Fraction(gfloat.round_float(format_info_binary16, 0.5 + U, RoundMode.StochasticFastest, srbits=r,
+                                           srnumbits=4)) - Fraction(1, 2) for r in range(16)) / 16 \
+        == Fraction(3, 16) * Fraction(2) ** -11  # 4 bits: 0.1875 of a gap a step on average
