@@ -105,3 +105,21 @@ def test_a_tool_command_imports_its_own_package_only():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert "fpsim.tools.audit" in out and not [m for m in out if m.startswith(("fpsim.tools.bench",
                                                                               "fpsim.tools.gpu_check", "matplotlib"))]
+
+
+def test_formats_all_lists_ocp_int8_and_every_p3109_format(capsys):
+    from fpsim.tools import cli
+
+    assert cli.main(["formats"]) == 0
+    plain = capsys.readouterr().out
+    assert "p3109_" not in plain.split("aliases:")[0] and "--all adds" in plain
+    assert cli.main(["formats", "--all"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    names = [r.split()[0] for r in rows if r.startswith("p3109_")]
+    assert len(names) == 132 == len(set(names))  # k = 3..8, p = 1..k, signed/unsigned, extended/finite
+    # the OCP MX spec's INT8 element: i/64 for i in [-128, 127] - max 127/64, ulp(1) = 2^-6
+    int8 = next(r for r in rows if r.startswith("ocp_int8"))
+    assert "1.98438" in int8 and "2^-6 = 0.015625" in int8
+    # P3109 binary8 p=4 extended: max 224, bias 8, NaN at 0x80 (IEEE P3109 interim report)
+    k8p4 = next(r for r in rows if r.startswith("p3109_k8p4se "))
+    assert " 224 " in k8p4 and "NaN 0x80" in k8p4
