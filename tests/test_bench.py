@@ -58,15 +58,20 @@ def test_rounding_rows_cover_every_format_source_and_mix(quick):
             for fmt in bench.ROUND_FORMATS:
                 assert any(f"{src} {mix} -> {fmt}" in n for n in names), (src, mix, fmt)
     block = [r for r in rows if "mxfp8_e4m3 (quantize)" in r["name"]]
-    assert len(rows) == 17 and len(block) == 1  # 2 sources x 2 mixes x 4 formats, and MXFP8 quantization
+    modes = [r for r in rows if r["peer"].startswith("fpsim nearest into")]
+    assert len(rows) == 19 and len(block) == 1  # 2 sources x 2 mixes x 4 formats, MXFP8 quantization, 2 modes
     assert block[0]["peer"] == "fpsim float32 -> e4m3 cast" and block[0]["target"] == "<= 3x"
+    assert [r["name"].split("-> ")[1] for r in modes] == ["p3109_k8p4se, toward_zero", "float16, stochastic k=8 rne"]
+    assert all(r["limit"] == 2.0 for r in modes)
     for r in rows:
         assert r["seconds"] > 0 and r["peer_seconds"] > 0 and r["ratio"] > 0
-        if r not in block:
+        if r not in block and r not in modes:
             assert ("gfloat round_ndarray" in r["others"]) == HAS_GFLOAT
     # the targets: float16 within 1.5x of numpy, bfloat16 within 10x of ml_dtypes, fp8 none
-    # and MXFP8 quantization within 3x of the plain e4m3 cast
+    # and MXFP8 quantization within 3x of the plain e4m3 cast (the mode rows: 2x nearest, above)
     for r in rows:
+        if r in modes:
+            continue
         fmt = r["name"].split(" -> ")[1].split()[0]
         assert r["limit"] == {"float16": 1.5, "bfloat16": 10.0, "mxfp8_e4m3": 3.0}.get(fmt)
         assert (r["met"] is None) == (r["limit"] is None)

@@ -152,6 +152,24 @@ def _rounding_rows(s: BenchSettings, tick) -> list[Row]:
                         row.others["gfloat round_ndarray"] = statistics.median(samples)
                 rows.append(row)
     rows.append(_block_row(s, n_text, tick))
+    rows += _mode_rows(s, n_text, tick)
+    return rows
+
+
+def _mode_rows(s: BenchSettings, n_text: str, tick) -> list[Row]:
+    """One row per family of the newer rounding modes, each against nearest into the same format:
+    a directed mode into an IEEE P3109 format, and few-bit stochastic rounding (8 random bits drawn
+    from the generator inside the call, RNE variant) into float16."""
+    x = np.random.default_rng(0).standard_normal(s.n_round).astype(np.float32)
+    cases = [("p3109_k8p4se", "toward_zero", {}), ("float16", "stochastic", {"sr_bits": 8, "sr_variant": "rne"})]
+    rows = []
+    for fmt, mode, extra in cases:
+        label = f"{n_text} float32 normal -> {fmt}, {mode}" + (" k=8 rne" if extra else "")
+        tick(f"rounding {label}")
+        with np.errstate(over="ignore", invalid="ignore"):
+            rows.append(_compare("rounding", label, lambda fmt=fmt, mode=mode, extra=extra: cast(x, fmt, mode, **extra),
+                                 f"fpsim nearest into {fmt}", lambda fmt=fmt: cast(x, fmt), s,
+                                 target="<= 2x", limit=2.0))
     return rows
 
 
@@ -302,7 +320,7 @@ def run_bench(settings: BenchSettings | None = None, *, sections=SECTIONS, progr
         raise ValueError(f"unknown bench section(s) {unknown}; known: {', '.join(SECTIONS)}")
     info = machine_info()
     threads = state.blas_threads()  # fpsim's products run on this many BLAS threads; PyTorch gets as many
-    counts = {"rounding": 2 * 2 * len(ROUND_FORMATS) + 1, "matmul": len(s.matmul_sizes) + 2, "step": 2, "monitor": 2,
+    counts = {"rounding": 2 * 2 * len(ROUND_FORMATS) + 3, "matmul": len(s.matmul_sizes) + 2, "step": 2, "monitor": 2,
               "gpu": 2}
     bar = None
     if progress:
