@@ -53,7 +53,9 @@ class BlockScaling:
     ``hadamard_seed``); ``reuse_forward_blocks`` the pytorch/ao#1501 mistake; ``accumulate``
     None (float32), a format name, or an int number of mantissa bits (float32's exponent range)
     for the GEMM accumulator, promoted to float32 every ``promote_every`` elements along K
-    (None: never).
+    (None: never); ``four_over_six`` NVFP4's scales by Four Over Six (arXiv 2512.02010: each
+    block's amax mapped to 6 or 4, whichever errs less; ``fpsim.quantize(..., scale_rounding=
+    "four_over_six")``).
     """
 
     format: str = "mxfp8_e4m3"
@@ -68,6 +70,13 @@ class BlockScaling:
     reuse_forward_blocks: bool = False
     accumulate: str | int | None = None
     promote_every: int | None = None
+    four_over_six: bool = False
+
+    def _scale_rule(self, fmt) -> str | None:
+        """The ``scale_rounding`` :func:`fpsim.quantize` gets for a format of this recipe."""
+        if fmt.family == "nvfp4":
+            return "four_over_six" if self.four_over_six else None
+        return self.scale_rounding if fmt.family == "mx" else None
 
     def __post_init__(self):
         _check_recipe(self)
@@ -78,7 +87,7 @@ class BlockScaling:
         fmt = get_block_format(self.grad_format if grad and self.grad_format else self.format)
         block = block if block is not None else self.block if self.block is not None else fmt.block
         q = quantize(a32, fmt, axis, block=block,
-                     scale_rounding=self.scale_rounding if fmt.family == "mx" else None,
+                     scale_rounding=self._scale_rule(fmt),
                      pow2_scales=self.pow2_scales and fmt.family == "fp8_block",
                      rounding=self.grad_rounding if grad else "nearest")
         return q.dequantize()
@@ -88,6 +97,10 @@ def _check_recipe(r: BlockScaling) -> None:
     fmts = [get_block_format(r.format)] + ([get_block_format(r.grad_format)] if r.grad_format else [])
     if r.grad_rounding not in ("nearest", "stochastic"):
         raise ValueError(f"grad_rounding must be 'nearest' or 'stochastic', got {r.grad_rounding!r}")
+    if not isinstance(r.four_over_six, bool):
+        raise TypeError(f"four_over_six must be True or False, got {r.four_over_six!r}")
+    if r.four_over_six and not any(f.family == "nvfp4" for f in fmts):
+        raise ValueError("four_over_six applies to nvfp4 only; no format of the recipe is nvfp4")
     if r.hadamard and r.reuse_forward_blocks:
         raise ValueError("hadamard transforms the wgrad operands, which reuse_forward_blocks does not quantize anew")
     if r.promote_every is not None and (not isinstance(r.promote_every, int) or r.promote_every < 1):

@@ -1,0 +1,95 @@
+"""What a finding is, and what running one gives.
+
+A :class:`Finding` is a published claim about numbers in low precision, with its source and
+the number the source reports; its ``run(quick, seeds, progress)`` measures fpsim's number in
+miniature and returns a :class:`FindingResult`; its ``verdict(numbers)`` decides, from the
+measured numbers alone, whether the miniature ``reproduced`` the claim, did so ``partly``, or
+shows it ``not at this scale`` - each with a one-sentence reason.  The verdict is a pure
+function of the numbers, so it is tested on fixed inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+__all__ = ["Finding", "FindingResult", "VERDICTS", "say"]
+
+VERDICTS = ("reproduced", "partly", "not at this scale")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One entry of the catalogue.
+
+    ``claim`` one sentence; ``source`` the arXiv id or issue; ``source_number`` what the source
+    reports, in words and numbers; ``runtime`` the measured seconds of (quick, full) runs here
+    (2 cores); ``run(quick, seeds, progress)`` -> :class:`FindingResult` (``progress`` is called
+    with one line of text as each stage starts, or is None); ``verdict(numbers)`` -> (verdict,
+    reason); ``needs`` names a module the finding cannot run without ("" when it runs anywhere).
+    """
+
+    name: str
+    claim: str
+    source: str
+    source_number: str
+    runtime: tuple[float, float]
+    run: Callable
+    verdict: Callable
+    needs: str = ""
+
+    def available(self) -> bool:
+        """Whether what the finding needs is importable here."""
+        if not self.needs:
+            return True
+        import importlib.util
+
+        try:
+            return importlib.util.find_spec(self.needs) is not None
+        except ModuleNotFoundError:
+            return False
+
+
+@dataclass
+class FindingResult:
+    """What one run of a finding measured.
+
+    ``numbers``: name -> float, every number the verdict reads (JSON-ready); ``measured``: fpsim's
+    number in one line, to set beside the source's; ``verdict`` one of :data:`VERDICTS` and
+    ``reason`` one sentence; ``draw(ax)`` draws the figure onto a matplotlib Axes (the caller
+    makes and saves the figure, so this layer needs no plotting library); ``series``: the arrays
+    the figure shows, by name.
+    """
+
+    name: str
+    numbers: dict
+    measured: str
+    verdict: str
+    reason: str
+    quick: bool
+    seeds: tuple
+    seconds: float = 0.0
+    draw: Callable | None = field(default=None, repr=False)
+    series: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {', '.join(VERDICTS)}; got {self.verdict!r}")
+
+    def to_json(self) -> dict:
+        """The result as plain types (non-finite numbers stay floats; ``tools.jsonout`` writes them as null)."""
+        return {"name": self.name, "verdict": self.verdict, "reason": self.reason, "measured": self.measured,
+                "numbers": {k: float(v) for k, v in self.numbers.items()}, "quick": self.quick,
+                "seeds": list(self.seeds), "seconds": self.seconds}
+
+
+def say(progress, text: str) -> None:
+    """Tell ``progress`` (a callable taking one line, or None) that a stage starts."""
+    if progress is not None:
+        progress(text)
+
+
+def pct(x: float, digits: int = 1) -> str:
+    """``x`` (a fraction) as a percentage, or 'nan'."""
+    return f"{100 * x:.{digits}f}%" if math.isfinite(x) else "nan"
