@@ -11,6 +11,7 @@ function of the numbers, so it is tested on fixed inputs.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -38,6 +39,17 @@ class Finding:
     run: Callable
     verdict: Callable
     needs: str = ""
+
+    def reproduce(self, quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
+        """Run the finding (``run`` after the checks): ``seeds`` distinct integers, at least one;
+        a RuntimeError naming what is missing when the finding cannot run here."""
+        seeds = tuple(seeds)
+        if not seeds or not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in seeds) \
+                or len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds must be distinct integers, at least one; got {seeds!r}")
+        if not self.available():
+            raise RuntimeError(f"{self.name} needs {self.needs}, which this installation does not have")
+        return self.run(bool(quick), tuple(int(s) for s in seeds), progress)
 
     def available(self) -> bool:
         """Whether what the finding needs is importable here."""
