@@ -13,9 +13,23 @@ from block_reference import ELEM, F32_MAX, f32, rne
 
 import fpsim
 from fpsim import nn
-from fpsim.experiments.findings import FINDINGS, VERDICTS, FindingResult, get_finding
-from fpsim.experiments.findings import accumulation, fouroversix, fp8scale, kahan, lossscale, mismatch, mxscale
-from fpsim.experiments.findings import nvfp4round, overflow, sqrt3, table
+from fpsim.experiments.findings import (
+    FINDINGS,
+    VERDICTS,
+    FindingResult,
+    accumulation,
+    fouroversix,
+    fp8scale,
+    get_finding,
+    kahan,
+    lossscale,
+    mismatch,
+    mxscale,
+    nvfp4round,
+    overflow,
+    sqrt3,
+    table,
+)
 from fpsim.experiments.gradnoise import GradientNoiseMonitor
 from fpsim.lowp import BlockScaling
 from fpsim.tools import reproduce
