@@ -23,7 +23,7 @@ RECIPES = ("fp32", "fp16-master", "fp16-dynamic")
 def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
     t0 = time.perf_counter()
     task = ReferenceTask()
-    steps = 25 if quick else task.steps
+    steps = 20 if quick else task.steps
     seeds = tuple(seeds)
     runs = train_recipes(RECIPES, task, steps, seeds, progress)
     numbers = {"unscaled_flushed": sum(r.act_grad_flushed[steps - 1] for r in runs["fp16-master"]) / len(seeds),
