@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from .. import ops, state
+from .. import state
 
 __all__ = ["GradientNoiseMonitor", "SQRT3"]
 
@@ -21,24 +21,25 @@ SQRT3 = math.sqrt(3.0)
 
 
 class GradientNoiseMonitor:
-    """Call after a quantized run's backward pass: ``monitor(model, x, target)`` loads the model's
+    """Call after a quantized run's backward pass: ``monitor(model, loss_fn)`` loads the model's
     weights into ``twin`` (a float32 module of the same architecture and parameter names), runs
-    ``loss_fn(twin(x), target)`` and its backward in float32, and appends ||g|| / ||Q(g) - g||
-    to ``ratios`` (also ``grad_norms`` ||g|| and ``noise_norms``).  ``model``'s gradients must
-    be in place (``p.grad``); they are read, not changed."""
+    ``loss_fn(twin)`` - the loss of a module on the step's batch, a float32 Tensor - and its
+    backward in float32, and appends ||g|| / ||Q(g) - g|| to ``ratios`` (also ``grad_norms``
+    ||g|| and ``noise_norms``).  ``model``'s gradients must be in place (``p.grad``); they are
+    read, not changed."""
 
-    def __init__(self, twin, loss_fn=ops.mse_loss):
-        self.twin, self.loss_fn = twin, loss_fn
+    def __init__(self, twin):
+        self.twin = twin
         self.ratios: list[float] = []
         self.grad_norms: list[float] = []
         self.noise_norms: list[float] = []
 
-    def __call__(self, model, x, target) -> float:
+    def __call__(self, model, loss_fn) -> float:
         self.twin.load_state_dict(model.state_dict())
         for p in self.twin.parameters():
             p.grad = None
         with state.autocast_as(None), state.set_grad_enabled(True):
-            self.loss_fn(self.twin(x), target).backward()
+            loss_fn(self.twin).backward()
         g2 = n2 = 0.0
         for (name, pq), pt in zip(model.named_parameters(), self.twin.parameters()):
             if pq.grad is None or pt.grad is None:

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import time
 
-from ... import fp8
+from ...lowp import DelayedScaling
 from ..recipes import Recipe
 from ..tasks import ReferenceTask
 from .base import Finding, FindingResult
 from .runs import draw_ratio_curves, final_ratio, train_recipes
 
 NAME = "fp8-scaling"
-SCALE1 = Recipe("fp8-scale1-start", "float32", fp8=fp8.DelayedScaling(margin=0, amax_history_len=16),
+SCALE1 = Recipe("fp8-scale1-start", "float32", fp8=DelayedScaling(margin=0, amax_history_len=16),
                 description="fp8-delayed whose first step runs at scale 1 (Transformer Engine's start)")
 RECIPES = ("fp32", "fp8-delayed", "fp8-current", SCALE1)
 NAMES = ("fp8-delayed", "fp8-current", "fp8-scale1-start")

@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from ... import ops
 from ...lowp import BlockScaling
 from ..gradnoise import SQRT3, GradientNoiseMonitor
 from ..recipes import Recipe
@@ -37,7 +38,7 @@ def train_monitored(task: ReferenceTask, steps: int, seed: int, progress=None):
     losses = []
     for step in range(steps):
         loss, _ = run.forward_backward()
-        mon(run.model, run.x, run.target)
+        mon(run.model, lambda m: ops.mse_loss(m(run.x), run.target))
         run.update()
         losses.append(loss.item())
         if progress is not None and step % 20 == 19:
