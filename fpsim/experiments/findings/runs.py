@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from ..recipes import get_recipe
-from ..train import run_recipe
+from .. import run_recipe
 from .base import say
 
 __all__ = ["train_recipes", "final_ratio", "draw_ratio_curves"]
