@@ -25,8 +25,9 @@ class Finding:
     """One entry of the catalogue.
 
     ``claim`` one sentence; ``source`` the arXiv id or issue; ``source_number`` what the source
-    reports, in words and numbers; ``runtime`` the measured seconds of (quick, full) runs here
-    (2 cores); ``run(quick, seeds, progress)`` -> :class:`FindingResult` (``progress`` is called
+    reports, in words and numbers; ``runtime`` the seconds of a (quick, full) run measured on a
+    shared 2-core VM while others' jobs kept its load average near 8 (a quiet machine takes about
+    a third to a half of that); ``run(quick, seeds, progress)`` -> :class:`FindingResult` (``progress`` is called
     with one line of text as each stage starts, or is None); ``verdict(numbers)`` -> (verdict,
     reason); ``needs`` names a module the finding cannot run without ("" when it runs anywhere).
     """

@@ -56,4 +56,4 @@ FINDING = Finding(
           "rounded updates recover float32's quality.",
     "arXiv 2010.06192 (Zamirai et al.)",
     "bf16 with nearest-rounded updates falls short of fp32; stochastic rounding or Kahan summation matches it",
-    (15.0, 90.0), run, verdict)
+    (12.0, 150.0), run, verdict)

@@ -20,9 +20,9 @@ import numpy as np
 
 from ...formats import quantize
 from ...lowp import BlockScaling
+from .. import run_recipe
 from ..recipes import Recipe
 from ..tinygpt import TinyGPTTask
-from .. import run_recipe
 from .base import Finding, FindingResult, pct, say
 from .samples import SAMPLES, sample
 

@@ -93,4 +93,4 @@ FINDING = Finding(
     NAME, "Stochastic rounding of NVFP4 elements costs about twice the MSE of nearest but is unbiased; 16x16 "
           "weight tiles make W and W^T quantize to the same values.",
     "arXiv 2509.25149; arXiv 2601.22813", "SR MSE about 2.09x RTN on Gaussian blocks, unbiased; 16x16 weight blocks",
-    (4.0, 20.0), run, verdict)
+    (1.0, 4.0), run, verdict)

@@ -8,8 +8,8 @@ import math
 
 import numpy as np
 
-from ..recipes import get_recipe
 from .. import run_recipe
+from ..recipes import get_recipe
 from .base import say
 
 __all__ = ["train_recipes", "final_ratio", "draw_ratio_curves"]

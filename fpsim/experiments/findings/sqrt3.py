@@ -108,5 +108,5 @@ def _draw(ax, series: dict, c) -> None:
 FINDING = Finding(
     NAME, "Quantized (FP4) training stops helping once ||g|| falls below about sqrt(3) times the quantization "
           "noise ||Q(g) - g||.",
-    "arXiv 2505.19115", "quantized training is effective while ||g|| > sqrt(3) ||Q(g) - g||", (15.0, 70.0), run,
+    "arXiv 2505.19115", "quantized training is effective while ||g|| > sqrt(3) ||Q(g) - g||", (16.0, 100.0), run,
     verdict)
