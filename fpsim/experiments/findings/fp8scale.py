@@ -42,6 +42,9 @@ def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
 
 def verdict(numbers: dict) -> tuple[str, str]:
     delayed, current, one = (numbers[f"{n}_ratio"] for n in NAMES)
+    if numbers["steps"] < 100:
+        return "partly", (f"after {int(numbers['steps'])} steps fp8 is at {delayed:.3f}x (delayed) and {current:.3f}x "
+                          "(current) float32's loss; the claim is about the end of training, which a full run reaches")
     if max(delayed, current) <= 1.02:
         return "reproduced", f"fp8 with delayed or current scaling ends within 2% of float32 ({delayed:.3f}x, {current:.3f}x)"
     if max(delayed, current) <= 1.15:
