@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import block_scales as bs
+from . import fouroversix as fos
 from .kernels import fp8_to_f32, narrow_cast
 from .round import ROUNDING_MODES, _as_float_array, cast
 from .table import OCP_INT8, Format, get_format
@@ -373,8 +374,8 @@ def _scales(bf: BlockFormat, amax, scale_rounding, pow2, xb, lay: _Layout):
         finite = amax[np.isfinite(amax)]
         top = finite.max() if finite.size else 0.0
         if scale_rounding == "four_over_six":
-            s_enc = bs.nvfp4_tensor_scale(top, 256.0)
-            codes, enc, dec, _ = bs.nvfp4_four_over_six(xb, amax, s_enc, lay.expand, (1, 3) if lay.tiled else 1,
+            s_enc = bs.nvfp4_tensor_scale(top, fos.FOUR_OVER_SIX_SCALE_MAX)
+            codes, enc, dec, _ = fos.nvfp4_four_over_six(xb, amax, s_enc, lay.expand, (1, 3) if lay.tiled else 1,
                                                         bf.element)
             return codes, enc, dec, np.float32(1) / s_enc
         s_enc = bs.nvfp4_tensor_scale(top)
@@ -395,9 +396,9 @@ def _check(arr, bf: BlockFormat, axis, block, scale_rounding, rounding, pow2):
             raise ValueError(f"unknown scale_rounding {scale_rounding!r}; known: {', '.join(SCALE_ROUNDINGS)}")
     elif bf.family == "nvfp4" and scale_rounding is not None:
         scale_rounding = "four_over_six" if scale_rounding == "4/6" else scale_rounding
-        if scale_rounding not in bs.NVFP4_SCALE_RULES:
+        if scale_rounding not in fos.NVFP4_SCALE_RULES:
             raise ValueError(f"unknown scale_rounding {scale_rounding!r} for nvfp4; known: "
-                             f"{', '.join(bs.NVFP4_SCALE_RULES)} (alias 4/6)")
+                             f"{', '.join(fos.NVFP4_SCALE_RULES)} (alias 4/6)")
         scale_rounding = None if scale_rounding == "six" else scale_rounding
     elif scale_rounding is not None:
         raise ValueError(f"scale_rounding applies to the MX formats and nvfp4 only; {bf.name} has its own scale "

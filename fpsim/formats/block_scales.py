@@ -30,14 +30,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels import fp8_to_f32, narrow_cast
 from .table import Format, get_format
 
 __all__ = ["SCALE_ROUNDINGS", "mx_exponents", "mx_scales", "nvfp4_tensor_scale", "nvfp4_scales",
-           "fp8_block_scales", "NVFP4_AMAX_DIVISOR", "nvfp4_four_over_six", "NVFP4_SCALE_RULES"]
+           "fp8_block_scales", "NVFP4_AMAX_DIVISOR"]
 
 SCALE_ROUNDINGS = ("floor", "ceil", "even", "rceil")
-NVFP4_SCALE_RULES = ("six", "four_over_six")  # NVFP4: amax to 6 (TE), or to 6 or 4 per block
 _F32 = np.float32
 _FLT_MAX = _F32(np.finfo(np.float32).max)
 _E4M3 = get_format("float8_e4m3fn")
@@ -91,7 +89,7 @@ def _pow2(e: np.ndarray, finite: np.ndarray) -> np.ndarray:
 def nvfp4_tensor_scale(tensor_amax: float, scale_max: float = 448.0) -> np.float32:
     """S_enc = (scale_max * 6) / amax in float32, as TE computes it: capped at float32's max, and 1
     where amax is 0 or not finite (a tensor holding nothing to scale).  ``scale_max`` is 448
-    (e4m3's max), or 256 for Four Over Six (:func:`nvfp4_four_over_six`)."""
+    (e4m3's max), or 256 for Four Over Six (:mod:`fpsim.formats.fouroversix`)."""
     amax = _F32(tensor_amax)
     if not np.isfinite(amax) or amax == 0:
         return _F32(1)
@@ -140,20 +138,3 @@ def fp8_block_scales(amax: np.ndarray, pow2: bool):
     dec[~finite] = np.nan
     return enc, dec
 
-
-def nvfp4_four_over_six(xb: np.ndarray, amax: np.ndarray, s_enc: np.float32, expand, axes, elem: Format):
-    """Four Over Six (arXiv 2512.02010): each block's scale maps its amax to 6 (as
-    :func:`nvfp4_scales`) or to 4, whichever quantizes the block - nearest even, saturating, in
-    float32 - with the smaller sum of squared errors (summed in float64; a tie keeps 6).  ``s_enc``
-    should come from ``nvfp4_tensor_scale(amax, 256)``, so that the map-to-4 scale, 1.5 times the
-    other, stays below e4m3's 448.  ``expand`` broadcasts a per-block array against ``xb``,
-    ``axes`` are the block axes.  Returns :func:`nvfp4_scales`' three arrays, chosen per block,
-    and a boolean per block: True where 4 was chosen."""
-    cands = [nvfp4_scales(amax, s_enc, top) for top in (6.0, 4.0)]
-    errs = []
-    with np.errstate(invalid="ignore", over="ignore"):
-        for _, enc, dec in cands:
-            q = fp8_to_f32(narrow_cast(xb * expand(enc), elem, saturate=True)) * expand(dec)
-            errs.append(((q.astype(np.float64) - xb) ** 2).sum(axis=axes))
-    four = errs[1] < errs[0]
-    return (*(np.where(four, c4, c6).astype(c6.dtype) for c6, c4 in zip(*cands)), four)

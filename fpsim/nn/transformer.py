@@ -20,8 +20,7 @@ import numbers
 import numpy as np
 
 from .. import ops
-from ..state import no_grad
-from ..tensor import Tensor, tensor
+from ..tensor import Tensor, no_grad, tensor
 from .modules import GELU, Linear, Module, Sequential
 
 __all__ = ["Embedding", "LayerNorm", "CausalSelfAttention", "TransformerBlock", "TinyGPT"]
