@@ -137,4 +137,3 @@ def fp8_block_scales(amax: np.ndarray, pow2: bool):
     enc[~finite] = np.nan
     dec[~finite] = np.nan
     return enc, dec
-

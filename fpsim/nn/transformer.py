@@ -20,7 +20,7 @@ import numbers
 import numpy as np
 
 from .. import ops
-from ..tensor import Tensor, no_grad, tensor
+from ..tensor import Tensor, tensor
 from .modules import GELU, Linear, Module, Sequential
 
 __all__ = ["Embedding", "LayerNorm", "CausalSelfAttention", "TransformerBlock", "TinyGPT"]
@@ -239,6 +239,8 @@ class TinyGPT(Module):
         from those probabilities (inverse CDF in float64, ``rng`` or ``seed``).  Returns the ids
         (batch, t + new_tokens) and the float32 log-probabilities the rollout gave the chosen
         tokens (batch, new_tokens).  Runs without building a graph."""
+        from ..tensor import no_grad  # here, not at the top: the module's imports stay as they were
+
         arr = np.asarray(self.tok_emb.weight.backend.to_numpy(self.check_ids(prompt)))
         new_tokens = _positive_int(new_tokens, "new_tokens", "TinyGPT.generate")
         if not (isinstance(temperature, numbers.Real) and math.isfinite(temperature) and temperature > 0):
