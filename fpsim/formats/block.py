@@ -274,6 +274,10 @@ def quantize(x, fmt, axis: int = -1, *, block=None, scale_rounding: str | None =
     ``stochastic`` seeded by ``seed`` or ``rng``); elements beyond the element's max saturate to it.  ``pow2_scales``
     (fp8_block only): round each decode scale up to a power of two.
 
+    NVFP4 takes a ``scale_rounding`` of its own: ``six`` (the default, TE's rule: each block's
+    amax maps to 6) or ``four_over_six`` (alias ``4/6``; arXiv 2512.02010: to 6 or to 4, whichever
+    errs less, with the tensor scale computed from 256 instead of 448; :mod:`.fouroversix`).
+
     Every argument is checked before anything is computed; a bad one is a ValueError or
     TypeError naming it.
     """
