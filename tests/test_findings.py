@@ -218,6 +218,17 @@ def test_kv_cache_decoding_is_the_full_forward_with_the_same_kernel(fmt):
     np.testing.assert_array_equal(lp2, lp)
 
 
+def test_the_fused_decode_kernel_rounds_once():
+    """fused=True: float32 attention inside, one rounding of its output - in float32 the same
+    log-probabilities as the trainer up to reordering, in bfloat16 a real difference."""
+    prompt = np.random.default_rng(1).integers(0, 11, (4, 5))
+    for fmt, lo, hi in (("float32", 0.0, 1e-5), ("bfloat16", 1e-4, 0.5)):
+        model = nn.TinyGPT(11, 16, d_model=32, n_layers=2, n_heads=4, seed=0).to(fmt)
+        ids, lp = model.generate(prompt, 11, seed=2, fused=True)
+        diff = np.abs(lp - mismatch.trainer_logprobs(model, ids, 11)).max()
+        assert lo <= diff <= hi, (fmt, diff)
+
+
 def test_decode_keeps_the_cache_and_refuses_what_does_not_fit():
     model = nn.TinyGPT(11, 8, d_model=16, n_layers=1, n_heads=2, seed=0)
     caches = [[]]

@@ -23,8 +23,23 @@ def train_recipes(recipes, task, steps: int, seeds, progress=None, measure_at=(-
         out[name] = []
         for seed in seeds:
             say(progress, f"{name}, seed {seed}: {steps} steps")
-            out[name].append(run_recipe(rec, task, steps=steps, seed=int(seed), measure_at=list(measure_at)))
+            out[name].append(run_recipe(rec, task, steps=steps, seed=int(seed), measure_at=list(measure_at),
+                                        progress=_every(progress, 50, f"{name}, seed {seed}", steps)))
     return out
+
+
+def _every(progress, n: int, label: str, steps: int):
+    """A per-step callback that tells ``progress`` every ``n`` steps (None without ``progress``)."""
+    if progress is None:
+        return None
+    done = [0]
+
+    def step():
+        done[0] += 1
+        if done[0] % n == 0 and done[0] < steps:
+            progress(f"{label}: step {done[0]}/{steps}")
+
+    return step
 
 
 def final_ratio(runs: dict, name: str, base: str = "fp32") -> float:
