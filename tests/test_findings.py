@@ -3,6 +3,7 @@ rule, on fixed inputs; the measurements where an exact reference exists (the sat
 against a direct count, Four Over Six against exact rationals, the KV-cache rollout against the
 full forward); the CLI and the table."""
 
+import dataclasses
 import json
 import math
 from fractions import Fraction as Q
@@ -278,7 +279,7 @@ def _args(**kw):
     return argparse.Namespace(**base)
 
 
-def test_cli_lists_runs_and_writes_json_and_a_figure(capsys, tmp_path):
+def test_cli_lists_runs_and_writes_json_and_a_figure(capsys, tmp_path, monkeypatch):
     assert reproduce.main(_args(list=True)) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in FINDINGS)
@@ -287,6 +288,12 @@ def test_cli_lists_runs_and_writes_json_and_a_figure(capsys, tmp_path):
     got = json.loads(capsys.readouterr().out)
     assert got["name"] == "nvfp4-rounding" and got["verdict"] in VERDICTS and got["numbers"]["mse_ratio"] > 1
     assert fig.stat().st_size > 1000
+    nan_result = FindingResult("nvfp4-rounding", {"x": math.nan}, "m", "partly", "r", True, (0,))
+    monkeypatch.setitem(FINDINGS, "nvfp4-rounding",
+                        dataclasses.replace(FINDINGS["nvfp4-rounding"], run=lambda q, s, p: nan_result))
+    assert reproduce.main(_args(name="nvfp4-rounding", json=True)) == 0
+    got = json.loads(capsys.readouterr().out)  # strict JSON: NaN written as null, and said where
+    assert got["numbers"]["x"] is None and got["non_finite"] == {"numbers.x": "nan"}
     assert reproduce.main(_args()) == 2
     assert "name a finding" in capsys.readouterr().err
 

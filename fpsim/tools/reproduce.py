@@ -109,9 +109,13 @@ def main(args) -> int:
     _progress(f"{finding.name}{' (quick)' if args.quick else ''}: {finding.claim}")
     result = finding.reproduce(args.quick, args.seeds, _progress)
     if args.json:
-        from .jsonout import dumps
+        from .jsonout import dumps, finite
 
-        print(dumps(result.to_json(), indent=1))
+        notes = {}
+        out = finite(result.to_json(), notes)  # NaN / inf as null, and where
+        if notes:
+            out["non_finite"] = notes
+        print(dumps(out, indent=1))
     else:
         _print(result, finding)
     if fig_path is not None and result.draw is not None:
