@@ -29,7 +29,7 @@ NAMES = ("fp8-delayed", "fp8-current", "fp8-scale1-start")
 def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
     t0 = time.perf_counter()
     task = ReferenceTask()
-    steps = 15 if quick else task.steps
+    steps = 10 if quick else task.steps
     seeds = tuple(seeds)
     runs = train_recipes(RECIPES, task, steps, seeds, progress, measure_at=())
     numbers = {f"{n}_ratio": final_ratio(runs, n) for n in NAMES}

@@ -23,7 +23,7 @@ RECIPES = ("fp32", "bf16-pure", "bf16-kahan", "bf16-stochastic")
 def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
     t0 = time.perf_counter()
     task = ReferenceTask()
-    steps = 25 if quick else task.steps
+    steps = 15 if quick else task.steps
     seeds = tuple(seeds)
     runs = train_recipes(RECIPES, task, steps, seeds, progress)
     numbers = {f"{n}_ratio": final_ratio(runs, n) for n in RECIPES[1:]}
