@@ -20,7 +20,7 @@ HELP = "reproduce a published numerical finding in miniature (--list names them)
 
 def add_arguments(p) -> None:
     p.add_argument("name", nargs="?", help="the finding to run (see --list)")
-    p.add_argument("--list", action="store_true", help="one line per finding: name, claim, source, running time")
+    p.add_argument("--list", action="store_true", help="one line per finding: name, claim, source, running time here")
     p.add_argument("--quick", action="store_true", help="shorter runs (about 15 s each; what the tests run)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds of the runs (default: 0)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -47,8 +47,7 @@ def _list() -> int:
     for f in FINDINGS.values():
         quick, full = f.runtime
         note = "" if f.available() else f"  [needs {f.needs}: not here]"
-        print(f"{f.name:28s} {f.claim}\n{'':28s} source: {f.source}; about {quick:.0f} s quick, {full:.0f} s full"
-              f"{note}")
+        print(f"{f.name:27s} {f.claim} [{f.source}; about {quick:.0f} s quick, {full:.0f} s full]{note}")
     return 0
 
 
