@@ -18,7 +18,6 @@ from fpsim.experiments.findings import (
     FINDINGS,
     VERDICTS,
     FindingResult,
-    accumulation,
     fouroversix,
     fp8scale,
     get_finding,
@@ -28,6 +27,7 @@ from fpsim.experiments.findings import (
     mxscale,
     nvfp4round,
     overflow,
+    promotion,
     sqrt3,
     table,
 )
@@ -110,9 +110,9 @@ def _mx(floor, up=0.0):
      "partly"),
     (overflow, {"fp16_died": 0.0, "fp16_died_at": math.nan, "amp_died": 0.0, "amp_accuracy": 0.9, "steps": 10.0},
      "not at this scale"),
-    (accumulation, {"k4096_none_mean": -0.07, "k4096_128_mean": -0.0006}, "reproduced"),
-    (accumulation, {"k4096_none_mean": -0.002, "k4096_128_mean": -0.0001}, "partly"),
-    (accumulation, {"k4096_none_mean": -0.07, "k4096_128_mean": -0.07}, "not at this scale"),
+    (promotion, {"k4096_none_mean": -0.07, "k4096_128_mean": -0.0006}, "reproduced"),
+    (promotion, {"k4096_none_mean": -0.002, "k4096_128_mean": -0.0001}, "partly"),
+    (promotion, {"k4096_none_mean": -0.07, "k4096_128_mean": -0.07}, "not at this scale"),
 ])
 def test_verdict_rules_on_fixed_numbers(finding, numbers, expected):
     verdict, reason = finding.verdict(numbers)

@@ -10,14 +10,14 @@ line here.
 
 from __future__ import annotations
 
-from . import accumulation, fouroversix, fp8scale, kahan, lossscale, mismatch, mxscale, nvfp4round, overflow, sqrt3
+from . import fouroversix, fp8scale, kahan, lossscale, mismatch, mxscale, nvfp4round, overflow, promotion, sqrt3
 from .base import VERDICTS, Finding, FindingResult
 
 __all__ = ["FINDINGS", "Finding", "FindingResult", "VERDICTS", "get_finding"]
 
 FINDINGS: dict[str, Finding] = {m.FINDING.name: m.FINDING for m in (
     lossscale, overflow, kahan, fp8scale,  # what fpsim reproduced before the catalogue
-    mismatch, accumulation, mxscale, fouroversix, nvfp4round, sqrt3,  # issue 30's findings 1-5
+    mismatch, promotion, mxscale, fouroversix, nvfp4round, sqrt3,  # issue 30's findings 1-5
 )}
 
 
