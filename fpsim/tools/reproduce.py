@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["add_arguments", "add_parser", "main"]
+__all__ = ["add_parser", "main"]  # add_arguments too, for the CLI's table of tools (as every tool has)
 
 HELP = "reproduce a published numerical finding in miniature (--list names them)"
 
@@ -82,7 +82,7 @@ def _table(args) -> int:
     path = Path(args.table)
     if path.parent and not path.parent.exists():
         raise OSError(f"--table: the folder {path.parent} does not exist")
-    results = table.run_all(args.quick, args.seeds, _progress)
+    results = table.run_catalogue(args.quick, args.seeds, _progress)
     path.write_text(table.markdown(results, args.quick, args.seeds))
     print(f"fpsim reproduce: wrote {path} ({len(results)} findings)", file=sys.stderr)
     return 0

@@ -1,6 +1,6 @@
 """``docs/findings.md``: the whole catalogue as one Markdown table, written from results.
 
-:func:`markdown` turns results into the page; :func:`run_all` runs every finding that can run
+:func:`markdown` turns results into the page; :func:`run_catalogue` runs every finding that can run
 here (``fpsim reproduce --table PATH`` calls both).  A finding that cannot run here (it needs a
 module this installation lacks) gets a row saying so, not a number.
 """
@@ -13,10 +13,10 @@ import time
 from . import FINDINGS
 from .base import FindingResult, say
 
-__all__ = ["markdown", "run_all"]
+__all__ = ["markdown", "run_catalogue"]
 
 
-def run_all(quick: bool, seeds=(0,), progress=None) -> dict:
+def run_catalogue(quick: bool, seeds=(0,), progress=None) -> dict:
     """{name: FindingResult, or None where the finding cannot run here}, every finding in order."""
     out = {}
     for name, f in FINDINGS.items():
