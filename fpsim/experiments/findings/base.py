@@ -27,9 +27,11 @@ class Finding:
     ``claim`` one sentence; ``source`` the arXiv id or issue; ``source_number`` what the source
     reports, in words and numbers; ``runtime`` the seconds of a (quick, full) run measured on a
     shared 2-core VM while others' jobs kept its load average near 8 (a quiet machine takes about
-    a third to a half of that); ``run(quick, seeds, progress)`` -> :class:`FindingResult` (``progress`` is called
-    with one line of text as each stage starts, or is None); ``verdict(numbers)`` -> (verdict,
-    reason); ``needs`` names a module the finding cannot run without ("" when it runs anywhere).
+    a third to a half of that); ``run(quick, seeds, progress)`` -> :class:`FindingResult` (the
+    training findings run every seed and report seed means, the sampling ones draw with the first
+    seed, and the result's ``seeds`` says which were used; ``progress`` is called with one line of
+    text as each stage starts, or is None); ``verdict(numbers)`` -> (verdict, reason); ``needs``
+    names a module the finding cannot run without ("" when it runs anywhere).
     """
 
     name: str

@@ -47,15 +47,16 @@ def measure(x: np.ndarray, rule: str, fmt: str = "mxfp8_e4m3") -> dict:
 def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
     t0 = time.perf_counter()
     n = 2**16 if quick else 2**20
+    used = tuple(seeds[:1]) if quick else tuple(seeds)  # quick runs sample with the first seed only
     numbers = {}
     for kind in SAMPLES:
         say(progress, f"{kind}: quantizing under {', '.join(RULES)}")
-        for seed in seeds[:1] if quick else seeds:
+        for seed in used:
             x = sample(kind, n, seed)
             for rule in RULES:
                 for key, v in measure(x, rule).items():
                     k = f"{kind}_{rule}_{key}"
-                    numbers[k] = numbers.get(k, 0.0) + v / (1 if quick else len(seeds))
+                    numbers[k] = numbers.get(k, 0.0) + v / len(used)
     if not quick:
         numbers.update(training_effect(seeds, progress))
     v, reason = verdict(numbers)
@@ -67,7 +68,7 @@ def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
     if not quick:
         measured += (f"; tiny GPT, {TRAIN_STEPS} steps of MXFP8: final loss floor / rceil "
                      f"{numbers['tinygpt_floor_over_rceil']:.3f}x (seed mean)")
-    return FindingResult(NAME, numbers, measured, v, reason, quick, tuple(seeds), time.perf_counter() - t0,
+    return FindingResult(NAME, numbers, measured, v, reason, quick, used, time.perf_counter() - t0,
                          draw=lambda ax: _draw(ax, numbers))
 
 

@@ -64,7 +64,7 @@ def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
                 f"({draws} draws) vs RTN {numbers['rtn_bias']:.2e} (x RMS); W vs W^T differ in "
                 f"{pct(numbers['transpose_mismatch_1x16'])} of entries with 1x16 blocks, "
                 f"{pct(numbers['transpose_mismatch_16x16'])} with 16x16 tiles")
-    return FindingResult(NAME, numbers, measured, v, reason, quick, tuple(seeds), time.perf_counter() - t0,
+    return FindingResult(NAME, numbers, measured, v, reason, quick, tuple(seeds[:1]), time.perf_counter() - t0,
                          draw=lambda ax: _draw(ax, numbers))
 
 
