@@ -40,7 +40,7 @@ def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
 def verdict(numbers: dict) -> tuple[str, str]:
     gap = numbers["bf16-pure_ratio"] - 1
     if gap < 0.01:
-        return "not at this scale", (f"in {int(numbers['steps'])} steps pure bfloat16 ends within {pct(gap)} of "
+        return "not at this scale", (f"in {int(numbers['steps'])} steps pure bfloat16 ends within {pct(gap, 2)} of "
                                      "float32: nothing for the cures to recover")
     closed = min(1 - (numbers[f"{n}_ratio"] - 1) / gap for n in ("bf16-kahan", "bf16-stochastic"))
     if closed >= 0.6:
