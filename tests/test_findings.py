@@ -298,6 +298,15 @@ def test_cli_lists_runs_and_writes_json_and_a_figure(capsys, tmp_path, monkeypat
     assert "name a finding" in capsys.readouterr().err
 
 
+def test_fpsim_reproduce_through_the_cli(capsys):
+    from fpsim.tools.cli import main
+
+    assert main(["reproduce", "--list"]) == 0
+    assert "fp16-vs-bf16-mismatch" in capsys.readouterr().out
+    assert main(["reproduce", "no-such-finding"]) == 2
+    assert "unknown finding 'no-such-finding'" in capsys.readouterr().err
+
+
 def test_cli_parser_and_the_table():
     import argparse
 

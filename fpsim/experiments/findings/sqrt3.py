@@ -17,9 +17,8 @@ import time
 
 import numpy as np
 
-from ... import lowp, ops, state
+from ... import ops, state
 from ...lowp import BlockScaling
-from ...optim import Adam
 from ...tensor import tensor
 from .. import run_recipe
 from ..gradnoise import SQRT3, GradientNoiseMonitor
@@ -34,11 +33,10 @@ WINDOW = 5
 
 
 def train_monitored(task: ReferenceTask, steps: int, seed: int, progress=None):
-    """(losses, monitor) of the NVFP4 run - the task's model from ``seed`` with every Linear a
-    BlockLinear, Adam at the task's rate, full batch - the ratio measured at every step."""
-    model = task.model(seed)
-    lowp.convert_blocks(model, RECIPE.block)
-    opt = Adam(model.parameters(), lr=task.lr, seed=seed)
+    """(losses, monitor) of the NVFP4 run - ``RECIPE.prepare`` on the task's model from ``seed``
+    (every Linear a BlockLinear, Adam at the task's rate), full batch - the ratio measured after
+    every backward pass, before the update."""
+    run = RECIPE.prepare(task.model(seed), lr=task.lr, seed=seed)
     x = tensor(task.data(), "float32")
 
     def loss_of(m):
@@ -48,11 +46,9 @@ def train_monitored(task: ReferenceTask, steps: int, seed: int, progress=None):
     losses = []
     with state.seeded(seed):  # the stochastic rounding of the gradients draws from the seed
         for step in range(steps):
-            opt.zero_grad()
-            loss = loss_of(model)
-            loss.backward()
-            mon(model, loss_of)
-            opt.step()
+            loss, _ = run.forward_backward(loss_of)
+            mon(run.model, loss_of)
+            run.update()
             losses.append(loss.item())
             if progress is not None and step % 20 == 19:
                 progress(f"NVFP4 step {step + 1}/{steps}: ||g|| / ||Q(g) - g|| = {mon.ratios[-1]:.2f}")
