@@ -9,7 +9,6 @@ its reason, and draws the finding's figure.  ``fpsim reproduce --table docs/find
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -122,12 +121,3 @@ def main(args) -> int:
         print(f"fpsim reproduce: figure: {fig_path}", file=sys.stderr)
     return 0
 
-
-if __name__ == "__main__":  # python -m fpsim.tools.reproduce ..., until `fpsim reproduce` is wired into the CLI
-    parser = argparse.ArgumentParser(prog="fpsim reproduce", description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    try:
-        sys.exit(main(parser.parse_args()))
-    except (ValueError, TypeError, OSError) as e:
-        print(f"fpsim reproduce: error: {e}", file=sys.stderr)
-        sys.exit(2)
