@@ -75,7 +75,7 @@ def test_a_closed_pipe_is_not_an_error():
 def test_python_dash_m_fpsim_and_help():
     r = subprocess.run([sys.executable, "-m", "fpsim", "--help"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0
-    for cmd in ("compare", "formats", "example", "audit", "figures", "bench", "gpu-check"):
+    for cmd in ("compare", "formats", "example", "audit", "figures", "bench", "gpu-check", "reproduce"):
         assert cmd in r.stdout
 
 

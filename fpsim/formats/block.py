@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import block_scales as bs
+from . import fouroversix as fos
 from .kernels import fp8_to_f32, narrow_cast
 from .round import ROUNDING_MODES, _as_float_array, cast
 from .table import OCP_INT8, Format, get_format
@@ -273,6 +274,10 @@ def quantize(x, fmt, axis: int = -1, *, block=None, scale_rounding: str | None =
     ``stochastic`` seeded by ``seed`` or ``rng``); elements beyond the element's max saturate to it.  ``pow2_scales``
     (fp8_block only): round each decode scale up to a power of two.
 
+    NVFP4 takes a ``scale_rounding`` of its own: ``six`` (the default, TE's rule: each block's
+    amax maps to 6) or ``four_over_six`` (alias ``4/6``; arXiv 2512.02010: to 6 or to 4, whichever
+    errs less, with the tensor scale computed from 256 instead of 448; :mod:`.fouroversix`).
+
     Every argument is checked before anything is computed; a bad one is a ValueError or
     TypeError naming it.
     """
@@ -284,7 +289,7 @@ def quantize(x, fmt, axis: int = -1, *, block=None, scale_rounding: str | None =
     lay = _Layout(arr.shape, axis, block)
     xb = lay.to_blocks(arr)
     amax = _chunks(lay, xb, lambda sl: lay.amax(xb[sl]))
-    codes, factor, dec, tscale = _scales(bf, amax, scale_rounding, pow2_scales)
+    codes, factor, dec, tscale = _scales(bf, amax, scale_rounding, pow2_scales, xb, lay)
     with np.errstate(invalid="ignore", over="ignore"):
         top = amax * factor  # the largest scaled magnitude of each block
     enc = _Encoder(lay, bf.element, rounding, rng)
@@ -363,7 +368,7 @@ def _as_f32(x) -> np.ndarray:
     return arr
 
 
-def _scales(bf: BlockFormat, amax, scale_rounding, pow2):
+def _scales(bf: BlockFormat, amax, scale_rounding, pow2, xb, lay: _Layout):
     """(stored scales, the factor the elements are multiplied by, decode factor, tensor scale) in
     blocked layout."""
     if bf.family == "mx":
@@ -371,7 +376,13 @@ def _scales(bf: BlockFormat, amax, scale_rounding, pow2):
         return codes, inv, dec, None
     if bf.family == "nvfp4":
         finite = amax[np.isfinite(amax)]
-        s_enc = bs.nvfp4_tensor_scale(finite.max() if finite.size else 0.0)
+        top = finite.max() if finite.size else 0.0
+        if scale_rounding == "four_over_six":
+            s_enc = bs.nvfp4_tensor_scale(top, fos.FOUR_OVER_SIX_SCALE_MAX)
+            codes, enc, dec, _ = fos.nvfp4_four_over_six(xb, amax, s_enc, lay.expand, (1, 3) if lay.tiled else 1,
+                                                        bf.element)
+            return codes, enc, dec, np.float32(1) / s_enc
+        s_enc = bs.nvfp4_tensor_scale(top)
         codes, enc, dec = bs.nvfp4_scales(amax, s_enc)
         return codes, enc, dec, np.float32(1) / s_enc
     enc, dec = bs.fp8_block_scales(amax, pow2)
@@ -387,8 +398,15 @@ def _check(arr, bf: BlockFormat, axis, block, scale_rounding, rounding, pow2):
         scale_rounding = "floor" if scale_rounding is None else scale_rounding
         if scale_rounding not in SCALE_ROUNDINGS:
             raise ValueError(f"unknown scale_rounding {scale_rounding!r}; known: {', '.join(SCALE_ROUNDINGS)}")
+    elif bf.family == "nvfp4" and scale_rounding is not None:
+        scale_rounding = "four_over_six" if scale_rounding == "4/6" else scale_rounding
+        if scale_rounding not in fos.NVFP4_SCALE_RULES:
+            raise ValueError(f"unknown scale_rounding {scale_rounding!r} for nvfp4; known: "
+                             f"{', '.join(fos.NVFP4_SCALE_RULES)} (alias 4/6)")
+        scale_rounding = None if scale_rounding == "six" else scale_rounding
     elif scale_rounding is not None:
-        raise ValueError(f"scale_rounding applies to the MX formats only; {bf.name} has its own scale rule")
+        raise ValueError(f"scale_rounding applies to the MX formats and nvfp4 only; {bf.name} has its own scale "
+                         "rule")
     if not isinstance(pow2, bool | np.bool_):
         raise TypeError(f"pow2_scales must be True or False, got {pow2!r}")
     if pow2 and bf.family != "fp8_block":

@@ -86,18 +86,19 @@ def _pow2(e: np.ndarray, finite: np.ndarray) -> np.ndarray:
     return bits.astype(np.uint32).view(np.float32)
 
 
-def nvfp4_tensor_scale(tensor_amax: float) -> np.float32:
-    """S_enc = (448 * 6) / amax in float32, as TE computes it: capped at float32's max, and 1 where
-    amax is 0 or not finite (a tensor holding nothing to scale)."""
+def nvfp4_tensor_scale(tensor_amax: float, scale_max: float = 448.0) -> np.float32:
+    """S_enc = (scale_max * 6) / amax in float32, as TE computes it: capped at float32's max, and 1
+    where amax is 0 or not finite (a tensor holding nothing to scale).  ``scale_max`` is 448
+    (e4m3's max), or 256 for Four Over Six (:mod:`fpsim.formats.fouroversix`)."""
     amax = _F32(tensor_amax)
     if not np.isfinite(amax) or amax == 0:
         return _F32(1)
     with np.errstate(over="ignore"):
-        s = _F32(NVFP4_AMAX_DIVISOR) / amax
+        s = _F32(scale_max) * _F32(6) / amax
     return _F32(min(s, _FLT_MAX))
 
 
-def nvfp4_scales(amax: np.ndarray, s_enc: np.float32):
+def nvfp4_scales(amax: np.ndarray, s_enc: np.float32, top: float = 6.0):
     """e4m3 block scales, the float32 encode factor and the float32 decode factor per block.
 
     In float32, in the order of TE's NVFP4 reference quantizer: the decode scale amax_b * (S_enc *
@@ -108,7 +109,7 @@ def nvfp4_scales(amax: np.ndarray, s_enc: np.float32):
     finite = np.isfinite(amax)
     a = np.where(finite, amax, _F32(0))
     s_dec = _F32(1) / s_enc
-    mult = s_enc * (_F32(1) / _F32(6))
+    mult = s_enc * (_F32(1) / _F32(top))  # top: the element value the block's amax maps to (6; 4 in 4/6)
     with np.errstate(over="ignore", divide="ignore"):
         d = np.minimum(a * mult, _F32(_E4M3.max))
         codes = d.astype(_E4M3.dtype)  # ml_dtypes' float32 -> e4m3: nearest even, correct

@@ -48,7 +48,9 @@ class BlockScaling:
     ``format`` for X and W, ``grad_format`` for dY (default: ``format``); ``block`` the 1-D block
     length (default: the format's); ``weight_block`` None for 1-D blocks of W along each GEMM's K,
     or a pair for 2-D tiles; ``scale_rounding`` (MX), ``pow2_scales`` (fp8_block) as in
-    :func:`fpsim.quantize`; ``grad_rounding`` ``"nearest"`` or ``"stochastic"`` for dY;
+    :func:`fpsim.quantize`; ``four_over_six`` NVFP4's scales by Four Over Six (arXiv 2512.02010:
+    each block's amax to 6 or to 4, whichever errs less; quantize's ``scale_rounding=
+    "four_over_six"``); ``grad_rounding`` ``"nearest"`` or ``"stochastic"`` for dY;
     ``hadamard`` the size-16 random Hadamard transform on the wgrad operands (signs drawn from
     ``hadamard_seed``); ``reuse_forward_blocks`` the pytorch/ao#1501 mistake; ``accumulate``
     None (float32), a format name, or an int number of mantissa bits (float32's exponent range)
@@ -61,6 +63,7 @@ class BlockScaling:
     block: int | None = None
     weight_block: int | tuple[int, int] | None = None
     scale_rounding: str | None = None
+    four_over_six: bool = False
     pow2_scales: bool = False
     grad_rounding: str = "nearest"
     hadamard: bool = False
@@ -71,6 +74,7 @@ class BlockScaling:
 
     def __post_init__(self):
         _check_recipe(self)
+        _check_four_over_six(self)
 
     def q(self, a32: np.ndarray, axis: int, *, grad: bool = False, block=None) -> np.ndarray:
         """Quantize ``a32`` (float32, 2-D) along ``axis`` in this recipe's format (dY's with
@@ -78,10 +82,24 @@ class BlockScaling:
         fmt = get_block_format(self.grad_format if grad and self.grad_format else self.format)
         block = block if block is not None else self.block if self.block is not None else fmt.block
         q = quantize(a32, fmt, axis, block=block,
-                     scale_rounding=self.scale_rounding if fmt.family == "mx" else None,
+                     scale_rounding=_scale_rule(self, fmt),
                      pow2_scales=self.pow2_scales and fmt.family == "fp8_block",
                      rounding=self.grad_rounding if grad else "nearest")
         return q.dequantize()
+
+
+def _scale_rule(r: BlockScaling, fmt) -> str | None:
+    """The ``scale_rounding`` :func:`fpsim.quantize` gets for a format of recipe ``r``."""
+    if fmt.family == "nvfp4":
+        return "four_over_six" if r.four_over_six else None
+    return r.scale_rounding if fmt.family == "mx" else None
+
+
+def _check_four_over_six(r: BlockScaling) -> None:
+    if not isinstance(r.four_over_six, bool):
+        raise TypeError(f"four_over_six must be True or False, got {r.four_over_six!r}")
+    if r.four_over_six and "nvfp4" not in (get_block_format(f).family for f in (r.format, r.grad_format) if f):
+        raise ValueError("four_over_six applies to nvfp4 only; no format of the recipe is nvfp4")
 
 
 def _check_recipe(r: BlockScaling) -> None:

@@ -105,6 +105,29 @@ class CausalSelfAttention(Module):
                                              mask_value=self.mask_value, stable=self.stable)
         return self.proj(y.transpose(0, 2, 1, 3).reshape(b, t, self.d_model))
 
+    def decode(self, x: Tensor, cache: list, *, fused: bool = False) -> Tensor:
+        """The attention of new positions ``x`` (batch, t_new, d_model) over the cached keys and
+        values and their own, as a rollout engine runs it.  ``cache`` is a list, empty at first,
+        holding [k, v] (batch, heads, t_past, head dim) in the model's format; each call appends
+        the new positions' k and v (moved, not rounded).  ``fused=False``: the same eager
+        composite as :meth:`forward` (scores and probabilities rounded into the format);
+        ``fused=True``: as a fused decode kernel - q, k and v widened exactly to float32, scores,
+        softmax and the product with v in float32, one rounding of the output into x's format."""
+        b, t, _ = x.shape
+        heads = (b, t, self.n_heads, self.head_dim)
+        q, k, v = (getattr(self, n)(x).reshape(heads).transpose(0, 2, 1, 3) for n in ("q", "k", "v"))
+        if cache:
+            k, v = ops.concat([cache[0], k], axis=2), ops.concat([cache[1], v], axis=2)
+        cache[:] = [k, v]
+        allowed = np.tril(np.ones((t, k.shape[2]), dtype=bool), k=k.shape[2] - t)  # query i sees keys <= past + i
+        if fused:
+            y = ops.scaled_dot_product_attention(*(a.to("float32") for a in (q, k, v)), allowed, scale=self.qk_scale,
+                                                 stable=self.stable).to(x.fmt.name)
+        else:
+            y = ops.scaled_dot_product_attention(q, k, v, allowed, scale=self.qk_scale, mask_value=self.mask_value,
+                                                 stable=self.stable)
+        return self.proj(y.transpose(0, 2, 1, 3).reshape(b, t, self.d_model))
+
     def __repr__(self) -> str:
         return f"CausalSelfAttention(d_model={self.d_model}, n_heads={self.n_heads})"
 
@@ -126,6 +149,12 @@ class TransformerBlock(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+    def decode(self, x: Tensor, cache: list, *, fused: bool = False) -> Tensor:
+        """:meth:`forward` for new positions, the attention through its KV ``cache``
+        (:meth:`CausalSelfAttention.decode`)."""
+        x = x + self.attn.decode(self.ln1(x), cache, fused=fused)
         return x + self.mlp(self.ln2(x))
 
 
@@ -184,6 +213,51 @@ class TinyGPT(Module):
         if self.tied:
             return ops.matmul(x, self.tok_emb.weight.T)
         return self.head(x)
+
+    def decode(self, ids, caches: list, *, fused: bool = False) -> Tensor:
+        """Logits (batch, t_new, vocab) of new positions ``ids`` (batch, t_new) that follow the
+        positions already in ``caches`` (one list per block, empty at first; see
+        :meth:`CausalSelfAttention.decode`)."""
+        arr = self.check_ids(ids)
+        if len(caches) != len(self.blocks):
+            raise ValueError(f"TinyGPT: caches must hold one list per block ({len(self.blocks)}), got {len(caches)}")
+        past = caches[0][0].shape[2] if caches[0] else 0
+        if past + arr.shape[1] > self.context:
+            raise ValueError(f"TinyGPT: {past} cached + {arr.shape[1]} new positions exceed the context {self.context}")
+        x = self.tok_emb(arr) + self.pos_emb(self.tok_emb.weight.backend.xp.arange(past, past + arr.shape[1]))
+        for block, cache in zip(self.blocks, caches):
+            x = block.decode(x, cache, fused=fused)
+        x = self.ln_f(x)
+        return ops.matmul(x, self.tok_emb.weight.T) if self.tied else self.head(x)
+
+    def generate(self, prompt, new_tokens: int, *, seed=None, rng=None, temperature: float = 1.0,
+                 fused: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Sample ``new_tokens`` tokens after ``prompt`` (batch, t) as a rollout engine does:
+        one forward of the prompt fills a KV cache, then one position at a time through it
+        (:meth:`decode`; ``fused`` as there).  Each step's logits are widened to float32 and
+        divided by ``temperature`` there; ``log_softmax`` runs in float32 and the token is drawn
+        from those probabilities (inverse CDF in float64, ``rng`` or ``seed``).  Returns the ids
+        (batch, t + new_tokens) and the float32 log-probabilities the rollout gave the chosen
+        tokens (batch, new_tokens).  Runs without building a graph."""
+        from ..tensor import no_grad  # here, not at the top: the module's imports stay as they were
+
+        arr = np.asarray(self.tok_emb.weight.backend.to_numpy(self.check_ids(prompt)))
+        new_tokens = _positive_int(new_tokens, "new_tokens", "TinyGPT.generate")
+        if not (isinstance(temperature, numbers.Real) and math.isfinite(temperature) and temperature > 0):
+            raise ValueError(f"TinyGPT.generate: temperature must be a finite number > 0, got {temperature!r}")
+        rng = rng if rng is not None else np.random.default_rng(seed)
+        caches = [[] for _ in self.blocks]
+        ids, chosen, step_ids = arr, [], arr
+        with no_grad():
+            for _ in range(new_tokens):
+                logits = self.decode(step_ids, caches, fused=fused)[:, -1].to("float32")
+                lp = logits.backend.to_numpy(ops.log_softmax(logits * (1.0 / temperature), axis=-1).f32())
+                cdf = np.cumsum(np.exp(lp.astype(np.float64)), axis=-1)
+                tok = np.minimum((cdf < rng.random((len(cdf), 1)) * cdf[:, -1:]).sum(axis=-1), self.vocab_size - 1)
+                chosen.append(lp[np.arange(len(tok)), tok])
+                step_ids = tok[:, None].astype(arr.dtype)
+                ids = np.concatenate([ids, step_ids], axis=1)
+        return ids, np.stack(chosen, axis=1).astype(np.float32)
 
     def __repr__(self) -> str:
         n = len(self.blocks)

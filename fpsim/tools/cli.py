@@ -310,6 +310,7 @@ TOOLS = (
      "Run every op and the reference task on numpy and on the cupy backend from the same inputs and weights "
      "and report how far they agree (bit-identical where they must be), with step times.  Without a GPU it "
      "says so and exits 0."),
+    ("reproduce", "reproduce", "reproduce a published numerical finding in miniature (--list names them)", None),
 )
 
 

@@ -1,0 +1,59 @@
+"""``bf16-kahan-stochastic``: pure bfloat16 training loses small weight updates to rounding;
+Kahan-compensated or stochastically rounded updates recover float32's quality (Zamirai et al.,
+"Revisiting BFloat16 Training", arXiv 2010.06192).
+
+The reference task under ``fp32``, ``bf16-pure`` (bfloat16 weights and Adam state, updates
+rounded to nearest), ``bf16-kahan`` and ``bf16-stochastic``.  Reported: each final loss over
+fp32's, the share of weights bf16-pure's last update left unchanged, and how much of bf16-pure's
+gap to fp32 each cure closes.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..tasks import ReferenceTask
+from .base import Finding, FindingResult, pct
+from .runs import draw_ratio_curves, final_ratio, train_recipes
+
+NAME = "bf16-kahan-stochastic"
+RECIPES = ("fp32", "bf16-pure", "bf16-kahan", "bf16-stochastic")
+
+
+def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
+    t0 = time.perf_counter()
+    task = ReferenceTask()
+    steps = 15 if quick else task.steps
+    seeds = tuple(seeds)
+    runs = train_recipes(RECIPES, task, steps, seeds, progress)
+    numbers = {f"{n}_ratio": final_ratio(runs, n) for n in RECIPES[1:]}
+    numbers["pure_stalled"] = sum(r.stalled[steps - 1] for r in runs["bf16-pure"]) / len(seeds)
+    numbers["steps"] = float(steps)
+    v, reason = verdict(numbers)
+    measured = (f"final loss / fp32: bf16-pure {numbers['bf16-pure_ratio']:.3f}x (its last update left "
+                f"{pct(numbers['pure_stalled'])} of the weights unchanged), bf16-kahan "
+                f"{numbers['bf16-kahan_ratio']:.3f}x, bf16-stochastic {numbers['bf16-stochastic_ratio']:.3f}x")
+    return FindingResult(NAME, numbers, measured, v, reason, quick, seeds, time.perf_counter() - t0,
+                         draw=lambda ax: draw_ratio_curves(ax, runs, title="bfloat16 updates (reference task)"))
+
+
+def verdict(numbers: dict) -> tuple[str, str]:
+    gap = numbers["bf16-pure_ratio"] - 1
+    if gap < 0.01:
+        return "not at this scale", (f"in {int(numbers['steps'])} steps pure bfloat16 ends within {pct(gap, 2)} of "
+                                     "float32: nothing for the cures to recover")
+    closed = min(1 - (numbers[f"{n}_ratio"] - 1) / gap for n in ("bf16-kahan", "bf16-stochastic"))
+    if closed >= 0.6:
+        return "reproduced", (f"pure bfloat16 ends {numbers['bf16-pure_ratio']:.3f}x float32; Kahan and stochastic "
+                              f"updates close at least {pct(closed, 0)} of that gap")
+    if closed > 0:
+        return "partly", f"the cures close only {pct(closed, 0)} of pure bfloat16's {pct(gap)} gap"
+    return "not at this scale", "neither cure ends closer to float32 than pure bfloat16"
+
+
+FINDING = Finding(
+    NAME, "Pure bfloat16 training loses small weight updates to rounding; Kahan-compensated or stochastically "
+          "rounded updates recover float32's quality.",
+    "arXiv 2010.06192 (Zamirai et al.)",
+    "bf16 with nearest-rounded updates falls short of fp32; stochastic rounding or Kahan summation matches it",
+    (12.0, 150.0), run, verdict)

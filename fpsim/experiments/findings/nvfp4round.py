@@ -1,0 +1,96 @@
+"""``nvfp4-rounding``: stochastic rounding of NVFP4 elements roughly doubles the error of
+round-to-nearest but is unbiased, and 16x16 weight tiles quantize W and W^T alike (arXiv
+2509.25149, NVIDIA's NVFP4 pretraining recipe).
+
+Measured with ``fpsim.quantize(x, "nvfp4", rounding=...)`` on Gaussian 1x16 blocks: the MSE
+ratio stochastic / nearest; the bias of each, as the mean of q - x over ``draws`` stochastic
+draws of the same values divided by the RMS of x (nearest's bias is the same every draw); and,
+for a weight matrix, the share of entries where quantizing W^T and transposing back differs from
+quantizing W - with 1x16 blocks along the rows, and with 16x16 tiles (zero when both see the same
+tiles).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ...formats import quantize
+from .base import Finding, FindingResult, pct, say
+
+NAME = "nvfp4-rounding"
+SOURCE_RATIO = 2.09
+
+
+def measure(x: np.ndarray, draws: int, seed: int) -> dict:
+    """MSE ratio SR / RTN and the two biases (relative to RMS x) of ``x`` (float32, (n, 16))."""
+    x64 = x.astype(np.float64)
+    near = quantize(x, "nvfp4").dequantize().astype(np.float64) - x64
+    rng = np.random.default_rng(seed)
+    sr_sum = np.zeros_like(x64)
+    sr_sq = 0.0
+    for _ in range(draws):
+        e = quantize(x, "nvfp4", rounding="stochastic", rng=rng).dequantize().astype(np.float64) - x64
+        sr_sum += e
+        sr_sq += float((e**2).mean())
+    rms = float(np.sqrt((x64**2).mean()))
+    return {"mse_ratio": sr_sq / draws / float((near**2).mean()),
+            "sr_bias": float(np.abs(sr_sum / draws).mean()) / rms, "rtn_bias": float(np.abs(near).mean()) / rms,
+            "sr_bias_mean": float(sr_sum.mean() / draws) / rms}
+
+
+def transpose_mismatch(w: np.ndarray, block) -> float:
+    """Share of entries of ``w`` (2-D float32) whose NVFP4 value differs between quantizing W and
+    quantizing W^T (then transposing back), with ``block`` (16 or (16, 16))."""
+    a = quantize(w, "nvfp4", block=block).dequantize()
+    b = quantize(np.ascontiguousarray(w.T), "nvfp4", block=block).dequantize().T
+    return float((a != b).mean())
+
+
+def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seeds[0])
+    n, draws = (2**14, 16) if quick else (2**16, 64)
+    say(progress, f"Gaussian 1x16 blocks: nearest, and {draws} stochastic draws")
+    x = rng.standard_normal((n // 16, 16)).astype(np.float32)
+    numbers = measure(x, draws, seeds[0])
+    say(progress, "a 256 x 256 weight: W against W^T, 1x16 blocks and 16x16 tiles")
+    w = (rng.standard_normal((256, 256)) / 16).astype(np.float32)
+    numbers["transpose_mismatch_1x16"] = transpose_mismatch(w, 16)
+    numbers["transpose_mismatch_16x16"] = transpose_mismatch(w, (16, 16))
+    v, reason = verdict(numbers)
+    measured = (f"SR / RTN MSE {numbers['mse_ratio']:.2f}x; mean |bias| per value SR {numbers['sr_bias']:.2e} "
+                f"({draws} draws) vs RTN {numbers['rtn_bias']:.2e} (x RMS); W vs W^T differ in "
+                f"{pct(numbers['transpose_mismatch_1x16'])} of entries with 1x16 blocks, "
+                f"{pct(numbers['transpose_mismatch_16x16'])} with 16x16 tiles")
+    return FindingResult(NAME, numbers, measured, v, reason, quick, tuple(seeds[:1]), time.perf_counter() - t0,
+                         draw=lambda ax: _draw(ax, numbers))
+
+
+def verdict(numbers: dict) -> tuple[str, str]:
+    ratio = numbers["mse_ratio"]
+    tiles_same = numbers["transpose_mismatch_16x16"] == 0
+    unbiased = abs(numbers["sr_bias_mean"]) < 0.1 * numbers["rtn_bias"]
+    if abs(ratio - SOURCE_RATIO) <= 0.2 and tiles_same and unbiased:
+        return "reproduced", (f"SR costs {ratio:.2f}x the MSE of nearest (source 2.09x) with no net bias, and "
+                              "16x16 tiles quantize W and W^T alike")
+    if ratio > 1 and tiles_same:
+        return "partly", f"SR costs {ratio:.2f}x nearest's MSE (source 2.09x); tiles agree, bias {numbers['sr_bias_mean']:.1e}"
+    return "not at this scale", f"SR / RTN MSE {ratio:.2f}x and 16x16 tiles {'agree' if tiles_same else 'differ'}"
+
+
+def _draw(ax, numbers: dict) -> None:
+    names = ["MSE SR / RTN", "W vs W^T, 1x16 (%)", "W vs W^T, 16x16 (%)"]
+    vals = [numbers["mse_ratio"], 100 * numbers["transpose_mismatch_1x16"], 100 * numbers["transpose_mismatch_16x16"]]
+    ax.bar(names, vals, color=["C0", "C1", "C2"])
+    ax.axhline(SOURCE_RATIO, color="k", ls="--", lw=0.8, label="source: SR MSE 2.09x RTN")
+    ax.set_title("NVFP4: stochastic vs nearest rounding; 2-D weight tiles")
+    ax.legend()
+
+
+FINDING = Finding(
+    NAME, "Stochastic rounding of NVFP4 elements costs about twice the MSE of nearest but is unbiased; 16x16 "
+          "weight tiles make W and W^T quantize to the same values.",
+    "arXiv 2509.25149; arXiv 2601.22813", "SR MSE about 2.09x RTN on Gaussian blocks, unbiased; 16x16 weight blocks",
+    (1.0, 4.0), run, verdict)

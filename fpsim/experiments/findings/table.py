@@ -1,0 +1,61 @@
+"""``docs/findings.md``: the whole catalogue as one Markdown table, written from results.
+
+:func:`markdown` turns results into the page; :func:`run_catalogue` runs every finding that can run
+here (``fpsim reproduce --table PATH`` calls both).  A finding that cannot run here (it needs a
+module this installation lacks) gets a row saying so, not a number.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+
+from . import FINDINGS
+from .base import FindingResult, say
+
+__all__ = ["markdown", "run_catalogue"]
+
+
+def run_catalogue(quick: bool, seeds=(0,), progress=None) -> dict:
+    """{name: FindingResult, or None where the finding cannot run here}, every finding in order."""
+    out = {}
+    for name, f in FINDINGS.items():
+        if not f.available():
+            out[name] = None
+            continue
+        say(progress, f"{name}: starting")
+        out[name] = f.reproduce(quick, seeds, progress)
+    return out
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(results: dict, quick: bool, seeds=(0,)) -> str:
+    """The page: a header saying how it was made, then one row per finding - name, claim, source,
+    the source's number, fpsim's number, verdict and reason, and the seconds it took."""
+    mode = ("`--quick` runs (shorter trainings and smaller samples than the full runs: numbers and verdicts "
+            "can differ from a full run's)" if quick else "full runs")
+    lines = [
+        "# Published numerical findings, reproduced in miniature",
+        "",
+        f"Written by `fpsim reproduce --table docs/findings.md{' --quick' if quick else ''} --seeds "
+        f"{' '.join(map(str, seeds))}` from {mode}, on {platform.machine()} with Python "
+        f"{platform.python_version()}, {time.strftime('%Y-%m-%d', time.gmtime())}.  Each row: a claim from a named "
+        "source, the number the source reports, the number fpsim measures in its miniature, and the verdict "
+        "(`reproduced`, `partly`, or `not at this scale`) with its reason.  `fpsim reproduce NAME` runs one "
+        "finding and draws its figure; `fpsim reproduce --list` lists them.",
+        "",
+        "| finding | claim | source | the source's number | fpsim's number | verdict | seconds |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, f in FINDINGS.items():
+        r: FindingResult | None = results.get(name)
+        if r is None:
+            got, verdict, secs = f"not run: needs `{f.needs}`", "-", "-"
+        else:
+            got, verdict, secs = r.measured, f"**{r.verdict}**: {r.reason}", f"{r.seconds:.0f}"
+        lines.append("| " + " | ".join(_cell(c) for c in (f"`{name}`", f.claim, f.source, f.source_number, got,
+                                                            verdict, secs)) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,123 @@
+"""``fpsim reproduce``: the field's published numerical findings, each reproduced in miniature.
+
+``fpsim reproduce --list``: one line per finding (name, claim, source, running time here).
+``fpsim reproduce NAME [--quick] [--seeds ...] [--json] [--figure PATH]``: runs one, with
+progress on stderr; prints the claim, the source's number, fpsim's number and the verdict with
+its reason, and draws the finding's figure.  ``fpsim reproduce --table docs/findings.md
+[--quick]``: runs every finding and writes the whole table.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+__all__ = ["add_parser", "main"]  # add_arguments too, for the CLI's table of tools (as every tool has)
+
+HELP = "reproduce a published numerical finding in miniature (--list names them)"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("name", nargs="?", help="the finding to run (see --list)")
+    p.add_argument("--list", action="store_true", help="one line per finding: name, claim, source, running time here")
+    p.add_argument("--quick", action="store_true", help="shorter runs (about 15 s each; what the tests run)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds of the runs (default: 0)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--figure", metavar="PATH",
+                   help="where to draw the figure (default figures/findings/NAME.png; 'none' for no figure)")
+    p.add_argument("--table", metavar="PATH", help="run every finding and write the Markdown table to PATH")
+
+
+def add_parser(subparsers):
+    """``fpsim reproduce`` on an argparse subparsers object; returns the parser."""
+    sp = subparsers.add_parser("reproduce", help=HELP, description=__doc__.split("\n\n")[0])
+    add_arguments(sp)
+    sp.set_defaults(func=main)
+    return sp
+
+
+def _progress(line: str) -> None:
+    print(f"fpsim reproduce: {line}", file=sys.stderr, flush=True)
+
+
+def _list() -> int:
+    from ..experiments.findings import FINDINGS
+
+    for f in FINDINGS.values():
+        quick, full = f.runtime
+        note = "" if f.available() else f"  [needs {f.needs}: not here]"
+        print(f"{f.name:27s} {f.claim} [{f.source}; about {quick:.0f} s quick, {full:.0f} s full]{note}")
+    return 0
+
+
+def _draw(result, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    try:
+        result.draw(ax)
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
+    finally:
+        plt.close(fig)
+
+
+def _print(result, finding) -> None:
+    print(f"{finding.name}{' (quick)' if result.quick else ''}, seeds {' '.join(map(str, result.seeds))}: "
+          f"{result.seconds:.1f} s")
+    print(f"  claim:    {finding.claim}")
+    print(f"  source:   {finding.source}: {finding.source_number}")
+    print(f"  fpsim:    {result.measured}")
+    print(f"  verdict:  {result.verdict} - {result.reason}")
+
+
+def _table(args) -> int:
+    from ..experiments.findings import table
+
+    path = Path(args.table)
+    if path.parent and not path.parent.exists():
+        raise OSError(f"--table: the folder {path.parent} does not exist")
+    results = table.run_catalogue(args.quick, args.seeds, _progress)
+    path.write_text(table.markdown(results, args.quick, args.seeds))
+    print(f"fpsim reproduce: wrote {path} ({len(results)} findings)", file=sys.stderr)
+    return 0
+
+
+def main(args) -> int:
+    from ..experiments.findings import get_finding
+
+    if args.list:
+        return _list()
+    if args.table:
+        return _table(args)
+    if not args.name:
+        print("fpsim reproduce: error: name a finding (fpsim reproduce --list shows them), or give --list or "
+              "--table PATH", file=sys.stderr)
+        return 2
+    finding = get_finding(args.name)
+    if not finding.available():
+        print(f"fpsim reproduce: error: {finding.name} needs {finding.needs}, which this installation does not have",
+              file=sys.stderr)
+        return 2
+    fig_path = None if (args.figure or "").lower() == "none" else Path(args.figure or f"figures/findings/{finding.name}.png")
+    _progress(f"{finding.name}{' (quick)' if args.quick else ''}: {finding.claim}")
+    result = finding.reproduce(args.quick, args.seeds, _progress)
+    if args.json:
+        from .jsonout import dumps, finite
+
+        notes = {}
+        out = finite(result.to_json(), notes)  # NaN / inf as null, and where
+        if notes:
+            out["non_finite"] = notes
+        print(dumps(out, indent=1))
+    else:
+        _print(result, finding)
+    if fig_path is not None and result.draw is not None:
+        _draw(result, fig_path)
+        print(f"fpsim reproduce: figure: {fig_path}", file=sys.stderr)
+    return 0
+
