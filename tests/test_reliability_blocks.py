@@ -1,0 +1,112 @@
+"""Issue 28: block formats and block-scaled training under bad input - each defect reproduced
+here first, then pinned (references: ml_dtypes' casts, exact powers of two, TE's NVFP4 rule)."""
+
+from __future__ import annotations
+
+import dataclasses
+import tracemalloc
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fpsim
+from fpsim.formats import f16_to_f32, fp8_to_f32, quantize
+
+F32 = np.float32
+
+
+# -- NVFP4: a block whose e4m3 scale rounds to 0 ------------------------------------------------
+
+def test_nvfp4_block_whose_scale_rounds_to_zero_is_zeros_counted_as_underflow():
+    x = np.r_[np.full(16, 1e-6), np.ones(16)].astype(F32)
+    q = quantize(x, "nvfp4")
+    # TE: S_enc = 448 * 6 / 1; the first block's decode scale 1e-6 * (S_enc / 6) is below half of
+    # e4m3's smallest subnormal, so it rounds to 0 - and TE encodes that block by 0.
+    s_enc = F32(448 * 6) / F32(1)
+    assert (F32(F32(1e-6) * (s_enc * (F32(1) / F32(6))))).astype(ml_dtypes.float8_e4m3fn) == 0
+    assert q.scales.astype(F32).tolist() == [0.0, 448.0]
+    assert q.elements[:16].astype(F32).tolist() == [0.0] * 16  # was 16 x 6.0 (saturated)
+    assert q.elements[16:].astype(F32).tolist() == [6.0] * 16
+    assert q.stats.underflow.tolist() == [16, 0] and q.stats.saturated.tolist() == [0, 0]
+    assert q.dequantize().tolist() == [0.0] * 16 + [1.0] * 16
+
+
+# -- BlockQuantized: frozen, and dequantize reads its own scales --------------------------------
+
+@pytest.mark.parametrize("fmt", ["mxfp8", "nvfp4", "fp8_block"])
+def test_block_quantized_arrays_are_read_only(fmt):
+    q = quantize(np.linspace(-3, 3, 64, dtype=F32).reshape(2, 32), fmt)
+    for a in (q.elements, q.scales, q.stats.underflow, q.stats.saturated, q.stats.scale):
+        with pytest.raises(ValueError, match="read-only"):
+            a[...] = 0
+
+
+def test_dequantize_uses_the_objects_own_scales_and_tensor_scale():
+    x = np.linspace(-3, 3, 64, dtype=F32).reshape(2, 32)
+    q = quantize(x, "mxfp8")
+    codes = q.scales.view(np.uint8) + np.uint8(1)  # every e8m0 scale doubled
+    q2 = dataclasses.replace(q, scales=codes.view(ml_dtypes.float8_e8m0fnu))
+    assert np.array_equal(q2.dequantize(), q.dequantize() * F32(2))  # exact: powers of two
+    n = quantize(x, "nvfp4")
+    n2 = dataclasses.replace(n, tensor_scale=F32(n.tensor_scale) * F32(4))
+    assert np.array_equal(n2.dequantize(), n.dequantize() * F32(4))
+    d = quantize(x, "fp8_block")
+    d2 = dataclasses.replace(d, scales=np.full_like(d.scales, 0.5))
+    assert np.array_equal(d2.dequantize(), d.elements.astype(F32) * F32(0.5))
+
+
+# -- the widening kernels refuse the wrong dtype -----------------------------------------------
+
+@pytest.mark.parametrize("arr", [np.ones(3, F32), np.ones(3, np.uint16), np.ones(3, ml_dtypes.bfloat16), [1.0]])
+def test_f16_to_f32_refuses_other_dtypes(arr):
+    with pytest.raises(TypeError, match="f16_to_f32 takes a float16"):
+        f16_to_f32(arr)
+
+
+@pytest.mark.parametrize("arr", [np.ones(3, F32), np.ones(3, np.int8), np.ones(3, np.uint8), np.ones(3, np.float16),
+                                 [1.0]])
+def test_fp8_to_f32_refuses_other_dtypes_and_builds_no_huge_table(arr):
+    with pytest.raises(TypeError, match="fp8_to_f32 takes a numpy array in a one-byte float format"):
+        fp8_to_f32(arr)
+
+
+def test_fp8_to_f32_still_widens_every_one_byte_format_exactly():
+    for name in ("float8_e4m3fn", "float8_e5m2", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn", "float8_e8m0fnu"):
+        dt = fpsim.get_format(name).dtype
+        codes = np.arange(256, dtype=np.uint8).view(dt)
+        want = codes.astype(np.float64)  # ml_dtypes' own cast, exact in float64
+        got = fp8_to_f32(codes).astype(np.float64)
+        assert np.array_equal(got, want, equal_nan=True), name
+
+
+# -- a huge block allocates with the data, not with the block -----------------------------------
+
+@pytest.mark.parametrize("fmt, block", [("mxfp8", 10**9), ("nvfp4", (10**9, 10**9)), ("fp8_block", 2**40)])
+def test_a_block_longer_than_the_axis_costs_the_data_not_the_block(fmt, block):
+    x = np.linspace(-1, 1, 256, dtype=F32).reshape(4, 64)
+    whole = x.shape[-1] if not isinstance(block, tuple) else x.shape
+    tracemalloc.start()
+    try:
+        q = quantize(x, fmt, block=block)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 10**6
+    ref = quantize(x, fmt, block=whole if isinstance(whole, tuple) else whole)  # one block per row / one tile
+    assert q.block == block and q.scales.shape == ref.scales.shape
+    assert np.array_equal(q.dequantize(), ref.dequantize()) and np.array_equal(q.scales.view(np.uint8),
+                                                                                ref.scales.view(np.uint8))
+
+
+# -- seeds and generators ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", [-1, 1.5, "3", True, np.float64(2.0)])
+def test_quantize_bad_seed_is_one_value_error_naming_it(seed):
+    with pytest.raises(ValueError, match=r"seed must be an integer >= 0 or None, got"):
+        quantize(np.ones(4, F32), "mxfp4", rounding="stochastic", seed=seed)
+
+
+def test_quantize_bad_rng_is_one_type_error_naming_it():
+    with pytest.raises(TypeError, match="rng must be a numpy Generator"):
+        quantize(np.ones(4, F32), "mxfp4", rounding="stochastic", rng=3)
