@@ -110,3 +110,65 @@ def test_quantize_bad_seed_is_one_value_error_naming_it(seed):
 def test_quantize_bad_rng_is_one_type_error_naming_it():
     with pytest.raises(TypeError, match="rng must be a numpy Generator"):
         quantize(np.ones(4, F32), "mxfp4", rounding="stochastic", rng=3)
+
+
+# -- BlockScaling: every field checked at construction, naming it -------------------------------
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    ({"format": "fp8_block", "pow2_scales": "False"}, TypeError, "pow2_scales must be True or False, got 'False'"),
+    ({"hadamard": 1}, TypeError, "hadamard must be True or False"),
+    ({"reuse_forward_blocks": "yes"}, TypeError, "reuse_forward_blocks must be True or False"),
+    ({"format": "nvfp4", "scale_rounding": "ceil"}, ValueError, "scale_rounding applies to the MX formats only"),
+    ({"format": "mxfp8", "pow2_scales": True}, ValueError, "pow2_scales applies to fp8_block only"),
+    ({"block": (32, 32)}, ValueError, r"block must be a positive integer \(the 1-D block length\).*weight_block"),
+    ({"block": 2.5}, ValueError, "block must be a positive integer"),
+    ({"weight_block": (16, 16, 1)}, ValueError, "weight_block must be"),
+    ({"weight_block": "16"}, ValueError, "weight_block must be"),
+    ({"hadamard_seed": -1}, ValueError, "hadamard_seed must be an integer >= 0, got -1"),
+    ({"hadamard_seed": 1.5}, ValueError, "hadamard_seed must be an integer >= 0, got 1.5"),
+    ({"accumulate": "fp17"}, ValueError, "accumulate: unknown format 'fp17'"),
+    ({"accumulate": 13, "promote_every": True}, ValueError, "promote_every must be a positive integer"),
+])
+def test_block_scaling_refuses_each_bad_field_naming_it(kwargs, exc, match):
+    from fpsim.lowp import BlockScaling
+
+    with pytest.raises(exc, match=match):
+        BlockScaling(**kwargs)
+
+
+def test_block_scaling_settings_for_some_of_its_formats_are_kept():
+    from fpsim.lowp import BlockScaling
+
+    r = BlockScaling("mxfp8", grad_format="nvfp4", scale_rounding="rceil")  # used for X and W, not dY
+    assert r.scale_rounding == "rceil"
+    assert BlockScaling("nvfp4", grad_format="fp8_block", pow2_scales=True).pow2_scales is True
+
+
+def test_block_scaling_with_a_huge_block_builds_and_trains():
+    from fpsim.lowp import BlockScaling, convert_blocks
+
+    fpsim.manual_seed(0)
+    model = fpsim.nn.Sequential(fpsim.nn.Linear(8, 4))
+    ref = fpsim.nn.Sequential(fpsim.nn.Linear(8, 4))
+    ref.load_state_dict(model.state_dict())
+    convert_blocks(model, BlockScaling("mxfp8", block=10**9))
+    convert_blocks(ref, BlockScaling("mxfp8", block=8))  # one block per row either way
+    x = fpsim.tensor(np.linspace(-1, 1, 24, dtype=F32).reshape(3, 8))
+    for m in (model, ref):
+        m(x).sum().backward()
+    assert np.array_equal(model[0].weight.grad.numpy(), ref[0].weight.grad.numpy())
+
+
+def test_weight_block_as_a_list_is_the_pair_and_the_backward_pass_runs():
+    from fpsim.lowp import BlockScaling, convert_blocks
+
+    r = BlockScaling("nvfp4", weight_block=[16, 16])
+    assert r.weight_block == (16, 16) and hash(r) == hash(BlockScaling("nvfp4", weight_block=(16, 16)))
+    grads = []
+    for rec in (r, BlockScaling("nvfp4", weight_block=(16, 16))):
+        fpsim.manual_seed(1)
+        model = fpsim.nn.Sequential(fpsim.nn.Linear(32, 16))
+        convert_blocks(model, rec)
+        model(fpsim.tensor(np.linspace(-1, 1, 64, dtype=F32).reshape(2, 32))).sum().backward()
+        grads.append(model[0].weight.grad.numpy())
+    assert np.array_equal(*grads)
