@@ -16,7 +16,7 @@ import numbers
 
 from ..formats import F32, get_format
 from ..tensor import Tensor, promote, round_result
-from .core import _autocast, _make, _quiet
+from .core import _autocast, _make, _op
 
 __all__ = ["layer_norm"]
 
@@ -70,7 +70,7 @@ def _moments(x32, axes, eps: float, xp):
     return mean, xp.float32(1) / xp.sqrt(var + xp.float32(eps))
 
 
-@_quiet
+@_op("x", "weight?", "bias?")
 def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: Tensor | None = None,
                eps: float = 1e-5, *, acc=None) -> Tensor:
     """PyTorch's ``F.layer_norm``: normalise over the last ``len(normalized_shape)`` axes,
