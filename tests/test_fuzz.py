@@ -27,7 +27,7 @@ from helpers import same_bits
 
 from fpsim import cast as fp_cast
 from fpsim import checkpoint, classify, nn, round_to
-from fpsim.formats import FORMATS, get_format
+from fpsim.formats import ALL_FORMATS, FORMATS, get_format
 from fpsim.formats.table import _ALIASES
 from fpsim.tools import cli
 from fpsim.tools.audit.tensorfiles import read_tensors
@@ -543,8 +543,8 @@ def _edit(entries: dict, data) -> dict:
         elif how == "junk":
             out[key] = np.asarray(data.draw(st.sampled_from([-1, 0, 2**40, np.nan, np.inf, "abc", "Adam", "SGD"])))
         else:
-            out[key.split("#")[0] + "#fmt"] = np.asarray(data.draw(st.sampled_from(["float8_e5m2", "bfloat16",
-                                                                                       "float64", "nope"])))
+            names = sorted(ALL_FORMATS) + ["fp4", "e8m0", "float64", "nope"]  # 4- / 6-bit and scale formats too
+            out[key.split("#")[0] + "#fmt"] = np.asarray(data.draw(st.sampled_from(names)))
     return out
 
 
