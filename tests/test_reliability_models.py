@@ -12,7 +12,6 @@ import pytest
 import fpsim
 from fpsim import checkpoint, nn
 
-
 # -- the README's names exist after a plain `import fpsim` ---------------------------------------
 
 @pytest.mark.parametrize("name", ["lowp", "checkpoint"])
