@@ -172,3 +172,9 @@ def test_weight_block_as_a_list_is_the_pair_and_the_backward_pass_runs():
         model(fpsim.tensor(np.linspace(-1, 1, 64, dtype=F32).reshape(2, 32))).sum().backward()
         grads.append(model[0].weight.grad.numpy())
     assert np.array_equal(*grads)
+
+
+def test_fp8_to_f32_takes_a_numpy_scalar_of_a_one_byte_format():
+    s = np.zeros(3, np.float32).astype(ml_dtypes.float8_e4m3fn).sum()  # a 0-d result can be a numpy scalar
+    assert isinstance(s, np.generic) and fp8_to_f32(np.asarray(s).reshape(()).view(ml_dtypes.float8_e4m3fn)) == 0
+    assert fp8_to_f32(ml_dtypes.float8_e4m3fn(3.0)) == F32(3.0)

@@ -288,7 +288,7 @@ def fp8_to_f32(codes: np.ndarray) -> np.ndarray:
     naming it (its bytes would be read as another format's)."""
     dt = getattr(codes, "dtype", None)
     name = _ONE_BYTE.get(dt) if isinstance(dt, np.dtype) else None
-    if name is None or not isinstance(codes, np.ndarray):
+    if name is None or not isinstance(codes, np.ndarray | np.generic):  # a 0-d result may be a numpy scalar
         raise TypeError(f"fp8_to_f32 takes a numpy array in a one-byte float format ({', '.join(_ONE_BYTE.values())}), "
                         f"got {_what(codes)}")
     return widening_table(name).take(codes.view(np.uint8))
