@@ -176,3 +176,18 @@ def test_a_move_across_backends_is_the_way_to_mix_them():
     a, b = A(2, v=2.0), B(2, v=3.0)
     assert (a + b.to(backend="numpy")).numpy().tolist() == [5.0, 5.0]
     assert not math.isnan(ops.mse_loss(a.to(backend="numpy-f32"), b).item())
+
+
+def test_to_backend_graph_crosses_the_strict_cupy_standin_and_back():
+    from support.cupy_standin import GuardArray, GuardBackend
+
+    guard = GuardBackend()
+    for fmt in ("float16", "bfloat16"):
+        x = fpsim.tensor([0.5, -1.5, 3.0], fmt, requires_grad=True)
+        y = x.to(backend=guard)
+        assert isinstance(y.data, GuardArray) and not y.is_leaf
+        (y * y).sum().backward()  # computed on the stand-in; the gradient comes home to numpy
+        assert x.grad.backend.name == "numpy" and x.grad.numpy().astype(np.float64).tolist() == [1.0, -3.0, 6.0]
+        w = fpsim.tensor([2.0, 4.0], fmt, requires_grad=True, backend=guard)
+        ops.sum(w.to(backend="numpy") * 3.0).backward()
+        assert isinstance(w.grad.data, GuardArray) and w.grad.numpy().tolist() == [3.0, 3.0]
