@@ -178,3 +178,18 @@ def test_fp8_to_f32_takes_a_numpy_scalar_of_a_one_byte_format():
     s = np.zeros(3, np.float32).astype(ml_dtypes.float8_e4m3fn).sum()  # a 0-d result can be a numpy scalar
     assert isinstance(s, np.generic) and fp8_to_f32(np.asarray(s).reshape(()).view(ml_dtypes.float8_e4m3fn)) == 0
     assert fp8_to_f32(ml_dtypes.float8_e4m3fn(3.0)) == F32(3.0)
+
+
+def test_stochastic_rounding_draws_for_the_padded_blocks_as_before():
+    # one draw per padded position: a block longer than the axis rounds as the zero-padded input does
+    x = np.linspace(-1, 1, 30, dtype=F32).reshape(3, 10)
+    padded = np.pad(x, [(0, 0), (0, 30)])
+    q = quantize(x, "mxfp4", block=40, rounding="stochastic", seed=7)
+    ref = quantize(padded, "mxfp4", block=40, rounding="stochastic", seed=7)
+    assert np.array_equal(q.elements.view(np.uint8), ref.elements[:, :10].view(np.uint8))
+    assert np.array_equal(q.scales.view(np.uint8), ref.scales.view(np.uint8))
+
+
+def test_stochastic_rounding_with_a_huge_block_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r"block 1000000000 with stochastic rounding pads the input of shape \(4, 64\)"):
+        quantize(np.ones((4, 64), F32), "mxfp8", block=10**9, rounding="stochastic", seed=0)

@@ -178,17 +178,19 @@ class _Layout:
     1-D blocks of k along ``axis``: the axis moved last, padded and split -> (R, k), one block a
     row; scales (R,).  2-D tiles (r, c) over the last two axes: (..., M, N) -> (R, r, Nb, c)
     with R = (leading size) * Mb; scales (R, Nb).  Row slices of both are what the encoder
-    works on, a chunk at a time.  A block longer than its axis is cut to the axis length (the
-    same single block, the same scale: the padding it drops is zeros), so the padding, and the
-    memory, grow with the data and never with the block.
+    works on, a chunk at a time.  With ``clamp`` a block longer than its axis is cut to the axis
+    length (the same single block, the same scale: the padding it drops is zeros), so the
+    padding, and the memory, grow with the data and never with the block.  Stochastic rounding
+    does not clamp: it draws one random number per padded position, so its draws - and the
+    numbers of every run that used it - stay what they were.
     """
 
-    def __init__(self, shape, axis: int, block):
+    def __init__(self, shape, axis: int, block, clamp: bool = True):
         self.shape, self.axis = tuple(shape), axis
         self.tiled = isinstance(block, tuple)
-        if self.tiled:
+        if clamp and self.tiled:
             block = tuple(min(b, max(n, 1)) for b, n in zip(block, self.shape[-2:]))
-        else:
+        elif clamp:
             block = min(block, max(self.shape[axis], 1))
         self.block = block
         if self.tiled:
@@ -296,7 +298,8 @@ def quantize(x, fmt, axis: int = -1, *, block=None, scale_rounding: str | None =
     axis, block, scale_rounding = _check(arr, bf, axis, block, scale_rounding, rounding, pow2_scales)
     if rounding == "stochastic" and rng is None:
         rng = np.random.default_rng(seed) if seed is not None else None
-    lay = _Layout(arr.shape, axis, block)
+    lay = _Layout(arr.shape, axis, block, clamp=rounding != "stochastic")
+    _check_padding(lay, arr, block)
     xb = lay.to_blocks(arr)
     amax = _chunks(lay, xb, lambda sl: lay.amax(xb[sl]))
     codes, factor, dec, tscale = _scales(bf, amax, scale_rounding, pow2_scales)
@@ -431,6 +434,24 @@ def _check(arr, bf: BlockFormat, axis, block, scale_rounding, rounding, pow2):
     if not (_is_int(block) and block > 0):
         raise ValueError(f"block must be a positive integer or a pair of positive integers, got {block!r}")
     return axis % arr.ndim, int(block), scale_rounding
+
+
+# Stochastic rounding draws for the padded blocks (see _Layout): past this many padded elements,
+# and four times the data, a block is refused rather than allocated.
+_MAX_PADDED = 2**26
+
+
+def _check_padding(lay: _Layout, arr: np.ndarray, block) -> None:
+    """ValueError naming ``block`` when the padded blocks would be far larger than the data (only
+    an unclamped, stochastic layout can be)."""
+    if lay.tiled:
+        (m, n) = arr.shape[-2:]
+        padded = arr.size // max(m * n, 1) * (m + lay.pads[0]) * (n + lay.pads[1])
+    else:
+        padded = arr.size // max(arr.shape[lay.axis], 1) * (arr.shape[lay.axis] + lay.pads[0])
+    if padded > max(_MAX_PADDED, 4 * arr.size):
+        raise ValueError(f"block {block!r} with stochastic rounding pads the input of shape {arr.shape} to "
+                         f"{padded:,} elements (one random draw each); use a block no longer than the axis")
 
 
 def _is_int(v) -> bool:
