@@ -20,7 +20,7 @@ from block_reference import MX_ELEM, blocks_1d, fp8_block, mx_block, nvfp4_block
 import fpsim
 from fpsim import checkpoint, nn, ops
 from fpsim.formats import BLOCK_FORMATS, SCALE_ROUNDINGS, get_block_format, quantize
-from fpsim.lowp import BlockScaling, convert_blocks
+from fpsim.lowp import BlockScaling, convert
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
@@ -147,7 +147,7 @@ def test_block_scaling_builds_and_trains_or_names_the_bad_field(data):
         return
     fpsim.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 16, seed=1))
-    convert_blocks(model, r)
+    convert(model, r)
     x = fpsim.tensor(np.linspace(-1, 1, 64, dtype=np.float32).reshape(4, 16))
     ops.sum(model(x)).backward()  # the first backward raises nothing the constructor let through
     assert model[0].weight.grad.shape == (16, 16)
@@ -301,7 +301,7 @@ def _gpt(seed):
 
 def _blocky(seed):
     model = nn.MLP([8, 16, 4], fmt="float16", seed=seed)
-    convert_blocks(model, BlockScaling("nvfp4", weight_block=(16, 16)))
+    convert(model, BlockScaling("nvfp4", weight_block=(16, 16)))
     return model
 
 

@@ -145,14 +145,14 @@ def test_block_scaling_settings_for_some_of_its_formats_are_kept():
 
 
 def test_block_scaling_with_a_huge_block_builds_and_trains():
-    from fpsim.lowp import BlockScaling, convert_blocks
+    from fpsim.lowp import BlockScaling, convert
 
     fpsim.manual_seed(0)
     model = fpsim.nn.Sequential(fpsim.nn.Linear(8, 4))
     ref = fpsim.nn.Sequential(fpsim.nn.Linear(8, 4))
     ref.load_state_dict(model.state_dict())
-    convert_blocks(model, BlockScaling("mxfp8", block=10**9))
-    convert_blocks(ref, BlockScaling("mxfp8", block=8))  # one block per row either way
+    convert(model, BlockScaling("mxfp8", block=10**9))
+    convert(ref, BlockScaling("mxfp8", block=8))  # one block per row either way
     x = fpsim.tensor(np.linspace(-1, 1, 24, dtype=F32).reshape(3, 8))
     for m in (model, ref):
         m(x).sum().backward()
@@ -160,7 +160,7 @@ def test_block_scaling_with_a_huge_block_builds_and_trains():
 
 
 def test_weight_block_as_a_list_is_the_pair_and_the_backward_pass_runs():
-    from fpsim.lowp import BlockScaling, convert_blocks
+    from fpsim.lowp import BlockScaling, convert
 
     r = BlockScaling("nvfp4", weight_block=[16, 16])
     assert r.weight_block == (16, 16) and hash(r) == hash(BlockScaling("nvfp4", weight_block=(16, 16)))
@@ -168,7 +168,7 @@ def test_weight_block_as_a_list_is_the_pair_and_the_backward_pass_runs():
     for rec in (r, BlockScaling("nvfp4", weight_block=(16, 16))):
         fpsim.manual_seed(1)
         model = fpsim.nn.Sequential(fpsim.nn.Linear(32, 16))
-        convert_blocks(model, rec)
+        convert(model, rec)
         model(fpsim.tensor(np.linspace(-1, 1, 64, dtype=F32).reshape(2, 32))).sum().backward()
         grads.append(model[0].weight.grad.numpy())
     assert np.array_equal(*grads)

@@ -58,7 +58,7 @@ def test_layer_norm_op_checks_acc_before_computing():
 
 @pytest.mark.parametrize("fmt", ["mxfp8", "nvfp4", "fp8_block", "MXFP4"])
 def test_tinygpt_given_a_block_format_says_it_is_one_and_where_it_goes(fmt):
-    with pytest.raises(ValueError, match=r"is the block-scaled format .*lowp\.convert_blocks"):
+    with pytest.raises(ValueError, match=r"is the block-scaled format .*lowp\.convert\(model"):
         nn.TinyGPT(10, 8, fmt=fmt)
 
 

@@ -25,7 +25,7 @@ __all__ = ["Module", "Linear", "Sequential", "MLP", "ReLU", "Tanh", "Sigmoid", "
 def model_format(fmt, owner: str):
     """``fmt`` as a tensor format (its Format), or one ValueError naming ``owner``: a block-scaled
     format's name (mxfp8, nvfp4, ...) is told where block scaling goes - onto a model's Linear
-    layers by ``lowp.convert_blocks``, not into its parameters."""
+    layers by ``lowp.convert``, not into its parameters."""
     try:
         return tensor_format(fmt)
     except ValueError as e:
@@ -35,7 +35,7 @@ def model_format(fmt, owner: str):
             raise ValueError(f"{owner}: fmt: {e}") from None
         raise ValueError(f"{owner}: fmt {fmt!r} is the block-scaled format {block}: parameters are stored in a "
                          f"tensor format ({', '.join(TENSOR_FORMATS)}); train block-scaled with "
-                         f"fpsim.lowp.convert_blocks(model, fpsim.lowp.BlockScaling({block!r}))") from None
+                         f"fpsim.lowp.convert(model, fpsim.lowp.BlockScaling({block!r}))") from None
 
 
 class Module:
