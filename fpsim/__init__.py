@@ -1,6 +1,6 @@
 """fpsim: a float-format simulator and teaching lab for mixed precision training."""
 
-from . import amp, nn, ops, optim
+from . import amp, checkpoint, lowp, nn, ops, optim
 from . import backend as backends  # fpsim.backends.available()
 from .amp import GradScaler, StaticScaler, autocast
 from .formats import (
@@ -34,6 +34,8 @@ __all__ = [
     "no_grad",
     "nn",
     "ops",
+    "lowp",
+    "checkpoint",
     "optim",
     "backends",
     "amp",

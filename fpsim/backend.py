@@ -326,6 +326,9 @@ def get_backend(backend=None) -> Backend:
         if _DEFAULT not in BACKENDS:  # said here, not at import: `import fpsim` and `fpsim formats` still work
             raise ValueError(f"the environment variable {DEFAULT_ENV}={_DEFAULT!r} names no backend; "
                              f"known: {', '.join(BACKENDS)}")
+        if not BACKENDS[_DEFAULT].available():  # a ValueError, as above: every `fpsim` command says it in one line
+            raise ValueError(f"the environment variable {DEFAULT_ENV}={_DEFAULT!r} names a backend that is not "
+                             f"available here (it needs CuPy and a CUDA GPU); unset it or set {DEFAULT_ENV}=numpy")
         backend = _DEFAULT
     if isinstance(backend, Backend):
         return backend

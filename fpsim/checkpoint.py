@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .formats import classify, get_format
+from .formats import classify, get_format, tensor_format
 from .statedict import Problems, all_or_nothing
 
 __all__ = ["save", "load"]
@@ -39,9 +39,9 @@ def _pack(prefix: str, arr, out: dict) -> None:
 
 def _unpack(data, key: str):
     if f"{key}#fmt" in data:
-        fmt = get_format(str(data[f"{key}#fmt"]))
+        fmt = tensor_format(str(data[f"{key}#fmt"]))  # fp6 / fp4 / e8m0 store no tensor: named, refused
         bits = data[key]
-        if bits.dtype != _UINT[fmt.bits // 8]:
+        if bits.dtype != _UINT[fmt.dtype.itemsize]:
             raise ValueError(f"holds {bits.dtype} values, not the raw bits of {fmt.name}")
         return bits.view(fmt.dtype)
     v = data[key]

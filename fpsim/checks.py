@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = ["is_integer", "is_real", "check_at_least", "check_positive", "check_finite"]
+__all__ = ["is_integer", "is_real", "check_at_least", "check_positive", "check_finite", "check_seed"]
 
 
 def is_integer(x) -> bool:
@@ -46,3 +46,10 @@ def check_finite(value, name: str, minimum=None, below=None) -> float:
                               if b)
         raise ValueError(f"{name} must be a finite number{' ' + bounds if bounds else ''}, got {value!r}")
     return float(value)
+
+
+def check_seed(seed, name: str = "seed") -> None:
+    """ValueError ``"{name} must be an integer >= 0 or None, got {seed!r}"`` unless ``seed`` is
+    None or an integer (not a bool) >= 0 - what ``np.random.default_rng`` takes as a seed."""
+    if seed is not None and not (is_integer(seed) and seed >= 0):
+        raise ValueError(f"{name} must be an integer >= 0 or None, got {seed!r}")

@@ -238,7 +238,7 @@ class Tensor:
                     _accumulate_leaf(node, g)
                     continue
                 with backward_scope(node._scope):
-                    _propagate(node, g, grads, be)
+                    _propagate(node, g, grads)
         if not retain_graph:
             for node in order:
                 if node._backward is not None:
@@ -258,16 +258,18 @@ def _freed(g, node):
     raise RuntimeError(_FREED_MESSAGE)
 
 
-def _propagate(node: Tensor, g, grads: dict, be: Backend) -> None:
+def _propagate(node: Tensor, g, grads: dict) -> None:
     """Run one node's backward on its (stored) output gradient ``g`` and hand each parent its
-    gradient, rounded once into the parent's gradient format; a parent reached twice gets the
-    float32 sum of both, rounded again."""
-    g32 = be.to_f32(g)
+    gradient, rounded once into the parent's gradient format on the parent's backend (the same
+    as the node's, except across :func:`to_backend`); a parent reached twice gets the float32
+    sum of both, rounded again."""
+    g32 = node.backend.to_f32(g)
     parent_grads = node._backward(g32, node)
     ins = (g, node, *node._parents) if HOOKS else ()  # for the hooks only (the non-finite tracer)
     for p, pg in zip(node._parents, parent_grads):
         if pg is None or not p.requires_grad:
             continue
+        be = p.backend
         same = p.grad_fmt is node.grad_fmt or p.grad_fmt == node.grad_fmt
         if isinstance(pg, Exact):
             if same:  # moved or selected from the stored gradient: exact, nothing to round
@@ -316,11 +318,29 @@ def _accumulate_leaf(leaf: Tensor, g) -> None:
 
 
 def move(t: Tensor, be: Backend) -> Tensor:
-    """t on backend ``be``: the same values and format, a new leaf."""
-    vals = t.backend.to_numpy(t.f32())
-    data = be.round(be.asarray(vals, dtype=be.xp.float32), t.fmt)  # exact: values are in fmt
-    out = Tensor(data, t.fmt, requires_grad=t.requires_grad, backend=be, grad_fmt=t.grad_fmt, name=t.name)
+    """t on backend ``be``: the same values and format, a new leaf (``Module.to`` moves its
+    parameters so)."""
+    return Tensor(_moved(t, be), t.fmt, requires_grad=t.requires_grad, backend=be, grad_fmt=t.grad_fmt,
+                  name=t.name)
+
+
+def to_backend(t: Tensor, be: Backend) -> Tensor:
+    """t on backend ``be`` (``Tensor.to(backend=)``): the same values and format, nothing rounded,
+    and a node of t's graph - its gradient (float32) moves back to t's backend, where it is
+    stored in t's gradient format (exact: it holds that format's values already)."""
+    src = t.backend
+
+    def backward(g, out):
+        return (src.asarray(be.to_numpy(g), dtype=src.xp.float32),)
+
+    out = Tensor._from_op(_moved(t, be), t.fmt, (t,), backward, "to_backend", be)
+    out.grad_fmt = t.grad_fmt
     return out
+
+
+def _moved(t: Tensor, be: Backend):
+    vals = t.backend.to_numpy(t.f32())
+    return be.round(be.asarray(vals, dtype=be.xp.float32), t.fmt)  # exact: the values are in fmt
 
 
 def tensor(data, fmt=None, *, requires_grad=False, backend=None, grad_fmt=None, rounding="nearest",

@@ -132,7 +132,7 @@ def nvfp4_block(vals: list[float], s_enc: Q) -> Block:
     mult = f32(s_enc * f32(Q(1, 6)))
     s = rne(min(f32(amax * mult), Q(448)), m, emin)
     dec = f32(s * s_dec)
-    enc = F32_MAX if dec == 0 else min(f32(1 / dec), F32_MAX)
+    enc = Q(0) if s == 0 else F32_MAX if dec == 0 else min(f32(1 / dec), F32_MAX)  # TE: s == 0 encodes by 0
     scaled = [f32(Q(v) * enc) for v in vals]
     fm, femin, fmax, _ = ELEM["float4_e2m1fn"]
     elems = [rne(min(abs(y), fmax), fm, femin) for y in scaled]

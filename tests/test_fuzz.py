@@ -27,7 +27,7 @@ from helpers import same_bits
 
 from fpsim import cast as fp_cast
 from fpsim import checkpoint, classify, nn, round_to
-from fpsim.formats import FORMATS, get_format
+from fpsim.formats import ALL_FORMATS, FORMATS, get_format
 from fpsim.formats.table import _ALIASES
 from fpsim.tools import cli
 from fpsim.tools.audit.tensorfiles import read_tensors
@@ -234,12 +234,12 @@ def test_bad_seeds_are_named(seed):
        name=st.sampled_from(["float8_e4m3fn", "float8_e5m2"]),
        init=st.sampled_from([1.0, 2.0**-7, 2.0**10, 3.0, 1000.0]))
 def test_per_tensor_quantize_matches_gfloat_with_saturation(x, name, init):
-    from fpsim.lowp import quantize
+    from fpsim.lowp import quantize_fp8
     from fpsim.lowp.recipes import DelayedScaling
     from fpsim.lowp.scaling import ScalingState
 
     state = ScalingState("t", name, DelayedScaling(amax_init=False), init_scale=init)
-    q = quantize(x, state)
+    q = quantize_fp8(x, state)
     with np.errstate(all="ignore"):
         scaled = (x * np.float32(init)).astype(np.float64)  # float32 product, as the cast computes it
     check_cast(scaled, q.numpy(), name, "nearest", True)
@@ -543,8 +543,8 @@ def _edit(entries: dict, data) -> dict:
         elif how == "junk":
             out[key] = np.asarray(data.draw(st.sampled_from([-1, 0, 2**40, np.nan, np.inf, "abc", "Adam", "SGD"])))
         else:
-            out[key.split("#")[0] + "#fmt"] = np.asarray(data.draw(st.sampled_from(["float8_e5m2", "bfloat16",
-                                                                                       "float64", "nope"])))
+            names = sorted(ALL_FORMATS) + ["fp4", "e8m0", "float64", "nope"]  # 4- / 6-bit and scale formats too
+            out[key.split("#")[0] + "#fmt"] = np.asarray(data.draw(st.sampled_from(names)))
     return out
 
 

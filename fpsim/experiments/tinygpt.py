@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .. import nn, state
+from ..checks import check_positive, is_integer
 from .loop import train
 from .recipes import get_recipe
 from .result import RunResult
@@ -72,6 +73,23 @@ class TinyGPTTask(Task):
     attn_stable: bool = True
     qk_scale: float | None = None
     mask_value: float | None = None
+
+    def __post_init__(self):
+        """Every field checked now, naming it: a negative warm-up would train with a negative
+        learning rate, a fractional step count would be cut short."""
+        for name in ("n_digits", "batch", "steps", "d_model", "n_layers", "n_heads", "mlp_ratio", "eval_size"):
+            v = getattr(self, name)
+            if not (is_integer(v) and v >= 1):
+                raise ValueError(f"TinyGPTTask: {name} must be an integer >= 1, got {v!r}")
+        if not (is_integer(self.warmup) and self.warmup >= 0):
+            raise ValueError(f"TinyGPTTask: warmup must be an integer >= 0, got {self.warmup!r}")
+        if not (is_integer(self.data_seed) and self.data_seed >= 0):
+            raise ValueError(f"TinyGPTTask: data_seed must be an integer >= 0, got {self.data_seed!r}")
+        check_positive(self.lr, "TinyGPTTask: lr")
+        # the model's knobs, checked as TinyGPT checks them, before any run starts
+        nn.TinyGPT(self.vocab_size, self.context, self.d_model, 1, self.n_heads, mlp_ratio=1, emb_std=self.emb_std,
+                   ln_acc=self.ln_acc, qk_scale=self.qk_scale, attn_stable=self.attn_stable,
+                   mask_value=self.mask_value)
 
     @property
     def vocab_size(self) -> int:

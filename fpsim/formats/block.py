@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..checks import check_seed
 from . import block_scales as bs
 from . import fouroversix as fos
 from .kernels import fp8_to_f32, narrow_cast
@@ -153,15 +154,18 @@ class BlockQuantized:
         return self.nbytes * 8 / max(self.elements.size, 1)
 
     def dequantize(self) -> np.ndarray:
-        """float32: each element times its block's decode factor (exact for MX, whose factors are
-        powers of two, except that a product beyond float32's range - only with ceil / even / rceil
+        """float32: each element times its block's decode factor, read from this object's own
+        ``scales`` (and ``tensor_scale``): the e8m0 power of two for MX, the e4m3 scale times the
+        float32 ``tensor_scale`` (one float32 product) for NVFP4, the float32 scale for fp8_block.
+        Exact for MX, except that a product beyond float32's range - only with ceil / even / rceil
         scales near 2**128, which the MX spec leaves to the implementation - is +-inf; one float32
-        product for NVFP4 and DeepSeek's float32 scales)."""
+        product for NVFP4 and DeepSeek's float32 scales."""
         v = fp8_to_f32(self.elements) if self.format.element.is_ml_dtype else self.elements
         lay = _Layout(self.shape, self.axis, self.block)
         vb = lay.to_blocks(v)
+        dec = bs.decode_factors(self.format.family, self.scales, self.tensor_scale)
         with np.errstate(invalid="ignore", over="ignore"):
-            out = vb * lay.expand(lay.scale_to_blocks(self.stats.scale))
+            out = vb * lay.expand(lay.scale_to_blocks(dec))
         return np.ascontiguousarray(lay.from_blocks(out))
 
 
@@ -175,12 +179,21 @@ class _Layout:
     1-D blocks of k along ``axis``: the axis moved last, padded and split -> (R, k), one block a
     row; scales (R,).  2-D tiles (r, c) over the last two axes: (..., M, N) -> (R, r, Nb, c)
     with R = (leading size) * Mb; scales (R, Nb).  Row slices of both are what the encoder
-    works on, a chunk at a time.
+    works on, a chunk at a time.  With ``clamp`` a block longer than its axis is cut to the axis
+    length (the same single block, the same scale: the padding it drops is zeros), so the
+    padding, and the memory, grow with the data and never with the block.  Stochastic rounding
+    does not clamp: it draws one random number per padded position, so its draws - and the
+    numbers of every run that used it - stay what they were.
     """
 
-    def __init__(self, shape, axis: int, block):
-        self.shape, self.axis, self.block = tuple(shape), axis, block
+    def __init__(self, shape, axis: int, block, clamp: bool = True):
+        self.shape, self.axis = tuple(shape), axis
         self.tiled = isinstance(block, tuple)
+        if clamp and self.tiled:
+            block = tuple(min(b, max(n, 1)) for b, n in zip(block, self.shape[-2:]))
+        elif clamp:
+            block = min(block, max(self.shape[axis], 1))
+        self.block = block
         if self.tiled:
             (m, n), (r, c) = self.shape[-2:], block
             self.pads = (-m % r, -n % c)
@@ -272,21 +285,26 @@ def quantize(x, fmt, axis: int = -1, *, block=None, scale_rounding: str | None =
     only): ``floor`` (the default, the spec), ``ceil``, ``even``, ``rceil``.  ``rounding`` of the
     elements: any of ``fpsim.ROUNDING_MODES`` (``nearest``, ties to even, by default;
     ``stochastic`` seeded by ``seed`` or ``rng``); elements beyond the element's max saturate to it.  ``pow2_scales``
-    (fp8_block only): round each decode scale up to a power of two.
+    (fp8_block only): round each decode scale up to a power of two.  ``seed`` (an integer >= 0)
+    or ``rng`` (a numpy Generator) for stochastic rounding.
 
     NVFP4 takes a ``scale_rounding`` of its own: ``six`` (the default, TE's rule: each block's
     amax maps to 6) or ``four_over_six`` (alias ``4/6``; arXiv 2512.02010: to 6 or to 4, whichever
     errs less, with the tensor scale computed from 256 instead of 448; :mod:`.fouroversix`).
 
     Every argument is checked before anything is computed; a bad one is a ValueError or
-    TypeError naming it.
+    TypeError naming it.  The result's arrays are read-only.
     """
     bf = get_block_format(fmt)
+    check_seed(seed)
+    if rng is not None and not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy Generator (np.random.default_rng(...)) or None, got {type(rng).__name__}")
     arr = _as_f32(x)
     axis, block, scale_rounding = _check(arr, bf, axis, block, scale_rounding, rounding, pow2_scales)
     if rounding == "stochastic" and rng is None:
         rng = np.random.default_rng(seed) if seed is not None else None
-    lay = _Layout(arr.shape, axis, block)
+    lay = _Layout(arr.shape, axis, block, clamp=rounding != "stochastic")
+    _check_padding(lay, arr, block)
     xb = lay.to_blocks(arr)
     amax = _chunks(lay, xb, lambda sl: lay.amax(xb[sl]))
     codes, factor, dec, tscale = _scales(bf, amax, scale_rounding, pow2_scales, xb, lay)
@@ -297,9 +315,16 @@ def quantize(x, fmt, axis: int = -1, *, block=None, scale_rounding: str | None =
     under, sat = np.zeros(amax.shape, np.int64), np.zeros(amax.shape, np.int64)
     for sl in _row_slices(lay, xb):
         elements[sl], under[sl], sat[sl] = enc(xb[sl], amax[sl], factor[sl], top[sl])
-    stats = BlockStats(*(lay.scale_from_blocks(a) for a in (under, sat, dec)))
-    return BlockQuantized(bf, np.ascontiguousarray(lay.from_blocks(elements)), lay.scale_from_blocks(codes),
-                          tscale, axis, block, scale_rounding, rounding, bool(pow2_scales), stats)
+    stats = BlockStats(*(_read_only(lay.scale_from_blocks(a)) for a in (under, sat, dec)))
+    return BlockQuantized(bf, _read_only(np.ascontiguousarray(lay.from_blocks(elements))),
+                          _read_only(lay.scale_from_blocks(codes)), tscale, axis, block, scale_rounding, rounding,
+                          bool(pow2_scales), stats)
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """The result's arrays cannot be written: the object is frozen, and its stats describe them."""
+    a.setflags(write=False)
+    return a
 
 
 # Rows of blocks are encoded a chunk of about this many elements at a time: full-size float32
@@ -427,6 +452,24 @@ def _check(arr, bf: BlockFormat, axis, block, scale_rounding, rounding, pow2):
     if not (_is_int(block) and block > 0):
         raise ValueError(f"block must be a positive integer or a pair of positive integers, got {block!r}")
     return axis % arr.ndim, int(block), scale_rounding
+
+
+# Stochastic rounding draws for the padded blocks (see _Layout): past this many padded elements,
+# and four times the data, a block is refused rather than allocated.
+_MAX_PADDED = 2**26
+
+
+def _check_padding(lay: _Layout, arr: np.ndarray, block) -> None:
+    """ValueError naming ``block`` when the padded blocks would be far larger than the data (only
+    an unclamped, stochastic layout can be)."""
+    if lay.tiled:
+        (m, n) = arr.shape[-2:]
+        padded = arr.size // max(m * n, 1) * (m + lay.pads[0]) * (n + lay.pads[1])
+    else:
+        padded = arr.size // max(arr.shape[lay.axis], 1) * (arr.shape[lay.axis] + lay.pads[0])
+    if padded > max(_MAX_PADDED, 4 * arr.size):
+        raise ValueError(f"block {block!r} with stochastic rounding pads the input of shape {arr.shape} to "
+                         f"{padded:,} elements (one random draw each); use a block no longer than the axis")
 
 
 def _is_int(v) -> bool:

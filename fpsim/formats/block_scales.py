@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .kernels import fp8_to_f32
 from .table import Format, get_format
 
 __all__ = ["SCALE_ROUNDINGS", "mx_exponents", "mx_scales", "nvfp4_tensor_scale", "nvfp4_scales",
-           "fp8_block_scales", "NVFP4_AMAX_DIVISOR"]
+           "fp8_block_scales", "decode_factors", "NVFP4_AMAX_DIVISOR"]
 
 SCALE_ROUNDINGS = ("floor", "ceil", "even", "rceil")
 _F32 = np.float32
@@ -103,8 +104,9 @@ def nvfp4_scales(amax: np.ndarray, s_enc: np.float32, top: float = 6.0):
 
     In float32, in the order of TE's NVFP4 reference quantizer: the decode scale amax_b * (S_enc *
     (1/6)), capped at 448 and rounded to e4m3 (nearest even); the encode factor 1 / (s * S_dec)
-    with S_dec = 1 / S_enc (capped at float32's max, which is what an all-zero block's s = 0
-    gives); the decode factor s * S_dec.
+    with S_dec = 1 / S_enc, capped at float32's max, and 0 where s rounded to 0 (TE's
+    ``S_dec_b_fp32 == 0 ? 0``: the block's elements become 0 and count as underflowed, as they
+    decode); the decode factor s * S_dec.
     """
     finite = np.isfinite(amax)
     a = np.where(finite, amax, _F32(0))
@@ -115,7 +117,7 @@ def nvfp4_scales(amax: np.ndarray, s_enc: np.float32, top: float = 6.0):
         codes = d.astype(_E4M3.dtype)  # ml_dtypes' float32 -> e4m3: nearest even, correct
         s = codes.astype(np.float32)
         dec = s * s_dec
-        enc = np.minimum(_F32(1) / dec, _FLT_MAX)
+        enc = np.where(s == 0, _F32(0), np.minimum(_F32(1) / dec, _FLT_MAX))
     codes[~finite] = np.nan
     enc[~finite] = np.nan
     dec[~finite] = np.nan
@@ -137,3 +139,18 @@ def fp8_block_scales(amax: np.ndarray, pow2: bool):
     enc[~finite] = np.nan
     dec[~finite] = np.nan
     return enc, dec
+
+
+def decode_factors(family: str, scales: np.ndarray, tensor_scale) -> np.ndarray:
+    """The float32 factor each block's elements are multiplied by, from the stored scales alone:
+    MX the e8m0 power of two (NaN for code 0xFF); NVFP4 the e4m3 scale times the float32 tensor
+    scale, one float32 product; fp8_block the float32 scale itself."""
+    if family == "fp8_block":
+        if scales.dtype != np.float32:
+            raise TypeError(f"fp8_block scales must be float32, got dtype {scales.dtype}")
+        return scales
+    s = fp8_to_f32(scales)
+    if family == "nvfp4":
+        with np.errstate(over="ignore", invalid="ignore"):
+            s = s * _F32(tensor_scale)
+    return s

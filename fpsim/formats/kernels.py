@@ -13,7 +13,7 @@ import threading
 
 import numpy as np
 
-from .table import ELEMENT_FORMATS, Format, get_format
+from .table import ALL_FORMATS, ELEMENT_FORMATS, Format, get_format
 
 __all__ = ["F16_BITS_MIN_SIZE", "f16_to_f32", "f32_to_f16", "snap_f16", "f32_to_fp8", "narrow_cast", "fp8_to_f32", "rne_round",
            "RNE_KERNEL_SRC", "widening_table"]
@@ -35,8 +35,11 @@ def f16_to_f32(x: np.ndarray) -> np.ndarray:
     mantissa fields hold float16's (the three copies of the sign above the exponent are
     cleared) - a float32 2**112 times too small, subnormals included, as a float32 subnormal.
     One exact multiply by 2**112 rescales it.  inf and NaN (exponent 31) come out finite and
-    at least 2**16 in magnitude; those few are redone by the table.
+    at least 2**16 in magnitude; those few are redone by the table.  Any other dtype is a
+    TypeError (its bits would be read as float16's).
     """
+    if getattr(x, "dtype", None) != np.float16:
+        raise TypeError(f"f16_to_f32 takes a float16 numpy array, got {_what(x)}")
     if x.size < _F16_BITS_TO_F32_MIN_SIZE:
         return _F16_TABLE.take(x.view(np.uint16))
     o = x.view(np.int16).astype(np.int32)
@@ -281,8 +284,22 @@ def _fp8_table(f: Format, saturate: bool) -> np.ndarray:
 
 def fp8_to_f32(codes: np.ndarray) -> np.ndarray:
     """fp8 / fp6 / fp4 / e8m0 (numpy array in its storage dtype) -> float32, exact, by a 256-entry
-    table look-up (ml_dtypes' own cast costs ~20 ns a value)."""
-    return widening_table(get_format(codes.dtype).name).take(codes.view(np.uint8))
+    table look-up (ml_dtypes' own cast costs ~20 ns a value).  Any other dtype is a TypeError
+    naming it (its bytes would be read as another format's)."""
+    dt = getattr(codes, "dtype", None)
+    name = _ONE_BYTE.get(dt) if isinstance(dt, np.dtype) else None
+    if name is None or not isinstance(codes, np.ndarray | np.generic):  # a 0-d result may be a numpy scalar
+        raise TypeError(f"fp8_to_f32 takes a numpy array in a one-byte float format ({', '.join(_ONE_BYTE.values())}), "
+                        f"got {_what(codes)}")
+    return widening_table(name).take(codes.view(np.uint8))
+
+
+_ONE_BYTE = {f.dtype: f.name for f in map(get_format, ALL_FORMATS) if f.dtype.itemsize == 1}
+
+
+def _what(x) -> str:
+    dt = getattr(x, "dtype", None)
+    return f"dtype {dt}" if dt is not None else type(x).__name__
 
 
 _WIDENING: dict[str, np.ndarray] = {}

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import nn
-from ..formats import get_block_format, get_format, quantize, round_to
+from ..checks import is_integer
+from ..formats import SCALE_ROUNDINGS, get_block_format, get_format, quantize, round_to
 from ..state import blas_call
 from ..tensor import Tensor, promote, round_result
 from .swap import check_linear_args, linears_to_swap, share_linear
@@ -103,27 +104,47 @@ def _check_four_over_six(r: BlockScaling) -> None:
 
 
 def _check_recipe(r: BlockScaling) -> None:
+    """Every field checked at construction, each error naming the field; ``weight_block`` given
+    as a list becomes a tuple.  A setting that no format of the recipe uses (``scale_rounding``
+    without an MX format, ``pow2_scales`` without fp8_block) is refused, as quantize refuses it."""
     fmts = [get_block_format(r.format)] + ([get_block_format(r.grad_format)] if r.grad_format else [])
+    for name in ("pow2_scales", "hadamard", "reuse_forward_blocks"):
+        if not isinstance(getattr(r, name), bool | np.bool_):
+            raise TypeError(f"{name} must be True or False, got {getattr(r, name)!r}")
+    if r.block is not None and not (is_integer(r.block) and r.block > 0):
+        raise ValueError(f"block must be a positive integer (the 1-D block length) or None, got {r.block!r}; "
+                         "2-D tiles of W are weight_block=(rows, cols)")
+    wb = r.weight_block
+    if isinstance(wb, list | tuple) and len(wb) == 2 and all(is_integer(b) and b > 0 for b in wb):
+        object.__setattr__(r, "weight_block", (int(wb[0]), int(wb[1])))
+    elif wb is not None and not (is_integer(wb) and wb > 0):
+        raise ValueError(f"weight_block must be a positive integer, a pair of positive integers or None, got {wb!r}")
+    if r.scale_rounding is not None:
+        if r.scale_rounding not in SCALE_ROUNDINGS:
+            raise ValueError(f"unknown scale_rounding {r.scale_rounding!r}; known: {', '.join(SCALE_ROUNDINGS)}")
+        if not any(f.family == "mx" for f in fmts):
+            raise ValueError(f"scale_rounding applies to the MX formats only; {', '.join(f.name for f in fmts)} "
+                             "has its own scale rule")
+    if r.pow2_scales and not any(f.family == "fp8_block" for f in fmts):
+        raise ValueError(f"pow2_scales applies to fp8_block only, not {', '.join(f.name for f in fmts)}")
     if r.grad_rounding not in ("nearest", "stochastic"):
         raise ValueError(f"grad_rounding must be 'nearest' or 'stochastic', got {r.grad_rounding!r}")
+    if not is_integer(r.hadamard_seed) or r.hadamard_seed < 0:
+        raise ValueError(f"hadamard_seed must be an integer >= 0, got {r.hadamard_seed!r}")
     if r.hadamard and r.reuse_forward_blocks:
         raise ValueError("hadamard transforms the wgrad operands, which reuse_forward_blocks does not quantize anew")
-    if r.promote_every is not None and (not isinstance(r.promote_every, int) or r.promote_every < 1):
+    if r.promote_every is not None and not (is_integer(r.promote_every) and r.promote_every >= 1):
         raise ValueError(f"promote_every must be a positive integer or None, got {r.promote_every!r}")
     if r.promote_every is not None and r.accumulate is None:
         raise ValueError("promote_every needs a narrow accumulate format (float32 needs no promotion)")
-    if isinstance(r.accumulate, int) and not isinstance(r.accumulate, bool):
+    if is_integer(r.accumulate):
         if not 1 <= r.accumulate <= 23:
             raise ValueError(f"accumulate as mantissa bits must be in 1..23, got {r.accumulate}")
     elif r.accumulate is not None:
-        get_format(r.accumulate)
-    probe = np.zeros((2, 2), np.float32)  # every quantize argument checked now, not in the first backward
-    for f in fmts:
-        quantize(probe, f, block=r.block if r.block is not None else f.block,
-                 scale_rounding=r.scale_rounding if f.family == "mx" else None,
-                 pow2_scales=r.pow2_scales and f.family == "fp8_block")
-    if r.weight_block is not None:
-        quantize(probe, fmts[0], block=r.weight_block)
+        try:
+            get_format(r.accumulate)
+        except ValueError as e:
+            raise ValueError(f"accumulate: {e}") from None
 
 
 # --------------------------------------------------------------------------------------------

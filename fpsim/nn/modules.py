@@ -14,12 +14,28 @@ import numpy as np
 
 from .. import ops
 from ..backend import get_backend
-from ..formats import tensor_format
+from ..formats import TENSOR_FORMATS, get_block_format, tensor_format
 from ..state import pinned_blas, scope
 from ..statedict import Problems
 from ..tensor import Tensor, move, tensor
 
 __all__ = ["Module", "Linear", "Sequential", "MLP", "ReLU", "Tanh", "Sigmoid", "GELU", "Identity", "ACTIVATIONS"]
+
+
+def model_format(fmt, owner: str):
+    """``fmt`` as a tensor format (its Format), or one ValueError naming ``owner``: a block-scaled
+    format's name (mxfp8, nvfp4, ...) is told where block scaling goes - onto a model's Linear
+    layers by ``lowp.convert``, not into its parameters."""
+    try:
+        return tensor_format(fmt)
+    except ValueError as e:
+        try:
+            block = get_block_format(fmt).name
+        except (ValueError, AttributeError):
+            raise ValueError(f"{owner}: fmt: {e}") from None
+        raise ValueError(f"{owner}: fmt {fmt!r} is the block-scaled format {block}: parameters are stored in a "
+                         f"tensor format ({', '.join(TENSOR_FORMATS)}); train block-scaled with "
+                         f"fpsim.lowp.convert(model, fpsim.lowp.BlockScaling({block!r}))") from None
 
 
 class Module:

@@ -20,8 +20,10 @@ import numbers
 import numpy as np
 
 from .. import ops
+from ..checks import check_finite, check_seed, is_real
+from ..ops.norm import check_acc
 from ..tensor import Tensor, tensor
-from .modules import GELU, Linear, Module, Sequential
+from .modules import GELU, Linear, Module, Sequential, model_format
 
 __all__ = ["Embedding", "LayerNorm", "CausalSelfAttention", "TransformerBlock", "TinyGPT"]
 
@@ -30,6 +32,31 @@ def _positive_int(value, name: str, owner: str) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{owner}: {name} must be a positive integer, got {value!r}")
     return int(value)
+
+
+def _generator(rng, seed, owner: str):
+    """``rng`` if given (a numpy Generator), else one seeded by ``seed`` (None or an integer >= 0)."""
+    if rng is not None:
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(f"{owner}: rng must be a numpy Generator or None, got {type(rng).__name__}")
+        return rng
+    check_seed(seed, f"{owner}: seed")
+    return np.random.default_rng(seed)
+
+
+def _check_flag(value, name: str, owner: str) -> None:
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{owner}: {name} must be True or False, got {value!r}")
+
+
+def _check_attention(qk_scale, stable, mask_value, owner: str, stable_name: str = "stable") -> None:
+    """The attention knobs, before anything is drawn: each error names the owner and the argument."""
+    if qk_scale is not None:
+        check_finite(qk_scale, f"{owner}: qk_scale")
+    if mask_value is not None and not (is_real(mask_value) and not math.isnan(mask_value)):
+        raise ValueError(f"{owner}: mask_value must be a number (e.g. finfo(float16).min or -inf) or None, "
+                         f"got {mask_value!r}")
+    _check_flag(stable, stable_name, owner)
 
 
 class Embedding(Module):
@@ -41,7 +68,7 @@ class Embedding(Module):
         super().__init__()
         self.num_embeddings = _positive_int(num_embeddings, "num_embeddings", "Embedding")
         self.dim = _positive_int(dim, "dim", "Embedding")
-        rng = rng if rng is not None else np.random.default_rng(seed)
+        rng = _generator(rng, seed, "Embedding")
         self.weight = tensor(rng.standard_normal((num_embeddings, dim)) * std, fmt, requires_grad=True,
                              backend=backend, name="weight")
 
@@ -60,7 +87,8 @@ class LayerNorm(Module):
     def __init__(self, dim: int, eps: float = 1e-5, *, fmt="float32", acc=None, backend=None):
         super().__init__()
         self.dim = _positive_int(dim, "dim", "LayerNorm")
-        self.eps, self.acc = float(eps), acc
+        check_acc(acc, "LayerNorm")
+        self.eps, self.acc = check_finite(eps, "LayerNorm: eps", minimum=0), acc
         self.weight = tensor(np.ones(dim), fmt, requires_grad=True, backend=backend, name="weight")
         self.bias = tensor(np.zeros(dim), fmt, requires_grad=True, backend=backend, name="bias")
 
@@ -88,7 +116,8 @@ class CausalSelfAttention(Module):
         n_heads = _positive_int(n_heads, "n_heads", "CausalSelfAttention")
         if d_model % n_heads:
             raise ValueError(f"CausalSelfAttention: n_heads {n_heads} does not divide d_model {d_model}")
-        rng = rng if rng is not None else np.random.default_rng(seed)
+        _check_attention(qk_scale, stable, mask_value, "CausalSelfAttention")
+        rng = _generator(rng, seed, "CausalSelfAttention")
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
         self.qk_scale, self.stable, self.mask_value = qk_scale, stable, mask_value
         for name in ("q", "k", "v", "proj"):
@@ -139,7 +168,8 @@ class TransformerBlock(Module):
     def __init__(self, d_model: int, n_heads: int, *, mlp_ratio: int = 4, fmt="float32", rng=None, seed=None,
                  ln_acc=None, backend=None, **attn):
         super().__init__()
-        rng = rng if rng is not None else np.random.default_rng(seed)
+        rng = _generator(rng, seed, "TransformerBlock")
+        check_acc(ln_acc, "TransformerBlock", "ln_acc")
         hidden = _positive_int(mlp_ratio, "mlp_ratio", "TransformerBlock") * d_model
         self.ln1 = LayerNorm(d_model, fmt=fmt, acc=ln_acc, backend=backend)
         self.attn = CausalSelfAttention(d_model, n_heads, fmt=fmt, rng=rng, backend=backend, **attn)
@@ -179,6 +209,12 @@ class TinyGPT(Module):
             _positive_int(v, name, "TinyGPT")
         if d_model % n_heads:  # checked before any parameter is drawn
             raise ValueError(f"TinyGPT: n_heads {n_heads} does not divide d_model {d_model}")
+        model_format(fmt, "TinyGPT")
+        check_seed(seed, "TinyGPT: seed")
+        check_finite(emb_std, "TinyGPT: emb_std", minimum=0)
+        _check_flag(tied, "tied", "TinyGPT")
+        _check_attention(qk_scale, attn_stable, mask_value, "TinyGPT", stable_name="attn_stable")
+        check_acc(ln_acc, "TinyGPT", "ln_acc")
         rng = np.random.default_rng(seed)
         self.vocab_size, self.context, self.d_model, self.tied = vocab_size, context, d_model, bool(tied)
         self.tok_emb = Embedding(vocab_size, d_model, fmt=fmt, std=emb_std, rng=rng, backend=backend)

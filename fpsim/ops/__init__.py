@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from ..backend import get_backend
 from ..formats import tensor_format
-from ..tensor import Tensor, move
+from ..tensor import Tensor, to_backend
 from .arith import add, div, linear, matmul, mul, neg, pow, sub
 from .attention import causal_mask, scaled_dot_product_attention
 from .core import AUTOCAST_POLICY, broadcast_to, to_format
@@ -54,10 +54,11 @@ __all__ = ["AUTOCAST_POLICY", "to_format", "broadcast_to", "add", "sub", "mul", 
 
 def _to(self: Tensor, fmt=None, *, backend=None) -> Tensor:
     """A differentiable cast into ``fmt`` (forward rounds once; backward rounds the gradient
-    into this tensor's gradient format), and/or a move to another backend."""
+    into this tensor's gradient format), and/or a differentiable move to another backend (the
+    same values; the gradient moves back)."""
     out = self
     if backend is not None and get_backend(backend) is not self.backend:
-        out = move(out, get_backend(backend))
+        out = to_backend(out, get_backend(backend))
     if fmt is not None and tensor_format(fmt) != out.fmt:
         out = to_format(out, tensor_format(fmt))
     return out

@@ -16,47 +16,47 @@ from numpy import broadcast_shapes as _broadcast_shapes
 from .. import state
 from ..formats import Format, get_format
 from ..tensor import Tensor, promote, round_result
-from .core import _autocast, _broadcast_pair, _const, _make, _pair, _quiet, _unbroadcast
+from .core import _autocast, _broadcast_pair, _const, _make, _op, _pair, _unbroadcast
 
 __all__ = ['add', 'sub', 'mul', 'div', 'neg', 'pow', 'matmul', 'linear']
 
 
-@_quiet
+@_op()
 def add(a, b) -> Tensor:
-    a, b, fmt = _pair(a, b)
+    a, b, fmt = _pair(a, b, "add")
     a, b = _broadcast_pair(a, b, "add")
     return _make(a.f32() + b.f32(), fmt, (a, b), lambda g, out: (g, g), "add")
 
 
-@_quiet
+@_op()
 def sub(a, b) -> Tensor:
-    a, b, fmt = _pair(a, b)
+    a, b, fmt = _pair(a, b, "sub")
     a, b = _broadcast_pair(a, b, "sub")
     return _make(a.f32() - b.f32(), fmt, (a, b), lambda g, out: (g, -g), "sub")
 
 
-@_quiet
+@_op()
 def mul(a, b) -> Tensor:
-    a, b, fmt = _pair(a, b)
+    a, b, fmt = _pair(a, b, "mul")
     a, b = _broadcast_pair(a, b, "mul")
     a32, b32 = a.f32(), b.f32()
     return _make(a32 * b32, fmt, (a, b), lambda g, out: (g * b32, g * a32), "mul")
 
 
-@_quiet
+@_op()
 def div(a, b) -> Tensor:
-    a, b, fmt = _pair(a, b)
+    a, b, fmt = _pair(a, b, "div")
     a, b = _broadcast_pair(a, b, "div")
     a32, b32 = a.f32(), b.f32()
     return _make(a32 / b32, fmt, (a, b), lambda g, out: (g / b32, -g * a32 / (b32 * b32)), "div")
 
 
-@_quiet
+@_op("x")
 def neg(x: Tensor) -> Tensor:
     return _make(-x.f32(), x.fmt, (x,), lambda g, out: (-g,), "neg")
 
 
-@_quiet
+@_op("x")
 def pow(x: Tensor, p) -> Tensor:
     if isinstance(p, Tensor) or not isinstance(p, numbers.Real):
         raise TypeError(f"pow takes a scalar exponent, got {type(p).__name__}")
@@ -70,7 +70,7 @@ def pow(x: Tensor, p) -> Tensor:
 # ------------------------------------------------------------------------------- matmul
 
 
-@_quiet
+@_op()
 def matmul(a, b, acc=None) -> Tensor:
     """a @ b for 2-d and batched (..., n, k) @ (..., k, m) operands.
 
@@ -78,7 +78,7 @@ def matmul(a, b, acc=None) -> Tensor:
     (BLAS) and the result is rounded once.  ``acc="float16"`` (or any format) instead keeps
     a running sum in that format, rounding after every one of the k additions - swamping.
     """
-    a, b, fmt = _pair(a, b)
+    a, b, fmt = _pair(a, b, "matmul")
     if state.autocast_format() is not None:
         a, b = _autocast("matmul", a, b)
         fmt = state.autocast_format()
@@ -102,7 +102,7 @@ def matmul(a, b, acc=None) -> Tensor:
     return _make(out32, fmt, (a, b), backward, "matmul")
 
 
-@_quiet
+@_op("weight", "bias?")
 def linear(x, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """x @ weight.T + bias as ONE op, like PyTorch's ``linear`` (addmm): float32 products and
     accumulation, the bias added in float32, one rounding.  Under autocast all three inputs

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..tensor import Tensor, tensor
 from .arith import add, matmul, mul
-from .core import _quiet
+from .core import _op
 from .elementwise import masked_fill
 from .shape import transpose
 from .softmax import softmax
@@ -85,7 +85,7 @@ def _masks(attn_mask, is_causal: bool, tq: int, tk: int) -> list:
     return out
 
 
-@_quiet
+@_op("q", "k", "v")
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask=None, *, is_causal: bool = False,
                                  scale: float | None = None, mask_value: float | None = None,
                                  stable: bool = True) -> Tensor:

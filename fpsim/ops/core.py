@@ -13,6 +13,7 @@ None) per input.
 from __future__ import annotations
 
 import functools
+import inspect
 import numbers
 
 from numpy import broadcast_shapes as _broadcast_shapes  # shape arithmetic only (CuPy may lack it)
@@ -47,16 +48,68 @@ AUTOCAST_POLICY = {
 # low format and its softmax in float32; cross_entropy is log_softmax, indexing and a mean.
 
 
-def _quiet(fn):
-    """Run an op with numpy's floating-point warnings off: inf and NaN are results the
-    emulated hardware produces silently (and the monitor counts), not accidents."""
+def _op(*tensor_params: str, quiet: bool = True):
+    """Declare an op: the parameters named in ``tensor_params`` must be Tensors (``"name?"``: a
+    Tensor or None), else one TypeError naming the op and the parameter; every Tensor among the
+    arguments (in a list or tuple too) must be on one backend, else one ValueError naming both -
+    the ONE backend rule of every op.  ``quiet``: numpy's floating-point warnings off, since inf
+    and NaN are results the emulated hardware produces silently (the monitor counts them)."""
 
-    @functools.wraps(fn)
-    def op(*args, **kwargs):
-        with _np_errstate(all="ignore"):
-            return fn(*args, **kwargs)
+    def wrap(fn):
+        names = list(inspect.signature(fn).parameters)
+        specs = tuple((p.rstrip("?"), names.index(p.rstrip("?")), p.endswith("?")) for p in tensor_params)
+        name = fn.__name__
 
-    return op
+        @functools.wraps(fn)
+        def op(*args, **kwargs):
+            for param, i, optional in specs:
+                v = args[i] if i < len(args) else kwargs.get(param)
+                if not isinstance(v, Tensor):
+                    _require(name, param, v, optional)
+            if len(args) + len(kwargs) > 1:  # (one argument is on one backend)
+                _one_backend(name, args)
+                if kwargs:
+                    _one_backend(name, (*args, *kwargs.values()))
+            if not quiet:
+                return fn(*args, **kwargs)
+            with _np_errstate(all="ignore"):
+                return fn(*args, **kwargs)
+
+        return op
+
+    return wrap
+
+
+def _require(op: str, name: str, value, optional: bool = False) -> None:
+    """TypeError naming ``op`` and ``name`` unless ``value`` is a Tensor (or None, if optional)."""
+    if not (isinstance(value, Tensor) or optional and value is None):
+        raise TypeError(f"{op}: {name} must be a Tensor{' or None' if optional else ''}, got {type(value).__name__} "
+                        "(fpsim.tensor(...) makes one)")
+
+
+def _one_backend(op: str, values) -> None:
+    """ValueError unless every Tensor in ``values`` (or in a list / tuple among them) shares one backend."""
+    be = None
+    for v in values:
+        if isinstance(v, Tensor):
+            if be is None:
+                be = v.backend
+            elif v.backend is not be:
+                _mixed(op, be, v.backend)
+        elif isinstance(v, _SEQUENCES):
+            for t in v:
+                if isinstance(t, Tensor):
+                    if be is None:
+                        be = t.backend
+                    elif t.backend is not be:
+                        _mixed(op, be, t.backend)
+
+
+_SEQUENCES = (list, tuple)
+
+
+def _mixed(op: str, a, b):
+    raise ValueError(f"{op}: tensors on different backends: {a.name} and {b.name} (move one with .to(backend=...))")
 
 
 def _make(out32, fmt: Format, parents: tuple, backward, op: str, *, stored=None, inputs=None) -> Tensor:
@@ -91,14 +144,15 @@ def _const(x, like: Tensor) -> Tensor:
     return Tensor(arr, F32, backend=be)
 
 
-def _pair(a, b):
-    """Both operands as Tensors, and the result format (constants do not promote)."""
+def _pair(a, b, op: str):
+    """Both operands as Tensors, and the result format (constants do not promote).  The backends
+    were checked by ``_op``; one operand must be a Tensor."""
     if isinstance(a, Tensor) and isinstance(b, Tensor):
-        if a.backend is not b.backend:
-            raise ValueError(f"tensors on different backends: {a.backend.name} and {b.backend.name}")
         return a, b, promote(a.fmt, b.fmt)
     if isinstance(a, Tensor):
         return a, _const(b, a), a.fmt
+    if not isinstance(b, Tensor):
+        raise TypeError(f"{op}: one operand must be a Tensor, got {type(a).__name__} and {type(b).__name__}")
     return _const(a, b), b, b.fmt
 
 
@@ -124,13 +178,14 @@ def _unbroadcast(g, shape, xp):
 # --------------------------------------------------------------------------------- casting
 
 
-@_quiet
+@_op("x")
 def to_format(x: Tensor, fmt) -> Tensor:
     """Round into ``fmt`` (``Tensor.to``); the gradient is rounded back into x's gradient format."""
     fmt = tensor_format(fmt)
     return _make(x.f32(), fmt, (x,), lambda g, out: (g,), "cast")
 
 
+@_op("x", quiet=False)
 def broadcast_to(x: Tensor, shape) -> Tensor:
     shape = tuple(shape)
     if x.shape == shape:

@@ -6,31 +6,32 @@ from __future__ import annotations
 
 from numpy import broadcast_shapes as _broadcast_shapes  # shape arithmetic only
 
+from ..checks import is_real
 from ..tensor import Exact, Tensor
-from .core import _autocast, _make, _quiet
+from .core import _autocast, _make, _op
 
 __all__ = ['exp', 'log', 'sqrt', 'tanh', 'sigmoid', 'relu', 'gelu', 'abs', 'masked_fill']
 
 
-@_quiet
+@_op("x")
 def exp(x: Tensor) -> Tensor:
     (x,) = _autocast("exp", x)
     return _make(x.backend.xp.exp(x.f32()), x.fmt, (x,), lambda g, out: (g * out.f32(),), "exp")
 
 
-@_quiet
+@_op("x")
 def log(x: Tensor) -> Tensor:
     (x,) = _autocast("log", x)
     x32 = x.f32()
     return _make(x.backend.xp.log(x32), x.fmt, (x,), lambda g, out: (g / x32,), "log")
 
 
-@_quiet
+@_op("x")
 def sqrt(x: Tensor) -> Tensor:
     return _make(x.backend.xp.sqrt(x.f32()), x.fmt, (x,), lambda g, out: (g / (2 * out.f32()),), "sqrt")
 
 
-@_quiet
+@_op("x")
 def tanh(x: Tensor) -> Tensor:
     """tanh; like PyTorch, the backward uses the stored (rounded) output: g (1 - y^2)."""
 
@@ -41,7 +42,7 @@ def tanh(x: Tensor) -> Tensor:
     return _make(x.backend.xp.tanh(x.f32()), x.fmt, (x,), backward, "tanh")
 
 
-@_quiet
+@_op("x")
 def sigmoid(x: Tensor) -> Tensor:
     xp = x.backend.xp
     x32 = x.f32()
@@ -62,7 +63,7 @@ def _select(a, keep):
     return (a.view(f"uint{8 * a.dtype.itemsize}") * keep).view(a.dtype)
 
 
-@_quiet
+@_op("x")
 def relu(x: Tensor) -> Tensor:
     """max(x, 0): -0 and NaN pass through, as in PyTorch.  Exact in every format, so the
     output is selected straight from x's storage and nothing is rounded."""
@@ -78,7 +79,7 @@ def relu(x: Tensor) -> Tensor:
 _GELU_C = 0.7978845608028654  # sqrt(2 / pi)
 
 
-@_quiet
+@_op("x")
 def gelu(x: Tensor) -> Tensor:
     """GELU, tanh approximation (PyTorch's ``gelu(approximate="tanh")``), in float32.  The cube
     is x * x * x, as PyTorch's kernel writes it (numpy's ``x**3`` calls pow per element and is
@@ -97,23 +98,26 @@ def gelu(x: Tensor) -> Tensor:
     return _make(out32, x.fmt, (x,), backward, "gelu")
 
 
-@_quiet
+@_op("x")
 def abs(x: Tensor) -> Tensor:  # noqa: A001 - the numpy/PyTorch name
     xp = x.backend.xp
     x32 = x.f32()
     return _make(xp.abs(x32), x.fmt, (x,), lambda g, out: (g * xp.sign(x32),), "abs")
 
 
-@_quiet
+@_op("x")
 def masked_fill(x: Tensor, mask, value) -> Tensor:
     """x where ``mask`` is False, ``value`` where it is True (PyTorch's ``masked_fill``).
 
     ``mask``: a boolean array (or boolean Tensor data) broadcastable to x's shape - only x's
-    shape, never the other way.  ``value`` (a Python number) is rounded once into x's format:
+    shape, never the other way.  ``value`` (a real number: None or a string is a TypeError, as in
+    PyTorch, and so is a bool) is rounded once into x's format:
     -inf stays -inf, ``finfo(float16).min`` = -65504 becomes -65536 in bfloat16.  Everything
     else is x's own stored value, so nothing else is rounded.  The gradient is g where the
     mask is False and 0 where it is True.
     """
+    if not is_real(value):
+        raise TypeError(f"masked_fill: value must be a real number, got {type(value).__name__}")
     xp = x.backend.xp
     m = mask.data if isinstance(mask, Tensor) else mask
     m = xp.asarray(m)

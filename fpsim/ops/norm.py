@@ -14,11 +14,22 @@ from __future__ import annotations
 
 import numbers
 
-from ..formats import F32, get_format
+from ..formats import F32, tensor_format
 from ..tensor import Tensor, promote, round_result
-from .core import _autocast, _make, _quiet
+from .core import _autocast, _make, _op
 
-__all__ = ["layer_norm"]
+__all__ = ["layer_norm", "check_acc"]
+
+
+def check_acc(acc, owner: str = "layer_norm", name: str = "acc"):
+    """``acc`` as layer_norm takes it - None, ``"input"`` or a tensor format (its Format) - or one
+    ValueError naming ``owner`` and the argument ``name`` (``nn.LayerNorm`` checks at construction)."""
+    if acc is None or isinstance(acc, str) and acc == "input":
+        return acc
+    try:
+        return tensor_format(acc)
+    except ValueError as e:
+        raise ValueError(f"{owner}: {name} must be None, 'input' or a format name; {e}") from None
 
 
 def _normalized_axes(x: Tensor, normalized_shape) -> tuple:
@@ -70,7 +81,7 @@ def _moments(x32, axes, eps: float, xp):
     return mean, xp.float32(1) / xp.sqrt(var + xp.float32(eps))
 
 
-@_quiet
+@_op("x", "weight?", "bias?")
 def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: Tensor | None = None,
                eps: float = 1e-5, *, acc=None) -> Tensor:
     """PyTorch's ``F.layer_norm``: normalise over the last ``len(normalized_shape)`` axes,
@@ -86,6 +97,7 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
     dx = rstd (g w - mean(g w) - xhat mean(g w xhat)), dw = sum(g xhat), db = sum(g), the sums
     over every non-normalised axis in float32; each gradient rounded once.
     """
+    acc = check_acc(acc)
     shape, axes = _normalized_axes(x, normalized_shape)
     _check_affine(weight, "weight", shape)
     _check_affine(bias, "bias", shape)
@@ -97,7 +109,7 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
     be = x.backend
     xp = be.xp
     x32 = x.f32()
-    acc_fmt = None if acc is None else x.fmt if acc == "input" else get_format(acc)
+    acc_fmt = x.fmt if acc == "input" else acc
     if acc_fmt is None or acc_fmt == F32:  # float32 statistics: the ordinary kernel
         mean, rstd = _moments(x32, axes, eps, xp)
     else:

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from ..formats import get_format
 from ..tensor import Tensor, round_result
-from .core import _autocast, _expand_back, _make, _norm_axes, _quiet
+from .core import _autocast, _expand_back, _make, _norm_axes, _op
 
 __all__ = ['sum', 'mean', 'max']
 
 
-@_quiet
+@_op("x")
 def sum(x: Tensor, axis=None, keepdims=False, acc=None) -> Tensor:  # noqa: A001
     """Sum over ``axis``, accumulating in float32 - or, with ``acc=fmt``, in a running sum
     rounded into ``fmt`` after every addition (to show swamping: counting by 1 stalls at
@@ -35,22 +35,23 @@ def sum(x: Tensor, axis=None, keepdims=False, acc=None) -> Tensor:  # noqa: A001
     return _make(out32, x.fmt, (x,), lambda g, out: (_expand_back(g, x.shape, axes, keepdims, xp),), "sum")
 
 
-@_quiet
+@_op("x")
 def mean(x: Tensor, axis=None, keepdims=False) -> Tensor:
     """Mean with a float32 sum and one float32 division, rounded once.  Its gradient is
-    g / N: with N in the millions (dense prediction) that is where gradients get tiny."""
+    g / N: with N in the millions (dense prediction) that is where gradients get tiny.  The
+    mean of nothing (N = 0) is NaN, as in PyTorch (0 / 0), with an empty gradient."""
     (x,) = _autocast("mean", x)
     xp = x.backend.xp
     axes = _norm_axes(axis, x.ndim)
     n = 1
     for a in axes:
         n *= x.shape[a]
-    inv = xp.float32(1.0 / n)
+    inv = xp.float32(1.0 / n) if n else xp.float32(xp.nan)
     out32 = x.f32().sum(axis=axes, dtype=xp.float32, keepdims=keepdims) / xp.float32(n)
     return _make(out32, x.fmt, (x,), lambda g, out: (_expand_back(g * inv, x.shape, axes, keepdims, xp),), "mean")
 
 
-@_quiet
+@_op("x")
 def max(x: Tensor, axis=None, keepdims=False) -> Tensor:  # noqa: A001
     """Maximum over ``axis``; the gradient is shared equally among tied maxima."""
     xp = x.backend.xp

@@ -6,11 +6,12 @@ the only place gradients are summed over broadcast axes.
 from __future__ import annotations
 
 from ..tensor import Exact, Tensor, promote
-from .core import _make, _quiet, _view
+from .core import _make, _one_backend, _op, _require, _view
 
 __all__ = ['reshape', 'transpose', 'getitem', 'concat', 'embedding']
 
 
+@_op("x", quiet=False)
 def reshape(x: Tensor, shape) -> Tensor:
     shape = tuple(shape)
     try:
@@ -20,6 +21,7 @@ def reshape(x: Tensor, shape) -> Tensor:
     return _view(data, x.fmt, (x,), lambda g, out: (Exact(lambda gs: gs.reshape(x.shape)),), "reshape")
 
 
+@_op("x", quiet=False)
 def transpose(x: Tensor, axes=None) -> Tensor:
     xp = x.backend.xp
     if axes is None:
@@ -33,6 +35,7 @@ def transpose(x: Tensor, axes=None) -> Tensor:
                  "transpose")
 
 
+@_op("x", quiet=False)
 def getitem(x: Tensor, idx) -> Tensor:
     """Indexing (basic and integer-array, as cross-entropy needs); the backward scatters
     gradients back, adding where an index repeats."""
@@ -53,12 +56,15 @@ def getitem(x: Tensor, idx) -> Tensor:
     return _view(data, x.fmt, (x,), backward, "getitem")
 
 
-@_quiet
+@_op()
 def concat(tensors, axis=0) -> Tensor:
     """Join along ``axis``; mixed formats promote (exactly) to the wider one."""
     ts = list(tensors)
     if not ts:
         raise ValueError("concat needs at least one tensor")
+    for i, t in enumerate(ts):
+        _require("concat", f"tensors[{i}]", t)
+    _one_backend("concat", ts)
     fmt = promote(*(t.fmt for t in ts))
     xp = ts[0].backend.xp
     try:
@@ -77,6 +83,7 @@ def concat(tensors, axis=0) -> Tensor:
     return _make(out32, fmt, tuple(ts), backward, "concat")
 
 
+@_op("weight", quiet=False)
 def embedding(ids, weight: Tensor) -> Tensor:
     """Rows of ``weight`` (num_embeddings, dim) picked by the integer array ``ids`` (any shape):
     the result has shape ``ids.shape + (dim,)`` and weight's format; the values are copied, so

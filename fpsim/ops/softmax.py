@@ -11,16 +11,17 @@ NaN.  Under autocast exp and sum are on the float32 list, so the naive form live
 
 from __future__ import annotations
 
+from ..checks import is_integer
 from ..tensor import Tensor, promote
 from .arith import div, sub
-from .core import _autocast, _const, _make, _quiet
+from .core import _autocast, _const, _make, _op
 from .elementwise import exp, log
 from .reduce import sum as _sum
 
 __all__ = ['log_softmax', 'softmax', 'mse_loss']
 
 
-@_quiet
+@_op("x")
 def log_softmax(x: Tensor, axis=-1, stable: bool = True) -> Tensor:
     """log(softmax(x)) computed stably in float32 (x - max - log sum exp), rounded once.
     ``stable=False``: ``x - log(sum(exp(x)))`` as a composite of ops, each rounding (see above)."""
@@ -29,7 +30,7 @@ def log_softmax(x: Tensor, axis=-1, stable: bool = True) -> Tensor:
     (x,) = _autocast("log_softmax", x)
     xp = x.backend.xp
     x32 = x.f32()
-    z = x32 - x32.max(axis=axis, keepdims=True)
+    z = _less_max(x32, axis, x.shape, "log_softmax")
     out32 = z - xp.log(xp.exp(z).sum(axis=axis, keepdims=True, dtype=xp.float32))
 
     def backward(g, out):
@@ -38,7 +39,7 @@ def log_softmax(x: Tensor, axis=-1, stable: bool = True) -> Tensor:
     return _make(out32, x.fmt, (x,), backward, "log_softmax")
 
 
-@_quiet
+@_op("x")
 def softmax(x: Tensor, axis=-1, stable: bool = True) -> Tensor:
     """exp(x - max) / sum(exp(x - max)) along ``axis`` in float32, rounded once; the backward
     reads the rounded output.  ``stable=False``: ``exp(x) / sum(exp(x))`` as a composite of
@@ -49,7 +50,7 @@ def softmax(x: Tensor, axis=-1, stable: bool = True) -> Tensor:
     (x,) = _autocast("softmax", x)
     xp = x.backend.xp
     x32 = x.f32()
-    e = xp.exp(x32 - x32.max(axis=axis, keepdims=True))
+    e = xp.exp(_less_max(x32, axis, x.shape, "softmax"))
 
     def backward(g, out):
         y = out.f32()
@@ -58,10 +59,20 @@ def softmax(x: Tensor, axis=-1, stable: bool = True) -> Tensor:
     return _make(e / e.sum(axis=axis, keepdims=True, dtype=xp.float32), x.fmt, (x,), backward, "softmax")
 
 
+def _less_max(x32, axis, shape: tuple, op: str):
+    """x32 minus its maximum along ``axis`` (float32, exact where it matters: the largest becomes
+    0).  An empty axis has no maximum and needs none: the result is empty too, as PyTorch's."""
+    if not is_integer(axis) or not -len(shape) <= axis < len(shape):
+        raise ValueError(f"{op}: axis {axis!r} does not exist for a tensor of shape {shape}")
+    if shape[axis] == 0:
+        return x32
+    return x32 - x32.max(axis=axis, keepdims=True)
+
+
 # ------------------------------------------------------------------------------- losses
 
 
-@_quiet
+@_op("pred")
 def mse_loss(pred: Tensor, target) -> Tensor:
     """mean((pred - target)**2) as one fused op, like PyTorch's: the difference and the mean
     in float32, one rounding.  Its gradient 2 (pred - target) / N is rounded once into pred's

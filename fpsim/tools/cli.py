@@ -140,13 +140,18 @@ def _run_json(r) -> dict:
     return out
 
 
-def _figure_path(text: str):
+def _figure_path(text: str | None, default: str):
     """Where ``--figure`` writes, checked before any training: a directory gets compare_loss.png
-    inside it, a name without a suffix gets .png; a suffix matplotlib cannot write is an error."""
+    inside it, a name without a suffix gets .png; a suffix matplotlib cannot write, or a place
+    that cannot be written (a read-only folder), is an error now, not after the runs."""
+    import errno
+    import os
+    import tempfile
     from pathlib import Path
 
     if text == "none":
         return None
+    given, text = text is not None, text or default
     path = Path(text)
     if path.is_dir() or text.endswith(("/", "\\")):
         path = path / "compare_loss.png"
@@ -158,7 +163,15 @@ def _figure_path(text: str):
     if path.suffix[1:].lower() not in kinds:
         raise ValueError(f"--figure {text}: matplotlib cannot write {path.suffix!r} files; use one of "
                          f"{', '.join('.' + k for k in sorted(kinds))}")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".fpsim-", suffix=".tmp"):
+            pass  # a file can be made there (and is gone again): the figure will be
+        if path.exists() and not os.access(path, os.W_OK):
+            raise PermissionError(errno.EACCES, "the file is read-only")
+    except OSError as e:
+        hint = "pass --figure PATH somewhere writable" if given else "pass --figure PATH somewhere writable, or --figure none"
+        raise ValueError(f"--figure {text}: cannot write there ({e.strerror or e}); {hint}") from None
     return path
 
 
@@ -213,7 +226,7 @@ def cmd_compare(args) -> int:
     if len(set(seeds)) != len(seeds):
         print(f"fpsim compare: error: --seeds repeats a seed: {' '.join(map(str, seeds))}", file=sys.stderr)
         return 2
-    figure = _figure_path(args.figure or ("figures/compare_tinygpt_loss.png" if gpt else "figures/compare_loss.png"))
+    figure = _figure_path(args.figure, "figures/compare_tinygpt_loss.png" if gpt else "figures/compare_loss.png")
     if gpt:  # before the runs: a bad figure path fails now, not after them
         print(f"{task.describe()}; {steps} steps, seed{'s' if len(seeds) > 1 else ''} {' '.join(map(str, seeds))}",
               file=sys.stderr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -83,6 +84,7 @@ def _read_npz(path):
             raise ValueError(f"{path}: not a readable .npz file ({_first_line(e)})") from None
         with z:
             for name in z.files:
+                _check_npz_member(path, z, name)
                 try:
                     arr = z[name]  # reads and decompresses this member only
                 except ValueError as e:
@@ -93,6 +95,31 @@ def _read_npz(path):
                 except Exception as e:  # BadZipFile, zlib.error, EOFError from a damaged member
                     raise ValueError(f"{path}: array {name!r} is unreadable ({_first_line(e)})") from None
                 yield name, arr
+
+
+def _check_npz_member(path, z, name: str) -> None:
+    """The member's .npy header read alone, and its declared shape and dtype held against the
+    member's uncompressed size in the archive's directory: numpy allocates the declared array
+    before reading it, so a header that declares more than the member holds is refused before
+    any memory is taken (a hostile file costs its declared size at most when that size is true)."""
+    member = name if name in z.zip.namelist() else f"{name}.npy"
+    try:
+        info = z.zip.getinfo(member)
+        with z.zip.open(member) as fh:
+            fmt = np.lib.format
+            version = fmt.read_magic(fh)
+            read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+            shape, _, dtype = read(fh, max_header_size=10000)
+            header = fh.tell()
+    except Exception as e:  # a damaged member or header: named below, nothing allocated
+        raise ValueError(f"{path}: array {name!r} has an unreadable .npy header ({_first_line(e)})") from None
+    if dtype.hasobject:
+        raise ValueError(f"{path}: array {name!r} holds pickled Python objects, which fpsim does not load "
+                         "(allow_pickle=False)")
+    declared = math.prod(shape) * dtype.itemsize  # Python ints: no overflow
+    if header + declared != info.file_size:
+        raise ValueError(f"{path}: array {name!r} declares shape {tuple(shape)} of {dtype} ({declared:,} bytes) but "
+                         f"its member holds {max(info.file_size - header, 0):,} data bytes")
 
 
 def _read_npy(path):
@@ -136,6 +163,8 @@ def _read_safetensors(path):
                 start, end = int(start), int(end)
             except (KeyError, TypeError, ValueError):
                 raise ValueError(f"{path}: tensor {name!r} has a malformed header entry {info!r}") from None
+            if not isinstance(dt_name, str):
+                raise ValueError(f"{path}: tensor {name!r} has a dtype that is not a name: {dt_name!r}")
             if not all(type(d) is int for d in info["shape"]):
                 raise ValueError(f"{path}: tensor {name!r} has a shape that is not a list of whole numbers: "
                                  f"{info['shape']!r}")
@@ -162,14 +191,25 @@ def _read_torch(path):
         raise ValueError(f"{path}: reading PyTorch files needs torch, which is not installed here "
                          "(or save the tensors with numpy.savez)") from None
     try:
-        try:
-            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError as e:
-            if "mmap" not in str(e):
-                raise
-            obj = torch.load(path, map_location="cpu", weights_only=True)  # old, non-zip format
+        with warnings.catch_warnings():  # torch's deprecation notes about a file's contents
+            warnings.simplefilter("ignore")
+            obj = _torch_load(torch, path)
     except Exception as e:  # torch raises many types for a damaged or unsafe file
         raise ValueError(f"{path}: not a readable PyTorch tensor file ({_first_line(e)})") from None
+    yield from _walk_torch(path, obj, torch)
+
+
+def _torch_load(torch, path):
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError as e:
+        if "mmap" not in str(e):
+            raise
+        return torch.load(path, map_location="cpu", weights_only=True)  # old, non-zip format
+
+
+def _walk_torch(path, obj, torch):
+    """``(dotted name, array)`` for every tensor in a loaded object (nested dicts and lists)."""
 
     def walk(prefix, o):
         if isinstance(o, torch.Tensor):
@@ -187,7 +227,22 @@ def _read_torch(path):
         if not isinstance(t, torch.Tensor):
             yield name, np.array(None, dtype=object)  # a plain number or string: listed as skipped
             continue
-        t = t.detach().cpu()
-        if t.is_floating_point() and t.dtype not in (torch.float32, torch.float64, torch.float16):
-            t = t.float()  # bfloat16 / fp8 widen exactly
-        yield name, t.numpy()
+        yield name, _torch_array(path, name, t, torch)
+
+
+def _torch_array(path, name: str, t, torch) -> np.ndarray:
+    """A dense tensor as a numpy array (bfloat16 / fp8 widened exactly to float32); sparse,
+    quantized, nested and other tensors that are not plain dense arrays are a ValueError naming
+    the file, the tensor and what it is."""
+    kind = ("sparse" if t.layout != torch.strided else "quantized" if t.is_quantized
+            else "nested" if getattr(t, "is_nested", False) else "meta" if t.is_meta else None)
+    if kind is not None:
+        raise ValueError(f"{path}: tensor {name!r} is a {kind} tensor ({t.dtype}, layout {t.layout}), not a plain "
+                         "dense array; save it with .to_dense() / .dequantize() first")
+    t = t.detach().cpu()
+    if t.is_floating_point() and t.dtype not in (torch.float32, torch.float64, torch.float16):
+        t = t.float()  # bfloat16 / fp8 widen exactly
+    try:
+        return t.numpy()
+    except (TypeError, RuntimeError) as e:  # a dtype numpy has no twin for (e.g. uint16 in old torch)
+        raise ValueError(f"{path}: tensor {name!r} ({t.dtype}) cannot be read as an array ({_first_line(e)})") from None

@@ -18,8 +18,8 @@ from typing import NamedTuple
 
 from ... import state
 
-__all__ = ["LabTime", "CellTime", "lab_paths", "time_lab", "time_labs", "timing_table", "print_lab_times",
-           "kernel_environment"]
+__all__ = ["LabTime", "CellTime", "LabFailed", "lab_paths", "time_lab", "time_labs", "timing_table",
+           "print_lab_times", "kernel_environment"]
 
 
 class LabTime(NamedTuple):
@@ -63,20 +63,52 @@ def _seconds(meta: dict) -> float | None:
     return (parse(end) - parse(start)).total_seconds()
 
 
+class LabFailed(Exception):
+    """A lab that did not run to its end: which one, at which cell, and the error's first line."""
+
+
+def _notebook_modules():
+    """nbclient and nbformat, or one ValueError saying how to get them."""
+    try:
+        import nbclient
+        import nbformat
+    except ImportError as e:
+        raise ValueError(f"fpsim bench --labs runs the notebooks with nbclient and nbformat; {e.name or e} is not "
+                         "installed here (pip install -e '.[labs]')") from None
+    return nbclient, nbformat
+
+
+def _failed_cell(nb) -> str:
+    """'cell N: Error: message' of the first code cell holding an error output."""
+    for i, c in enumerate(nb.cells):
+        for o in c.get("outputs", []) if c.cell_type == "code" else []:
+            if o.get("output_type") == "error":
+                return f"cell {i}: {o.get('ename', 'error')}: {str(o.get('evalue', '')).splitlines()[0][:200]}"
+    return "a cell"
+
+
 def time_lab(path, timeout: int = 600, kernel_name: str = "python3") -> tuple[LabTime, list[CellTime]]:
     """Run one notebook top to bottom in a fresh kernel (its folder as working directory) and
-    time it.  Returns the :class:`LabTime` and one :class:`CellTime` per code cell.  A cell
-    that raises stops the run with nbclient's ``CellExecutionError``."""
-    import nbclient
-    import nbformat
-
+    time it.  Returns the :class:`LabTime` and one :class:`CellTime` per code cell.  A notebook
+    that cannot be read, or a kernel that does not exist, is a ValueError naming it; a cell that
+    raises (or times out, or kills the kernel) is a :class:`LabFailed` naming the lab and cell."""
+    nbclient, nbformat = _notebook_modules()
     path = Path(path)
-    nb = nbformat.read(path, as_version=4)
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception as e:  # missing, not JSON, not a notebook
+        raise ValueError(f"{path}: not a readable notebook ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
     client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, record_timing=True,
                                      resources={"metadata": {"path": str(path.parent)}})
     with kernel_environment():
         t0 = time.perf_counter()
-        client.execute()
+        try:
+            client.execute()
+        except KeyError as e:  # jupyter_client's NoSuchKernel
+            raise ValueError(f"{path.name}: no Jupyter kernel {kernel_name!r} here ({e}); install ipykernel") from None
+        except Exception as e:  # CellExecutionError, CellTimeoutError, DeadKernelError
+            where = _failed_cell(nb) if type(e).__name__ == "CellExecutionError" else type(e).__name__
+            raise LabFailed(f"{path.name} failed at {where}") from None
         total = time.perf_counter() - t0
     cells = []
     for i, c in enumerate(nb.cells):
@@ -105,9 +137,25 @@ def timing_table(times) -> str:
 
 
 def print_lab_times(paths=None, as_json: bool = False) -> int:
-    """``fpsim bench --labs``: time every lab (or ``paths``) and print the table, or strict JSON."""
+    """``fpsim bench --labs``: time every lab (or ``paths``) and print the table, or strict JSON.
+    A lab that fails is one line on stderr naming it and its cell, the others still run; the
+    exit status is then 1."""
+    import sys
+
     from ..jsonout import dumps
 
-    times = time_labs(paths)
-    print(dumps([t._asdict() for t in times], indent=1) if as_json else timing_table(times))
-    return 0
+    _notebook_modules()
+    paths = lab_paths() if paths is None else [Path(p) for p in paths]
+    times, failed = [], []
+    for p in paths:
+        try:
+            times.append(time_lab(p)[0])
+        except (LabFailed, ValueError) as e:  # the others still run; each failure is named below
+            failed.append(str(e))
+    if as_json:
+        print(dumps([t._asdict() for t in times] + [{"failed": f} for f in failed], indent=1))
+    elif times:
+        print(timing_table(times))
+    for f in failed:
+        print(f"fpsim bench --labs: {f}", file=sys.stderr)
+    return 1 if failed else 0
