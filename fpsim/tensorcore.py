@@ -29,12 +29,16 @@ the output and the slice, and loops only over the K slices.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
 
-__all__ = ["Architecture", "Instruction", "ARCHITECTURES", "INPUT_FORMATS", "instruction", "matmul", "round_rz"]
+from . import state
+
+__all__ = ["Architecture", "Instruction", "ARCHITECTURES", "INPUT_FORMATS", "instruction", "matmul", "round_rz",
+           "emulate", "takes", "matmul_values"]
 
 
 @dataclass(frozen=True)
@@ -321,3 +325,46 @@ def matmul(a, b, c=None, *, arch="hopper", promote_every=None) -> np.ndarray:
             part = _chain(a[..., k0:k0 + promote_every], b[..., k0:k0 + promote_every, :], zeros, ins, fa, fb)
             total += part  # float32 + float32, rounded to nearest even
     return total.reshape(shape)
+
+
+# ------------------------------------------------------------------------------ the engine's door
+
+
+def _check_promote(promote_every) -> None:
+    if promote_every is not None and (isinstance(promote_every, bool) or not isinstance(promote_every, int)
+                                      or promote_every < 1):
+        raise ValueError(f"promote_every must be a positive integer or None, got {promote_every!r}")
+
+
+@contextlib.contextmanager
+def emulate(arch="hopper", promote_every=None):
+    """Inside, ``fpsim.ops.matmul`` / ``linear`` (autocast's too) run their GEMMs, forward and
+    backward, as ``arch``'s tensor core wherever both operands are in a format it takes (float16,
+    bfloat16, fp8; float32 operands stay float32 BLAS); ``promote_every`` as in :func:`matmul`."""
+    at = _architecture(arch)
+    _check_promote(promote_every)
+    with state.tensor_core_as((at.name, promote_every)):
+        yield
+
+
+def takes(arch, a_format: str, b_format: str) -> bool:
+    """Whether ``arch`` has an instruction multiplying these two formats (float32 accumulator)."""
+    try:
+        instruction(arch, a_format, b_format)
+    except ValueError:
+        return False
+    return True
+
+
+_STORAGE = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
+            "float8_e5m2": ml_dtypes.float8_e5m2}
+
+
+def matmul_values(a32: np.ndarray, b32: np.ndarray, a_format: str, b_format: str, arch="hopper",
+                  promote_every=None) -> np.ndarray:
+    """:func:`matmul` of float32 arrays whose values are exactly in ``a_format`` / ``b_format``
+    (float16, bfloat16, fp8): converted to those formats' storage (exact), multiplied as ``arch``
+    does into a zero float32 accumulator.  Returns float32."""
+    a = np.asarray(a32, np.float32).astype(_STORAGE[a_format])
+    b = np.asarray(b32, np.float32).astype(_STORAGE[b_format])
+    return matmul(a, b, arch=arch, promote_every=promote_every)
