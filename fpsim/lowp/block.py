@@ -223,7 +223,7 @@ def gemm_tensor_core(a, b, arch: str, block: int, be=None, direction: str = "for
             part = tensorcore.matmul(ae[:, k0:k0 + block], bq[k0:k0 + block], arch=arch)
             total += part * (af[:, k0:k0 + 1] * bf[k0:k0 + 1, :])
     if be is not None and state.HOOKS:
-        exact = (ae.astype(np.float64) * af) @ (bq.astype(np.float64) * bf)
+        exact = blas_call(np.matmul, ae.astype(np.float64) * af, bq.astype(np.float64) * bf)
         round_result(exact.astype(np.float32), get_format("float32"), be, "block.linear.accumulate", direction,
                      stored=total)
     return total
