@@ -196,53 +196,93 @@ def round_rz(v: np.ndarray, fraction_bits: int = 23) -> np.ndarray:
 
 
 def _finish(v: np.ndarray, rounding: str) -> np.ndarray:
-    """The step's output rounding of the exact float64 sum ``v``: +0 for zero, canonical NaN."""
+    """The step's output rounding of the exact float64 sum ``v`` (a zero's sign and a NaN's
+    payload are settled once, at the end of the chain: :func:`_canonical`)."""
     if rounding == "rne-float16":
-        out = v.astype(np.float16) + np.float16(0)  # float64 -> float16 rounds once, to nearest even
-        out.view(np.uint16)[np.isnan(out)] = 0x7FFF
-        return out
-    out = round_rz(v, 23 if rounding == "rz-float32" else 13) + np.float32(0)
-    out.view(np.uint32)[np.isnan(out)] = 0x7FFFFFFF
+        return v.astype(np.float16)  # float64 -> float16 rounds once, to nearest even
+    return round_rz(v, 23 if rounding == "rz-float32" else 13)
+
+
+def _canonical(out: np.ndarray) -> np.ndarray:
+    """What MMA-Sim returns for zeros and NaNs: +0, and the NaN 0x7FFF / 0x7FFFFFFF."""
+    out = out + out.dtype.type(0)
+    bits = out.view(np.uint16 if out.dtype == np.float16 else np.uint32)
+    bits[np.isnan(out)] = 0x7FFF if out.dtype == np.float16 else 0x7FFFFFFF
     return out
 
 
 # ------------------------------------------------------------------------------ the chain
 
 
-def _c_exponent(c: np.ndarray, zero: int) -> np.ndarray:
-    """The accumulator's exponent from its bits: a zero takes the zero exponent, a subnormal
-    the smallest normal one; inf and NaN far below everything (the sum is non-finite anyway)."""
+def _c_exponent(c: np.ndarray, zero: int, zeros: bool = True) -> np.ndarray:
+    """The accumulator's exponent (int32) from its bits: a subnormal takes the smallest normal
+    one; a zero the zero exponent (with ``zeros``; else the smallest normal one too); inf and
+    NaN the exponent field's all-ones value less the bias (the sum is non-finite anyway)."""
     half = c.dtype == np.float16
     bits = c.view(np.uint16 if half else np.uint32).astype(np.int32)
     mbits, top, bias = (10, 0x1F, 15) if half else (23, 0xFF, 127)
     field = (bits >> mbits) & top
     e = np.maximum(field, 1) - bias
-    e[(bits & ((top << mbits) | ((1 << mbits) - 1))) == 0] = zero
-    e[field == top] = -10000
+    if zeros:
+        e[(bits & ((top << mbits) | ((1 << mbits) - 1))) == 0] = zero
     return e
 
 
 def _block(aT, ea, b, eb, c, ins: Instruction, pmin: int, vdt):
-    """The chain over all K slices for one block of rows: aT (B, K, r), b (B, K, N), c (B, r, N)."""
+    """The chain over all K slices for one block of rows: aT (B, K, r), b (B, K, N), c (B, r, N).
+    Where no product can be smaller than 2^-126 and the output is float32, the zero exponent
+    never wins the alignment (c's exponent is at least -126) and is left out."""
+    if ins.rounding == "rz-e8m13" and vdt == np.float32:
+        return _block_e8m13(aT, ea, b, eb, c, ins, pmin)
     F, L = ins.fraction_bits, ins.slice_length
     B, K, r = aT.shape
     n = b.shape[-1]
     E = np.empty((B, L, r, n), ea.dtype)
     T = np.empty((B, L, r, n), vdt)
-    za = (aT == 0).reshape(B, K // L, L, r).any(axis=2)  # a zero product in the slice: row or column
-    zb = (b == 0).reshape(B, K // L, L, n).any(axis=2)
+    zeros = ins.rounding == "rne-float16" or pmin < -126
+    if zeros:
+        za = (aT == 0).reshape(B, K // L, L, r).any(axis=2)  # a zero product in the slice: row or column
+        zb = (b == 0).reshape(B, K // L, L, n).any(axis=2)
     for j, k0 in enumerate(range(0, K, L)):
         sl = slice(k0, k0 + L)
         np.add(ea[:, sl, :, None], eb[:, sl, None, :], out=E)
-        emax = E.max(axis=1).astype(np.int32)
-        floor = np.where(za[:, j, :, None] | zb[:, j, None, :], ins.zero_exponent, -300)
-        emax = np.maximum(np.maximum(emax, floor), _c_exponent(c, ins.zero_exponent))
+        emax = np.maximum(E.max(axis=1), _c_exponent(c, ins.zero_exponent, zeros))
+        if zeros:
+            emax = np.maximum(emax, np.where(za[:, j, :, None] | zb[:, j, None, :], ins.zero_exponent, -300))
         scale = _pow2(F - np.maximum(emax, pmin), vdt)
-        np.einsum("bkm,bkn,bmn->bkmn", aT[:, sl], b[:, sl], scale, out=T, optimize=False)
+        np.multiply(aT[:, sl, :, None], b[:, sl, None, :], out=T)  # the products, exact
+        T *= scale[:, None]  # aligned: the grid 2^(e_max - F) at 1
         np.trunc(T, out=T)
         s = T.sum(axis=1).astype(np.float64)  # exact: integers below 2^24 (float32) or 2^53
         s += np.trunc(c * _pow2(F - emax, np.float64))
         c = _finish(s * _pow2(emax - F, np.float64), ins.rounding)
+    return c
+
+
+def _block_e8m13(aT, ea, b, eb, c, ins: Instruction, pmin: int):
+    """:func:`_block` for FP8 into e8m13 (F = 13), all in float32: a truncated term is below
+    2^15 and L + 1 of them below 2^21, so every sum is exact; each power-of-two scaling is split
+    in two factors that stay normal float32 numbers, so each is exact; the sum's rounding toward
+    zero to 13 fraction bits clears the low 10 bits of its float32 pattern."""
+    F, L = ins.fraction_bits, ins.slice_length
+    B, K, r = aT.shape
+    E = np.empty((B, L, r, b.shape[-1]), ea.dtype)
+    T = np.empty(E.shape, np.float32)
+    keep = np.uint32(0xFFFFFC00)
+    for k0 in range(0, K, L):
+        sl = slice(k0, k0 + L)
+        np.add(ea[:, sl, :, None], eb[:, sl, None, :], out=E)
+        emax = np.maximum(E.max(axis=1), _c_exponent(c, ins.zero_exponent, False))
+        x = F - emax  # the scale 2^x puts the grid at 1
+        np.multiply(aT[:, sl, :, None], b[:, sl, None, :], out=T)
+        T *= _pow2(np.minimum(x, F - pmin), np.float32)[:, None]
+        np.trunc(T, out=T)
+        s = T.sum(axis=1)
+        x1 = np.minimum(x, 100)
+        s += np.trunc(c * _pow2(x1, np.float32) * _pow2(x - x1, np.float32))
+        y1 = np.maximum(-x, -100)
+        c = s * _pow2(y1, np.float32) * _pow2(-x - y1, np.float32)  # back to the value; >= 2^128 is inf
+        c.view(np.uint32)[...] &= keep
     return c
 
 
@@ -260,7 +300,7 @@ def _chain(a, b, c, ins: Instruction, fa, fb) -> np.ndarray:
     for r0 in range(0, m, step):
         rows = slice(r0, r0 + step)
         out[:, rows] = _block(aT[..., rows], ea[..., rows], bv, eb, c[:, rows], ins, pmin, vdt)
-    return out
+    return _canonical(out)
 
 
 def _operands(a, b, c):
