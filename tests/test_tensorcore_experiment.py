@@ -56,3 +56,10 @@ def test_bad_arguments():
         acc.relative_errors(128, data="negative")
     with pytest.raises(ValueError, match="k must be a positive integer"):
         acc.relative_errors(0)
+
+
+def test_speed_reports_both_timings_and_their_ratio():
+    out = acc.speed(m=8, k=64, n=8, repeats=1)
+    assert set(out) == {"tensorcore_s", "blas_s", "ratio"}
+    assert out["tensorcore_s"] > 0 and out["blas_s"] > 0
+    assert out["ratio"] == out["tensorcore_s"] / out["blas_s"]

@@ -20,7 +20,8 @@ import numpy as np
 from .. import tensorcore
 from ..textable import text_table
 
-__all__ = ["Method", "METHODS", "DATA", "K_VALUES", "relative_errors", "sweep", "sweep_table", "sweep_figure"]
+__all__ = ["Method", "METHODS", "DATA", "K_VALUES", "relative_errors", "sweep", "sweep_table", "sweep_figure",
+           "speed"]
 
 
 @dataclass(frozen=True)
@@ -150,3 +151,28 @@ def sweep_figure(rows: list[dict], path=None):
     if path is not None:
         fig.savefig(path, dpi=120)
     return fig
+
+
+def speed(m: int = 256, k: int = 4096, n: int = 256, fmt: str = "float8_e4m3fn", arch: str = "hopper",
+          repeats: int = 3, seed: int = 0) -> dict:
+    """How long :func:`fpsim.tensorcore.matmul` takes on an (m, k) @ (k, n) product against float32
+    BLAS on the same values (fpsim's pinned BLAS thread count), measured in turn in this process,
+    best of ``repeats`` each: ``{"tensorcore_s", "blas_s", "ratio"}`` (ratio = tensorcore / BLAS)."""
+    import time
+
+    from ..state import blas_call
+
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)).astype(_DTYPE[fmt])
+    b = rng.standard_normal((k, n)).astype(_DTYPE[fmt])
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    tc_s, blas_s = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        blas_call(np.matmul, a32, b32)
+        t1 = time.perf_counter()
+        tensorcore.matmul(a, b, arch=arch)
+        t2 = time.perf_counter()
+        blas_s.append(t1 - t0)
+        tc_s.append(t2 - t1)
+    return {"tensorcore_s": min(tc_s), "blas_s": min(blas_s), "ratio": min(tc_s) / min(blas_s)}
