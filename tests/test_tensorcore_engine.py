@@ -141,3 +141,13 @@ def test_a_model_trains_as_on_an_h100():
         opt.step()
         losses.append(loss.item())
     assert np.isfinite(losses).all() and losses[-1] < 0.9 * losses[0]
+
+
+def test_tracer_does_not_blame_the_accumulator_for_an_inf_it_was_given():
+    a = np.ones((2, 32), np.float16)
+    a[0, 0] = np.inf
+    with fpsim.trace_nonfinite() as tr, tc.emulate("hopper"):
+        x = fpsim.tensor(a.astype(np.float32), "float16")
+        y = ops.matmul(x, fpsim.tensor(np.ones((32, 2), np.float32), "float16"))
+    assert np.isinf(y.numpy()[0]).all()
+    assert tr.first_nonfinite() is None  # passed on, not made: by neither matmul.accumulate nor matmul

@@ -225,7 +225,7 @@ def gemm_tensor_core(a, b, arch: str, block: int, be=None, direction: str = "for
     if be is not None and state.HOOKS:
         exact = blas_call(np.matmul, ae.astype(np.float64) * af, bq.astype(np.float64) * bf)
         round_result(exact.astype(np.float32), get_format("float32"), be, "block.linear.accumulate", direction,
-                     stored=total)
+                     stored=total, inputs=(ae, af, bq, bf))
     return total
 
 

@@ -159,7 +159,7 @@ def tensor_core_gemm(a32, b32, fa: Format, fb: Format, be, tc, op: str, directio
     out = tensorcore.matmul_values(a, b, fa.name, fb.name, arch=tc[0], promote_every=tc[1])
     if state.HOOKS:
         exact = state.blas_call(be.xp.matmul, a.astype("float64"), b.astype("float64")).astype("float32")
-        round_result(exact, F32, be, f"{op}.accumulate", direction, stored=be.asarray(out))
+        round_result(exact, F32, be, f"{op}.accumulate", direction, stored=be.asarray(out), inputs=(a32, b32))
     return be.asarray(out)
 
 
