@@ -73,7 +73,8 @@ class Instruction:
 _16 = ("float16", "bfloat16", "tf32")
 _FP8 = ("float8_e4m3fn", "float8_e5m2")
 # MMA-Sim's parameters (mmasim/nv_ptx/sim.py).  Hopper is wgmma (its mma takes the same 16-bit
-# parameters and no fp8); Blackwell is tcgen05.mma, whose fp8 keeps F = 25 and rounds into float32.
+# parameters and no fp8); Blackwell is tcgen05.mma, whose fp8 keeps F = 25 and rounds into float32
+# (its mma: the same 16-bit parameters).  Turing is its m16n8k8 (its m8n8k4 runs as Volta's).
 ARCHITECTURES = {
     "volta": Architecture("volta", 23, 8, -131, -19, ("float16",)),
     "turing": Architecture("turing", 24, 16, -132, -20, ("float16",)),

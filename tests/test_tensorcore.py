@@ -180,3 +180,17 @@ def test_bad_arguments_name_what_is_wrong():
         tc.matmul(a, a.T, np.zeros((2, 2)))
     with pytest.raises(ValueError, match="ampere tensor cores do not take float8_e4m3fn"):
         tc.instruction("ampere", "float8_e4m3fn", "float8_e4m3fn")
+
+
+@pytest.mark.parametrize("arch,name", [("hopper", "Hopper"), ("blackwell", "Blackwell")])
+@pytest.mark.parametrize("fmt", ["float16", "bfloat16", "tf32"])
+def test_mma_instructions_match_wgmma_and_tcgen05_parameters(arch, name, fmt):
+    """Hopper's and Blackwell's warp-level mma (not only wgmma / tcgen05.mma) add the same way."""
+    from tensorcore_reference import _PTX, _to_torch, nv, torch
+
+    rng = np.random.default_rng(8)
+    a, b = _data(rng, (8, 80), fmt, "wide"), _data(rng, (80, 8), fmt)
+    t = _PTX[fmt]
+    k = 8 if fmt == "tf32" else 16
+    d = nv.MMA(name, f"m16n8k{k}.f32.{t}.{t}.f32")(_to_torch(a), _to_torch(b), torch.zeros((8, 8)))
+    assert np.array_equal(bits(tc.matmul(a, b, arch=arch)), bits(d.numpy()))
