@@ -166,9 +166,20 @@ def _prepare(a, b, ins: Instruction, fa, fb):
         vb, eb = (np.pad(x, [(0, 0)] * (x.ndim - 2) + [(0, pad), (0, 0)]) for x in (vb, eb))
         ea[..., k:] = sentinel
         eb[..., k:, :] = sentinel
-    vdt = np.float32 if ins.fraction_bits + 2 + int(ins.slice_length).bit_length() <= 24 else np.float64
-    return (np.swapaxes(va, -1, -2).astype(vdt), np.swapaxes(ea, -1, -2), vb.astype(vdt), eb,
-            min(fa[2], fb[2]) * 2 - 2, vdt)
+    pmin = min(fa[2], fb[2]) * 2 - 2  # below every product's exponent
+    vdt = np.float32 if _terms_fit_float32(ea, eb, sentinel, ins.fraction_bits) else np.float64
+    if vdt == np.float32:
+        pmin = max(pmin, ins.fraction_bits - 127)  # the alignment scale 2^(F - e_max) stays a float32
+    return np.swapaxes(va, -1, -2).astype(vdt), np.swapaxes(ea, -1, -2), vb.astype(vdt), eb, pmin, vdt
+
+
+def _terms_fit_float32(ea, eb, sentinel: int, F: int) -> bool:
+    """Whether every product, and every product times its alignment scale 2^(F - e_max), is
+    exact in float32: products of at most 24 bits (always) whose exponents are at least
+    F - 127 (so the scale is at most 2^127 and no product is subnormal).  The sums of the
+    truncated terms are then taken in float64 (float32 when F = 13: below 2^21)."""
+    lowest = [int(e[e != sentinel].min()) for e in (ea, eb) if (e != sentinel).any()]
+    return len(lowest) < 2 or sum(lowest) >= F - 127
 
 
 # ------------------------------------------------------------------------------ rounding
@@ -254,7 +265,7 @@ def _block(aT, ea, b, eb, c, ins: Instruction, pmin: int, vdt):
         np.multiply(aT[:, sl, :, None], b[:, sl, None, :], out=T)  # the products, exact
         T *= scale[:, None]  # aligned: the grid 2^(e_max - F) at 1
         np.trunc(T, out=T)
-        s = T.sum(axis=1).astype(np.float64)  # exact: integers below 2^24 (float32) or 2^53
+        s = T.sum(axis=1, dtype=np.float64)  # exact: at most L + 1 integers below 2^(F + 2)
         s += np.trunc(c * _pow2(F - emax, np.float64))
         c = _finish(s * _pow2(emax - F, np.float64), ins.rounding)
     return c
