@@ -22,9 +22,14 @@ holds; :func:`matmul` runs the one algorithm with them.  ``promote_every=N`` is 
 remedy: every N elements of K the chain's partial sum is added into a float32 total by an
 ordinary float32 add (nearest even) and the chain restarts from zero.
 
-The arithmetic is exact: a truncated term is an integer below 2^(F+2) in units of 2^(e_max-F),
-so L of them and c add exactly in float64 (in float32 when F = 13); the work is vectorized over
-the output and the slice, and loops only over the K slices.
+The arithmetic is exact: a product of two inputs has at most 22 significant bits, and its
+alignment is a multiplication by a power of two, both exact in float32 where the exponents allow
+(else in float64); a truncated term is an integer below 2^(F+2) in units of 2^(e_max-F), so L of
+them and c add exactly in float64 (in float32 when F = 13).  The work is vectorized over the
+output and the slice, and loops only over the K slices.
+
+:func:`emulate` makes the engine's matmul and linear accumulate this way (``fpsim.ops``); the fp8
+and block-scaled Linears take ``tensor_core=`` in their recipes (``fpsim.lowp``).
 """
 
 from __future__ import annotations
@@ -115,7 +120,8 @@ def _input(x, name: str):
 def instruction(arch, a_format: str, b_format: str, out: str = "float32") -> Instruction:
     """The step of ``arch`` that multiplies ``a_format`` by ``b_format`` into an ``out``
     (``"float32"`` or ``"float16"``; bfloat16 and tf32 instructions have only float32)
-    accumulator.  fp8 inputs may mix e4m3 and e5m2; other formats must match.  Raises ValueError naming what the architecture does not take."""
+    accumulator.  fp8 inputs may mix e4m3 and e5m2; other formats must match.  Raises
+    ValueError naming what the architecture does not take."""
     at = _architecture(arch)
     if out not in ("float32", "float16"):
         raise ValueError(f"out must be 'float32' or 'float16', got {out!r}")
