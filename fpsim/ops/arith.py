@@ -156,7 +156,12 @@ def tensor_core_gemm(a32, b32, fa: Format, fb: Format, be, tc, op: str, directio
     if be.name not in ("numpy", "numpy-f32"):
         raise ValueError(f"tensor-core emulation runs on the numpy backends, not {be.name}")
     a, b = be.to_numpy(a32), be.to_numpy(b32)
+    lead = a.shape[:-1]
+    if a.ndim > 2 and b.ndim == 2:  # (..., k) @ (k, n): one (rows, k) @ (k, n) product
+        a = a.reshape(-1, a.shape[-1])
     out = tensorcore.matmul_values(a, b, fa.name, fb.name, arch=tc[0], promote_every=tc[1])
+    if a.ndim == 2 and len(lead) > 1:
+        a, out = a.reshape(*lead, a.shape[-1]), out.reshape(*lead, out.shape[-1])
     if state.HOOKS:
         exact = state.blas_call(be.xp.matmul, a.astype("float64"), b.astype("float64")).astype("float32")
         round_result(exact, F32, be, f"{op}.accumulate", direction, stored=be.asarray(out), inputs=(a32, b32))
