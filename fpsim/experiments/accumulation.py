@@ -121,8 +121,9 @@ def sweep_table(rows: list[dict]) -> str:
 
 def sweep_figure(rows: list[dict], path=None):
     """Two panels against K (log scale): all-positive data's mean relative error (%) and
-    zero-mean data's median |relative error|, a line per method.  Saved to ``path`` if given;
-    returns the matplotlib figure."""
+    zero-mean data's median |relative error| (a median of exactly 0 - float32's at short K - has
+    no place on that log axis), a line per method.  Saved to ``path`` if given; returns the
+    matplotlib figure."""
     import matplotlib
 
     if path is not None:
