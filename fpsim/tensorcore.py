@@ -305,9 +305,9 @@ def _block_e8m13(aT, ea, b, eb, c, ins: Instruction, pmin: int):
 
 
 def _row_block(r: int, n: int, L: int, batch: int) -> int:
-    """Rows per block: the (batch, L, rows, N) work arrays near 2^20 elements (few numpy calls
+    """Rows per block: the (batch, L, rows, N) work arrays near 2^19 elements (few numpy calls
     per slice, arrays that still fit a large cache)."""
-    return max(1, min(r, (1 << 20) // max(1, batch * L * n)))
+    return max(1, min(r, (1 << 19) // max(1, batch * L * n)))
 
 
 def _chain(a, b, c, ins: Instruction, fa, fb) -> np.ndarray:
@@ -342,9 +342,10 @@ def _operands(a, b, c):
             c = np.broadcast_to(c, shape)
         except ValueError:
             raise ValueError(f"tensorcore.matmul: c of shape {c.shape} does not fit the result {shape}") from None
-    a = np.broadcast_to(a, batch + a.shape[-2:]).reshape(-1, *a.shape[-2:])
-    b = np.broadcast_to(b, batch + b.shape[-2:]).reshape(-1, *b.shape[-2:])
-    return a, b, np.array(c).reshape(-1, *shape[-2:]), fa, fb, shape
+    nb = int(np.prod(batch, dtype=np.int64))
+    a = np.broadcast_to(a, batch + a.shape[-2:]).reshape(nb, *a.shape[-2:])
+    b = np.broadcast_to(b, batch + b.shape[-2:]).reshape(nb, *b.shape[-2:])
+    return a, b, np.array(c).reshape(nb, *shape[-2:]), fa, fb, shape
 
 
 def matmul(a, b, c=None, *, arch="hopper", promote_every=None) -> np.ndarray:

@@ -194,3 +194,10 @@ def test_mma_instructions_match_wgmma_and_tcgen05_parameters(arch, name, fmt):
     k = 8 if fmt == "tf32" else 16
     d = nv.MMA(name, f"m16n8k{k}.f32.{t}.{t}.f32")(_to_torch(a), _to_torch(b), torch.zeros((8, 8)))
     assert np.array_equal(bits(tc.matmul(a, b, arch=arch)), bits(d.numpy()))
+
+
+def test_empty_operands_give_empty_or_unchanged_results():
+    assert tc.matmul(np.zeros((0, 5), np.float16), np.zeros((5, 3), np.float16)).shape == (0, 3)
+    assert tc.matmul(np.zeros((0, 2, 5), np.float16), np.zeros((5, 3), np.float16)).shape == (0, 2, 3)
+    c = np.full((2, 3), 1.25, np.float32)
+    assert np.array_equal(tc.matmul(np.zeros((2, 0), np.float16), np.zeros((0, 3), np.float16), c), c)
