@@ -13,6 +13,7 @@ from fpsim import tensorcore as tc
 from fpsim.formats import quantize
 from fpsim.lowp import BlockLinear, BlockScaling, DelayedScaling
 from fpsim.lowp import Linear as Fp8Linear
+from fpsim.ops.arith import tensor_core_gemm
 
 
 def _pos(rng, shape, dt):
@@ -151,3 +152,26 @@ def test_tracer_does_not_blame_the_accumulator_for_an_inf_it_was_given():
         y = ops.matmul(x, fpsim.tensor(np.ones((32, 2), np.float32), "float16"))
     assert np.isinf(y.numpy()[0]).all()
     assert tr.first_nonfinite() is None  # passed on, not made: by neither matmul.accumulate nor matmul
+
+
+def test_both_cpu_backends_give_the_same_bits():
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((4, 200)).astype(np.float32)
+    b = rng.standard_normal((200, 3)).astype(np.float32)
+    got = []
+    for backend in ("numpy", "numpy-f32"):
+        x = fpsim.tensor(a, "bf16", backend=backend, requires_grad=True)
+        w = fpsim.tensor(b, "bf16", backend=backend, requires_grad=True)
+        with tc.emulate("hopper"):
+            y = ops.matmul(x, w)
+        y.sum().backward()
+        got.append([t.numpy().view(np.uint16) for t in (y, x.grad, w.grad)])
+    for u, v in zip(*got):
+        assert np.array_equal(u, v)
+    with pytest.raises(ValueError, match="numpy backends"):
+        tensor_core_gemm(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32), fpsim.get_format("bf16"),
+                             fpsim.get_format("bf16"), _FakeDevice(), ("hopper", None), "matmul", "forward")
+
+
+class _FakeDevice:
+    name = "cupy"
