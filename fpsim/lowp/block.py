@@ -241,11 +241,12 @@ def _round_acc(x32: np.ndarray, acc) -> np.ndarray:
     return b.view(np.float32)
 
 
-def _t(q):
-    """The transpose of a quantized operand: float32 values, or (elements, factors)."""
+def _t(q, contiguous: bool):
+    """The transpose of a quantized operand: float32 values (a view, or a contiguous copy), or
+    (elements, factors)."""
     if isinstance(q, tuple):
         return tuple(np.ascontiguousarray(x.T) for x in q)
-    return np.ascontiguousarray(q.T)
+    return np.ascontiguousarray(q.T) if contiguous else q.T
 
 
 def _gemm(r: BlockScaling, a, b, be, direction: str) -> np.ndarray:
@@ -273,7 +274,7 @@ def block_linear(x: Tensor, weight: Tensor, bias: Tensor | None, recipe: BlockSc
     tiled = isinstance(r.weight_block, tuple)
     xq = r.q(x32, -1)
     wq = r.q(w32, -1, block=r.weight_block)
-    out32 = _gemm(r, xq, _t(wq), be, "forward")
+    out32 = _gemm(r, xq, _t(wq, False), be, "forward")
     if bias is not None:
         out32 += be.to_numpy(bias.f32())
     out32 = be.asarray(out32.reshape(*x.shape[:-1], weight.shape[0]))
@@ -293,7 +294,7 @@ def block_linear(x: Tensor, weight: Tensor, bias: Tensor | None, recipe: BlockSc
                 h = hadamard_matrix(r.hadamard_seed)
                 g_in, x_in = hadamard_transform(g2, h), hadamard_transform(x32, h)
             g_w, x_w = r.q(g_in, 0, grad=True), r.q(x_in, 0)  # along tokens: wgrad's K
-        gw = be.asarray(_gemm(r, _t(g_w), x_w, be, "backward"))
+        gw = be.asarray(_gemm(r, _t(g_w, True), x_w, be, "backward"))
         gb = be.asarray(g2.sum(axis=0, dtype=np.float32)) if bias is not None else None
         return (gx, gw) if bias is None else (gx, gw, gb)
 
