@@ -68,9 +68,7 @@ def fp8_linear(x: Tensor, weight: Tensor, bias: Tensor | None, meta: LinearScali
     tc = (meta.recipe.tensor_core, None) if meta.recipe.tensor_core else None
     f_fwd, f_bwd = get_format(meta.recipe.fwd_format), get_format(meta.recipe.bwd_format)
     with np.errstate(over="ignore", invalid="ignore"):
-        x2 = x8.reshape(-1, x8.shape[-1])
-        out32 = tensor_core_gemm(x2, w8.T, f_fwd, f_fwd, be, tc, "fp8.linear", "forward")  # products exact
-        out32 = out32.reshape(*x8.shape[:-1], w8.shape[0])
+        out32 = tensor_core_gemm(x8, w8.T, f_fwd, f_fwd, be, tc, "fp8.linear", "forward")  # products exact
         out32 *= xp.float32(float(xq.scale_inv) * float(wq.scale_inv))
         if bias is not None:
             out32 += bias.f32()
@@ -82,9 +80,9 @@ def fp8_linear(x: Tensor, weight: Tensor, bias: Tensor | None, meta: LinearScali
         with np.errstate(over="ignore", invalid="ignore"):
             gx = None
             if x.requires_grad:
-                gx = tensor_core_gemm(g2, w8, f_bwd, f_fwd, be, tc, "fp8.linear", "backward").reshape(x8.shape)
+                gx = tensor_core_gemm(g8, w8, f_bwd, f_fwd, be, tc, "fp8.linear", "backward")
                 gx = gx * xp.float32(float(gq.scale_inv) * float(wq.scale_inv))
-            gw = tensor_core_gemm(g2.T, x2, f_bwd, f_fwd, be, tc, "fp8.linear", "backward")
+            gw = tensor_core_gemm(g2.T, x8.reshape(-1, x8.shape[-1]), f_bwd, f_fwd, be, tc, "fp8.linear", "backward")
             gw = gw * xp.float32(float(gq.scale_inv) * float(xq.scale_inv))
             gb = g.reshape(-1, g.shape[-1]).sum(axis=0, dtype=xp.float32) if bias is not None else None
         return (gx, gw) if bias is None else (gx, gw, gb)
