@@ -42,8 +42,11 @@ import numpy as np
 
 from . import state
 
-__all__ = ["Architecture", "Instruction", "ARCHITECTURES", "INPUT_FORMATS", "instruction", "matmul", "round_rz",
-           "emulate", "takes", "matmul_values"]
+# ``matmul`` is called by its module's name, fpsim.tensorcore.matmul, beside fpsim.ops.matmul: the
+# one name is shared on purpose (both are a @ b; this one accumulates as a tensor core), so it
+# stays out of __all__, whose names are one thing each across the package.
+__all__ = ["Architecture", "Instruction", "ARCHITECTURES", "INPUT_FORMATS", "instruction", "round_rz", "emulate",
+           "takes", "matmul_values"]
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import numpy as np
 from .. import tensorcore
 from ..textable import text_table
 
-__all__ = ["Method", "METHODS", "DATA", "K_VALUES", "relative_errors", "sweep", "sweep_table", "sweep_figure",
+__all__ = ["Method", "ACCUMULATORS", "DATA", "K_VALUES", "relative_errors", "sweep", "sweep_table", "sweep_figure",
            "speed"]
 
 
@@ -35,7 +35,7 @@ class Method:
     promote_every: int | None = None
 
 
-METHODS = {m.name: m for m in (
+ACCUMULATORS = {m.name: m for m in (
     Method("float32 (fp8 inputs)", "float8_e4m3fn"),
     Method("hopper fp8", "float8_e4m3fn", "hopper"),
     Method("hopper fp8, promote every 128", "float8_e4m3fn", "hopper", 128),
@@ -53,15 +53,15 @@ _DTYPE = {"float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float16": np.float16, "bflo
 def _method(m) -> Method:
     if isinstance(m, Method):
         return m
-    if m not in METHODS:
-        raise ValueError(f"unknown method {m!r}; known: {', '.join(METHODS)}")
-    return METHODS[m]
+    if m not in ACCUMULATORS:
+        raise ValueError(f"unknown method {m!r}; known: {', '.join(ACCUMULATORS)}")
+    return ACCUMULATORS[m]
 
 
 def relative_errors(k: int, method="hopper fp8", data: str = "all-positive", n: int = 2048,
                     seed: int = 0) -> np.ndarray:
     """The ``n`` relative errors (float64) of ``n`` dot products of length ``k`` computed by
-    ``method`` (a name in :data:`METHODS` or a :class:`Method`) on ``data`` (:data:`DATA`)."""
+    ``method`` (a name in :data:`ACCUMULATORS` or a :class:`Method`) on ``data`` (:data:`DATA`)."""
     m = _method(method)
     if data not in DATA:
         raise ValueError(f"unknown data {data!r}; known: {', '.join(DATA)}")
@@ -83,7 +83,7 @@ def relative_errors(k: int, method="hopper fp8", data: str = "all-positive", n: 
     return (got.astype(np.float64) - exact) / np.abs(exact)
 
 
-def sweep(ks=K_VALUES, methods=tuple(METHODS), data=DATA, n: int = 2048, seed: int = 0, progress=None) -> list[dict]:
+def sweep(ks=K_VALUES, methods=tuple(ACCUMULATORS), data=DATA, n: int = 2048, seed: int = 0, progress=None) -> list[dict]:
     """One row per (data, method, K): ``mean`` and ``median`` of the signed relative errors (the
     bias), ``median_abs`` and ``max_abs`` of the |relative errors|.  ``progress``: called with a short
     label before each point (a tqdm's ``set_description``, a print)."""
