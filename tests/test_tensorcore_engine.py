@@ -11,8 +11,7 @@ import fpsim
 from fpsim import nn, ops
 from fpsim import tensorcore as tc
 from fpsim.formats import quantize
-from fpsim.lowp import BlockLinear, BlockScaling, DelayedScaling
-from fpsim.lowp import Linear as Fp8Linear
+from fpsim.lowp import BlockLinear, BlockScaling, DelayedScaling, Fp8Linear
 from fpsim.ops.arith import tensor_core_gemm
 
 
@@ -175,3 +174,19 @@ def test_both_cpu_backends_give_the_same_bits():
 
 class _FakeDevice:
     name = "cupy"
+
+
+def test_recipes_fp8_hopper_and_fp8_deepseek_accumulate_on_hopper():
+    from fpsim.experiments import ReferenceTask, get_recipe, run_recipe
+
+    hopper, deepseek = get_recipe("fp8-hopper"), get_recipe("fp8-deepseek")
+    assert hopper.fp8.tensor_core == "hopper" and hopper.fp8.fwd_format == "float8_e4m3fn"
+    assert deepseek.block.tensor_core == "hopper" and deepseek.block.format == "fp8_block"
+    assert deepseek.block.weight_block == (128, 128) and deepseek.block.k_block() == 128  # promotion every 128
+    task = ReferenceTask(n=256, steps=2)
+    for recipe, op in ((hopper, "fp8.linear.accumulate"), (deepseek, "block.linear.accumulate")):
+        with fpsim.monitor() as m:
+            r = run_recipe(recipe, task)
+        assert np.isfinite(r.losses).all()
+        n_inexact = sum(v[1] for k, v in m.counts.items() if k[2] == op)
+        assert n_inexact > 0  # the truncating accumulator lost something, and the monitor counted it
