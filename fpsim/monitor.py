@@ -100,10 +100,12 @@ def _event_counts(fmt, exact32, stored, xp):
     nan_r = xp.isnan(r)
     masks_same = [(a > 0) & (a < fmt.tiny), xp.isinf(r), nan_r]
     if r is x or r.dtype == x.dtype and fmt.name == "float32":
-        # Rounding into float32 from float32 changes nothing: no underflow or overflow possible.
+        # Into float32 from float32: no underflow or overflow possible, and nothing changes unless
+        # the value stored was computed apart (a tensor core's truncating sum against the exact one).
         sub, inf, nan = (xp.count_nonzero(m) for m in masks_same)
         zero = sub * 0
-        return int(x.size), xp.stack([zero, zero, sub, zero, inf, nan, nan])
+        ne = zero if r is x else xp.count_nonzero((r != x) & ~(nan_r & xp.isnan(x)))
+        return int(x.size), xp.stack([ne, zero, sub, zero, inf, nan, nan])
     nan_x = xp.isnan(x)
     finite_x = xp.isfinite(x)
     zero_r = a == 0

@@ -30,6 +30,8 @@ __all__ = [
     "no_grad",
     "autocast_format",
     "autocast_as",
+    "tensor_core",
+    "tensor_core_as",
     "scope",
     "current_scope",
     "backward_scope",
@@ -151,6 +153,28 @@ def autocast_as(fmt):
         yield
     finally:
         _autocast_fmt = prev
+
+
+# --------------------------------------------------------------------------------- tensor core
+
+_tensor_core = None  # (architecture name, promote_every) while matmuls run as tensor cores, else None
+
+
+def tensor_core():
+    """The (architecture, promote_every) that matmul and linear accumulate as, or None (float32 BLAS)."""
+    return _tensor_core
+
+
+@contextlib.contextmanager
+def tensor_core_as(setting):
+    """Inside, matmul-like ops accumulate as ``setting`` = (architecture, promote_every), or in
+    float32 (``None``); ``fpsim.tensorcore.emulate`` is the public door."""
+    global _tensor_core
+    prev, _tensor_core = _tensor_core, setting
+    try:
+        yield
+    finally:
+        _tensor_core = prev
 
 
 # --------------------------------------------------------------------------------- scope

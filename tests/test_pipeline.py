@@ -37,7 +37,8 @@ SMALL_GPT = TinyGPTTask(n_digits=5, batch=8, steps=3, d_model=16, n_layers=1, n_
 
 
 def test_every_recipe_on_the_reference_task_gives_the_numbers_it_gave_before_the_pipeline():
-    r = compare(list(RECIPES), ReferenceTask(n=256), steps=5, progress=False)
+    before = [name for name in RECIPES if name not in ("fp8-hopper", "fp8-deepseek")]  # added after the pipeline
+    r = compare(before, ReferenceTask(n=256), steps=5, progress=False)
     assert numbers(r, REF_FIELDS) == "0cc100276b5befb3"
     assert table(format_table(r)) == "c8f7062f8817ace0"
 

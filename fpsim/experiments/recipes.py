@@ -27,6 +27,9 @@ Beyond float16 (``EXTENDED_RECIPES``; ``fpsim compare --recipes ...`` runs them)
 - ``fp8-current``     ``fp8-delayed`` with current scaling instead (TE's Float8CurrentScaling:
                       every cast scaled by its own amax, no history, no delay) - the control
                       for what the delay costs (not in ``EXTENDED_RECIPES``; name it).
+- ``fp8-hopper``      ``fp8-delayed`` with its three GEMMs accumulated as Hopper's fp8 tensor cores
+                      do (``fpsim.tensorcore``: 13 fraction bits, truncated, no promotion) - slow,
+                      so name it.
 - ``bf16-kahan``      ``bf16-pure`` with Kahan-compensated weight updates (a bfloat16
                       compensation buffer; Zamirai et al. 2020).
 - ``bf16-stochastic`` ``bf16-pure`` with the updated weights rounded stochastically into
@@ -46,6 +49,9 @@ that GEMM's reduction axis), float32 accumulation; activations between layers st
                       last Linear kept out (in float32 here; NVIDIA's recipe keeps them in bf16).
 - ``fp8-blockwise``   DeepSeek-V3 style: e4m3 with float32 power-of-two scales per 1x128 tile
                       (activations, gradients) and per 128x128 tile (weights).
+- ``fp8-deepseek``    ``fp8-blockwise`` on Hopper's fp8 tensor cores, each 128 of K a chain whose
+                      partial sum is promoted into float32 with its block scales (DeepSeek-V3) -
+                      slow, so not in ``BLOCK_RECIPES``; name it.
 """
 
 from __future__ import annotations
@@ -136,6 +142,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            description="fp8-delayed for the inner Linears; the first and last stay float32"),
     Recipe("fp8-current", "float32", fp8=CurrentScaling(margin=0),
            description="fp8 matmuls with per-tensor current scaling (each cast scaled by its own amax)"),
+    Recipe("fp8-hopper", "float32",
+           fp8=DelayedScaling(margin=0, amax_history_len=16, amax_init=True, tensor_core="hopper"),
+           description="fp8-delayed on Hopper's fp8 tensor cores: 13-bit truncating accumulation, no promotion"),
     Recipe("bf16-kahan", "bfloat16", update_rounding="kahan",
            description="bfloat16 weights and Adam state, Kahan-compensated updates (bfloat16 buffer)"),
     Recipe("bf16-stochastic", "bfloat16", update_rounding="stochastic",
@@ -155,6 +164,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            description="NVFP4 (e2m1, e4m3 block scales of 16, 16x16 weight tiles), SR + RHT; first/last float32"),
     Recipe("fp8-blockwise", "float32", block=BlockScaling("fp8_block", weight_block=(128, 128), pow2_scales=True),
            description="DeepSeek-V3 fp8: e4m3, 1x128 activation/gradient tiles, 128x128 weight tiles"),
+    Recipe("fp8-deepseek", "float32",
+           block=BlockScaling("fp8_block", weight_block=(128, 128), pow2_scales=True, tensor_core="hopper"),
+           description="fp8-blockwise on Hopper's fp8 tensor cores, promoted to float32 every 128 of K"),
 )}
 DEFAULT_RECIPES = ("fp32", "fp16-pure", "fp16-master", "fp16-static", "fp16-dynamic", "bf16-pure", "bf16-master")
 EXTENDED_RECIPES = ("fp8-delayed", "fp8-delayed-inner", "bf16-kahan", "bf16-stochastic")

@@ -28,15 +28,16 @@ cancels exactly in dY^T H^T H X).  The bias gradient is summed in float32 from t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .. import nn
+from .. import nn, state, tensorcore
 from ..checks import is_integer
 from ..formats import SCALE_ROUNDINGS, get_block_format, get_format, quantize, round_to
 from ..state import blas_call
 from ..tensor import Tensor, promote, round_result
+from ..tensorcore import instruction
 from .swap import check_linear_args, linears_to_swap, share_linear
 
 __all__ = ["BlockScaling", "BlockLinear", "block_linear", "swap_block_linears", "hadamard_matrix", "hadamard_transform"]
@@ -56,7 +57,11 @@ class BlockScaling:
     ``hadamard_seed``); ``reuse_forward_blocks`` the pytorch/ao#1501 mistake; ``accumulate``
     None (float32), a format name, or an int number of mantissa bits (float32's exponent range)
     for the GEMM accumulator, promoted to float32 every ``promote_every`` elements along K
-    (None: never).
+    (None: never).  ``tensor_core``: an architecture name (fp8_block formats only) - each GEMM
+    multiplies the fp8 elements as that tensor core does (:mod:`fpsim.tensorcore`), one chain per
+    block along K, and promotes at every block: the chain's float32 result times the two blocks'
+    decode scales, added into a float32 total (DeepSeek-V3's N_C = 128; ``promote_every`` must
+    then be None or the block length).
     """
 
     format: str = "mxfp8_e4m3"
@@ -72,21 +77,29 @@ class BlockScaling:
     reuse_forward_blocks: bool = False
     accumulate: str | int | None = None
     promote_every: int | None = None
+    tensor_core: str | None = None
 
     def __post_init__(self):
         _check_recipe(self)
         _check_four_over_six(self)
 
-    def q(self, a32: np.ndarray, axis: int, *, grad: bool = False, block=None) -> np.ndarray:
+    def q(self, a32: np.ndarray, axis: int, *, grad: bool = False, block=None):
         """Quantize ``a32`` (float32, 2-D) along ``axis`` in this recipe's format (dY's with
-        ``grad``) and return the float32 values it stands for."""
+        ``grad``) and return the float32 values it stands for - or, with ``tensor_core``, the
+        pair (fp8 elements, float32 decode factor of each element)."""
         fmt = get_block_format(self.grad_format if grad and self.grad_format else self.format)
         block = block if block is not None else self.block if self.block is not None else fmt.block
         q = quantize(a32, fmt, axis, block=block,
                      scale_rounding=_scale_rule(self, fmt),
                      pow2_scales=self.pow2_scales and fmt.family == "fp8_block",
                      rounding=self.grad_rounding if grad else "nearest")
-        return q.dequantize()
+        if self.tensor_core is None:
+            return q.dequantize()
+        return q.elements, replace(q, elements=np.ones_like(q.elements)).dequantize()
+
+    def k_block(self) -> int:
+        """The block length along each GEMM's K."""
+        return self.block if self.block is not None else get_block_format(self.format).block
 
 
 def _scale_rule(r: BlockScaling, fmt) -> str | None:
@@ -135,7 +148,7 @@ def _check_recipe(r: BlockScaling) -> None:
         raise ValueError("hadamard transforms the wgrad operands, which reuse_forward_blocks does not quantize anew")
     if r.promote_every is not None and not (is_integer(r.promote_every) and r.promote_every >= 1):
         raise ValueError(f"promote_every must be a positive integer or None, got {r.promote_every!r}")
-    if r.promote_every is not None and r.accumulate is None:
+    if r.promote_every is not None and r.accumulate is None and r.tensor_core is None:
         raise ValueError("promote_every needs a narrow accumulate format (float32 needs no promotion)")
     if is_integer(r.accumulate):
         if not 1 <= r.accumulate <= 23:
@@ -145,6 +158,22 @@ def _check_recipe(r: BlockScaling) -> None:
             get_format(r.accumulate)
         except ValueError as e:
             raise ValueError(f"accumulate: {e}") from None
+    if r.tensor_core is not None:
+        _check_tensor_core(r, fmts)
+
+
+def _check_tensor_core(r: BlockScaling, fmts) -> None:
+    for f in fmts:
+        if f.family != "fp8_block":
+            raise ValueError(f"tensor_core runs fp8_block formats (DeepSeek-V3's blocks), not {f.name}")
+        instruction(r.tensor_core, f.element.name, f.element.name)  # an architecture without fp8 raises
+    if r.accumulate is not None:
+        raise ValueError("tensor_core is the accumulator: accumulate must be None")
+    wk = r.weight_block if isinstance(r.weight_block, int) or r.weight_block is None else r.weight_block[1]
+    if r.promote_every not in (None, r.k_block()) or wk not in (None, r.k_block()):
+        raise ValueError(f"with tensor_core the partial sums are promoted at every block along K: promote_every "
+                         f"and the weight blocks' K must be None or {r.k_block()}, got {r.promote_every!r}, "
+                         f"{r.weight_block!r}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -199,6 +228,28 @@ def gemm(a: np.ndarray, b: np.ndarray, accumulate=None, promote_every: int | Non
     return total
 
 
+def gemm_tensor_core(a, b, arch: str, block: int, be=None, direction: str = "forward") -> np.ndarray:
+    """``a @ b`` for block-scaled operands ``a`` = (fp8 elements (M, K), decode factors (M, K))
+    and ``b`` likewise (K, N), factors constant over each ``block`` of K: per block, a chain of
+    ``arch``'s fp8 tensor-core steps from zero (float32 / e8m13), then, in float32 with one
+    nearest-even rounding each, the two factors multiplied, the chain's result multiplied by
+    that, and the product added to the total - DeepSeek-V3's promotion (DeepGEMM's order).
+    The hooks see the whole GEMM as one rounding, ``block.linear.accumulate``, against the
+    float64 sum of the dequantized products."""
+    (ae, af), (bq, bf) = a, b
+    k = ae.shape[1]
+    total = np.zeros((ae.shape[0], bq.shape[1]), np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for k0 in range(0, k, block):
+            part = tensorcore.matmul(ae[:, k0:k0 + block], bq[k0:k0 + block], arch=arch)
+            total += part * (af[:, k0:k0 + 1] * bf[k0:k0 + 1, :])
+    if be is not None and state.HOOKS:
+        exact = blas_call(np.matmul, ae.astype(np.float64) * af, bq.astype(np.float64) * bf)
+        round_result(exact.astype(np.float32), get_format("float32"), be, "block.linear.accumulate", direction,
+                     stored=total, inputs=(ae, af, bq, bf))
+    return total
+
+
 def _round_acc(x32: np.ndarray, acc) -> np.ndarray:
     if not isinstance(acc, int):
         return round_to(x32, acc)
@@ -209,6 +260,20 @@ def _round_acc(x32: np.ndarray, acc) -> np.ndarray:
     lsb = (b >> np.uint32(drop)) & np.uint32(1)
     b = (b + np.uint32((1 << (drop - 1)) - 1) + lsb) & np.uint32(~((1 << drop) - 1) & 0xFFFFFFFF)
     return b.view(np.float32)
+
+
+def _t(q, contiguous: bool):
+    """The transpose of a quantized operand: float32 values (a view, or a contiguous copy), or
+    (elements, factors)."""
+    if isinstance(q, tuple):
+        return tuple(np.ascontiguousarray(x.T) for x in q)
+    return np.ascontiguousarray(q.T) if contiguous else q.T
+
+
+def _gemm(r: BlockScaling, a, b, be, direction: str) -> np.ndarray:
+    if r.tensor_core is not None:
+        return gemm_tensor_core(a, b, r.tensor_core, r.k_block(), be, direction)
+    return gemm(a, b, r.accumulate, r.promote_every)
 
 
 # --------------------------------------------------------------------------------------------
@@ -230,7 +295,7 @@ def block_linear(x: Tensor, weight: Tensor, bias: Tensor | None, recipe: BlockSc
     tiled = isinstance(r.weight_block, tuple)
     xq = r.q(x32, -1)
     wq = r.q(w32, -1, block=r.weight_block)
-    out32 = gemm(xq, wq.T, r.accumulate, r.promote_every)
+    out32 = _gemm(r, xq, _t(wq, False), be, "forward")
     if bias is not None:
         out32 += be.to_numpy(bias.f32())
     out32 = be.asarray(out32.reshape(*x.shape[:-1], weight.shape[0]))
@@ -241,7 +306,7 @@ def block_linear(x: Tensor, weight: Tensor, bias: Tensor | None, recipe: BlockSc
         wq_d = wq if tiled or r.reuse_forward_blocks else r.q(w32, 0, block=r.weight_block)  # column-wise
         gx = None
         if x.requires_grad:
-            gx = be.asarray(gemm(gq, wq_d, r.accumulate, r.promote_every).reshape(x.shape))
+            gx = be.asarray(_gemm(r, gq, wq_d, be, "backward").reshape(x.shape))
         if r.reuse_forward_blocks:
             g_w, x_w = gq, xq
         else:
@@ -250,7 +315,7 @@ def block_linear(x: Tensor, weight: Tensor, bias: Tensor | None, recipe: BlockSc
                 h = hadamard_matrix(r.hadamard_seed)
                 g_in, x_in = hadamard_transform(g2, h), hadamard_transform(x32, h)
             g_w, x_w = r.q(g_in, 0, grad=True), r.q(x_in, 0)  # along tokens: wgrad's K
-        gw = be.asarray(gemm(np.ascontiguousarray(g_w.T), x_w, r.accumulate, r.promote_every))
+        gw = be.asarray(_gemm(r, _t(g_w, True), x_w, be, "backward"))
         gb = be.asarray(g2.sum(axis=0, dtype=np.float32)) if bias is not None else None
         return (gx, gw) if bias is None else (gx, gw, gb)
 

@@ -5,7 +5,10 @@
   fp8 numbers exactly in float32, accumulates in float32 and multiplies the sum by
   ``(1/s_x) * (1/s_W)`` (exact for power-of-two scales; otherwise that product is rounded once
   to float32, and the multiplication rounds); the bias is added in float32 and the sum rounded
-  once into the output format (that of an ordinary ``linear`` on the unquantized inputs).
+  once into the output format (that of an ordinary ``linear`` on the unquantized inputs).  With
+  the recipe's ``tensor_core`` (an architecture) each fp8 x fp8 GEMM accumulates as that tensor
+  core does instead (:mod:`fpsim.tensorcore`, e8m13 on Hopper), before the scales; the hooks see
+  that accumulation as one rounding, op ``fp8.linear.accumulate``.
 - backward: the incoming gradient ``g`` is cast to e5m2 with its own delayed scale; then
   ``dx = (g8 @ W8) / (s_g s_W)`` and ``dW = (g8.T @ x8) / (s_g s_x)``, float32 accumulation
   again; ``db`` is summed in float32 from the unquantized ``g`` (TE computes it in the same pass
@@ -19,6 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import nn
+from ..formats import get_format
+from ..ops.arith import tensor_core_gemm
 from ..tensor import Tensor, promote, round_result
 from .quant import quantize_fp8
 from .recipes import DelayedScaling
@@ -60,8 +65,10 @@ def fp8_linear(x: Tensor, weight: Tensor, bias: Tensor | None, meta: LinearScali
     # The fp8 numbers widened to float32 (exact).  The hardware keeps only xq and wq (one byte a
     # value) for the backward pass; the emulator keeps these widened copies too, to save time.
     x8, w8 = xq.codes_f32(), wq.codes_f32()
+    tc = (meta.recipe.tensor_core, None) if meta.recipe.tensor_core else None
+    f_fwd, f_bwd = get_format(meta.recipe.fwd_format), get_format(meta.recipe.bwd_format)
     with np.errstate(over="ignore", invalid="ignore"):
-        out32 = be.matmul(x8, w8.T)  # fp8 x fp8 products are exact in float32
+        out32 = tensor_core_gemm(x8, w8.T, f_fwd, f_fwd, be, tc, "fp8.linear", "forward")  # products exact
         out32 *= xp.float32(float(xq.scale_inv) * float(wq.scale_inv))
         if bias is not None:
             out32 += bias.f32()
@@ -73,8 +80,10 @@ def fp8_linear(x: Tensor, weight: Tensor, bias: Tensor | None, meta: LinearScali
         with np.errstate(over="ignore", invalid="ignore"):
             gx = None
             if x.requires_grad:
-                gx = be.matmul(g8, w8) * xp.float32(float(gq.scale_inv) * float(wq.scale_inv))
-            gw = be.matmul(g2.T, x8.reshape(-1, x8.shape[-1])) * xp.float32(float(gq.scale_inv) * float(xq.scale_inv))
+                gx = tensor_core_gemm(g8, w8, f_bwd, f_fwd, be, tc, "fp8.linear", "backward")
+                gx = gx * xp.float32(float(gq.scale_inv) * float(wq.scale_inv))
+            gw = tensor_core_gemm(g2.T, x8.reshape(-1, x8.shape[-1]), f_bwd, f_fwd, be, tc, "fp8.linear", "backward")
+            gw = gw * xp.float32(float(gq.scale_inv) * float(xq.scale_inv))
             gb = g.reshape(-1, g.shape[-1]).sum(axis=0, dtype=xp.float32) if bias is not None else None
         return (gx, gw) if bias is None else (gx, gw, gb)
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..checks import is_integer
 from ..formats import FP8_FORMATS, get_format
+from ..tensorcore import instruction
 
 __all__ = ["AMAX_ALGOS", "DelayedScaling", "CurrentScaling", "compute_scale"]
 
@@ -46,7 +47,9 @@ class DelayedScaling:
     ``amax_init``: the first cast of each tensor that sees a non-zero finite amax takes its scale
     from that amax (True, as torchao's float8 delayed scaling does with ``enable_amax_init``)
     instead of running at scale 1 until the history says otherwise (False, as Transformer Engine
-    does).  Transformer Engine's defaults are
+    does).  ``tensor_core``: None (the GEMMs accumulate in float32) or an architecture name
+    (``"hopper"``, ``"ada"``, ``"blackwell"``: see :mod:`fpsim.tensorcore`) whose fp8 tensor core
+    the three GEMMs run as, without promotion.  Transformer Engine's defaults are
     margin 0, history 1024, max, HYBRID (e4m3 forward, e5m2 backward), no amax init."""
 
     margin: int = 0
@@ -56,6 +59,7 @@ class DelayedScaling:
     bwd_format: str = "float8_e5m2"
     power_2_scale: bool = True
     amax_init: bool = False
+    tensor_core: str | None = None
 
     def __post_init__(self):
         h = self.amax_history_len
@@ -74,6 +78,10 @@ class DelayedScaling:
         for flag in ("power_2_scale", "amax_init"):
             if not isinstance(getattr(self, flag), bool | np.bool_):
                 raise ValueError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
+        if self.tensor_core is not None:
+            for f in (self.fwd_format, self.bwd_format):
+                instruction(self.tensor_core, f, f)  # an unknown architecture or one without fp8 raises
+            object.__setattr__(self, "tensor_core", str(self.tensor_core).lower())
 
     def __str__(self) -> str:
         return (f"delayed scaling: {self.fwd_format} forward, {self.bwd_format} gradients, amax history "

@@ -13,12 +13,12 @@ import numbers
 
 from numpy import broadcast_shapes as _broadcast_shapes
 
-from .. import state
-from ..formats import Format, get_format
+from .. import state, tensorcore
+from ..formats import F32, Format, get_format
 from ..tensor import Tensor, promote, round_result
 from .core import _autocast, _broadcast_pair, _const, _make, _op, _pair, _unbroadcast
 
-__all__ = ['add', 'sub', 'mul', 'div', 'neg', 'pow', 'matmul', 'linear']
+__all__ = ['add', 'sub', 'mul', 'div', 'neg', 'pow', 'matmul', 'linear', 'tensor_core_gemm']
 
 
 @_op()
@@ -77,6 +77,8 @@ def matmul(a, b, acc=None) -> Tensor:
     Products of the low-precision inputs are exact in float32; they are summed in float32
     (BLAS) and the result is rounded once.  ``acc="float16"`` (or any format) instead keeps
     a running sum in that format, rounding after every one of the k additions - swamping.
+    Inside ``fpsim.tensorcore.emulate(arch)`` the sums (forward and both gradients) are that
+    architecture's tensor-core accumulation instead (:func:`tensor_core_gemm`).
     """
     a, b, fmt = _pair(a, b, "matmul")
     if state.autocast_format() is not None:
@@ -92,11 +94,16 @@ def matmul(a, b, acc=None) -> Tensor:
         raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not fit (need (..., n, k) @ (..., k, m) "
                          "with broadcastable batch dimensions)") from None
     a32, b32 = a.f32(), b.f32()
-    out32 = be.matmul(a32, b32) if acc is None else _matmul_low_acc(a32, b32, get_format(acc), be)
+    tc = state.tensor_core()
+    if acc is None:
+        out32 = tensor_core_gemm(a32, b32, a.fmt, b.fmt, be, tc, "matmul", "forward")
+    else:
+        out32 = _matmul_low_acc(a32, b32, get_format(acc), be)
 
     def backward(g, out):
-        ga = be.matmul(g, xp.swapaxes(b32, -1, -2))
-        gb = be.matmul(xp.swapaxes(a32, -1, -2), g)
+        bt, at = xp.swapaxes(b32, -1, -2), xp.swapaxes(a32, -1, -2)
+        ga = tensor_core_gemm(g, bt, out.grad_fmt, b.fmt, be, tc, "matmul", "backward")
+        gb = tensor_core_gemm(at, g, a.fmt, out.grad_fmt, be, tc, "matmul", "backward")
         return _unbroadcast(ga, a.shape, xp), _unbroadcast(gb, b.shape, xp)
 
     return _make(out32, fmt, (a, b), backward, "matmul")
@@ -106,7 +113,8 @@ def matmul(a, b, acc=None) -> Tensor:
 def linear(x, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """x @ weight.T + bias as ONE op, like PyTorch's ``linear`` (addmm): float32 products and
     accumulation, the bias added in float32, one rounding.  Under autocast all three inputs
-    are narrowed to the autocast format, as PyTorch does for ``linear``."""
+    are narrowed to the autocast format, as PyTorch does for ``linear``.  Inside
+    ``fpsim.tensorcore.emulate(arch)`` the three GEMMs accumulate as that tensor core does."""
     if not isinstance(x, Tensor):
         x = _const(x, weight)
     ins = _autocast("linear", *((x, weight) if bias is None else (x, weight, bias)))
@@ -121,18 +129,43 @@ def linear(x, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     be = x.backend
     xp = be.xp
     x32, w32 = x.f32(), weight.f32()
-    out32 = be.matmul(x32, w32.T)
+    tc = state.tensor_core()
+    out32 = tensor_core_gemm(x32, w32.T, x.fmt, weight.fmt, be, tc, "linear", "forward")
     if bias is not None:
         out32 += bias.f32()
 
     def backward(g, out):
         g2 = g.reshape(-1, g.shape[-1])
-        gx = be.matmul(g, w32) if x.requires_grad else None
-        gw = be.matmul(g2.T, x32.reshape(-1, x32.shape[-1]))
+        gx = tensor_core_gemm(g, w32, out.grad_fmt, weight.fmt, be, tc, "linear", "backward") if x.requires_grad \
+            else None
+        gw = tensor_core_gemm(g2.T, x32.reshape(-1, x32.shape[-1]), out.grad_fmt, x.fmt, be, tc, "linear", "backward")
         gb = g2.sum(axis=0, dtype=xp.float32) if bias is not None else None
         return (gx, gw) if bias is None else (gx, gw, gb)
 
     return _make(out32, fmt, ins, backward, "linear")
+
+
+def tensor_core_gemm(a32, b32, fa: Format, fb: Format, be, tc, op: str, direction: str):
+    """float32 ``a32 @ b32`` of values exactly in ``fa`` / ``fb``: float32 BLAS when ``tc`` is
+    None or its architecture has no instruction for that pair (float32 operands, say); otherwise
+    ``tc`` = (architecture, promote_every) as :func:`fpsim.tensorcore.matmul` computes it, on the
+    numpy backends.  The hooks see that accumulation as ONE rounding, op ``"<op>.accumulate"``
+    into float32: exact32 the float64 sum rounded to float32, stored the tensor core's result."""
+    if tc is None or not tensorcore.takes(tc[0], fa.name, fb.name):
+        return be.matmul(a32, b32)
+    if be.name not in ("numpy", "numpy-f32"):
+        raise ValueError(f"tensor-core emulation runs on the numpy backends, not {be.name}")
+    a, b = be.to_numpy(a32), be.to_numpy(b32)
+    lead = a.shape[:-1]
+    if a.ndim > 2 and b.ndim == 2:  # (..., k) @ (k, n): one (rows, k) @ (k, n) product
+        a = a.reshape(-1, a.shape[-1])
+    out = tensorcore.matmul_values(a, b, fa.name, fb.name, arch=tc[0], promote_every=tc[1])
+    if a.ndim == 2 and len(lead) > 1:
+        a, out = a.reshape(*lead, a.shape[-1]), out.reshape(*lead, out.shape[-1])
+    if state.HOOKS:
+        exact = state.blas_call(be.xp.matmul, a.astype("float64"), b.astype("float64")).astype("float32")
+        round_result(exact, F32, be, f"{op}.accumulate", direction, stored=be.asarray(out), inputs=(a32, b32))
+    return be.asarray(out)
 
 
 def _matmul_low_acc(a32, b32, acc: Format, be):

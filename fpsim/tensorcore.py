@@ -1,0 +1,432 @@
+"""Tensor cores as they really add: NVIDIA's matrix instructions, bit for bit.
+
+A tensor core does not accumulate in IEEE float32.  One instruction step takes a slice of L
+consecutive elements of K and the accumulator c, and for every output element (MMA-Sim's T-FDPA,
+Xie et al., arXiv 2511.10909):
+
+1. forms every product a_k * b_k exactly; its exponent is e_a + e_b, each input's exponent
+   being floor(log2 |x|), or the format's smallest normal exponent for a subnormal; a zero
+   product (and a zero c) takes the architecture's fixed *zero exponent* instead;
+2. aligns the L products and c to the largest of those exponents, e_max;
+3. TRUNCATES each aligned term toward zero to F fraction bits below 2^e_max;
+4. adds the truncated terms exactly;
+5. rounds the sum once: toward zero into float32 (``rz-float32``) or into e8m13 (13 fraction
+   bits with float32's exponent range; ``rz-e8m13``, FP8 on Ada and Hopper), or to nearest
+   even into float16 when the accumulator is float16 (``rne-float16``).  A zero result is +0;
+   a NaN is the canonical one (0x7FFFFFFF, 0x7FFF); an inf or NaN input gives IEEE's answer.
+
+A long K is a chain of such steps, c <- step(a[k:k+L], b[k:k+L], c), as a GEMM kernel issues
+its MMA instructions along K.  The architectures differ only in four numbers (F, the bytes one
+step reads per row, the output rounding and the zero exponent), which :data:`ARCHITECTURES`
+holds; :func:`matmul` runs the one algorithm with them.  ``promote_every=N`` is DeepSeek-V3's
+remedy: every N elements of K the chain's partial sum is added into a float32 total by an
+ordinary float32 add (nearest even) and the chain restarts from zero.
+
+The arithmetic is exact: a product of two inputs has at most 22 significant bits, and its
+alignment is a multiplication by a power of two, both exact in float32 where the exponents allow
+(else in float64); a truncated term is an integer below 2^(F+2) in units of 2^(e_max-F), so L of
+them and c add exactly in float64 (in float32 when F = 13).  The work is vectorized over the
+output and the slice, and loops only over the K slices.
+
+:func:`emulate` makes the engine's matmul and linear accumulate this way (``fpsim.ops``); the fp8
+and block-scaled Linears take ``tensor_core=`` in their recipes (``fpsim.lowp``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from . import state
+
+# ``matmul`` is called by its module's name, fpsim.tensorcore.matmul, beside fpsim.ops.matmul: the
+# one name is shared on purpose (both are a @ b; this one accumulates as a tensor core), so it
+# stays out of __all__, whose names are one thing each across the package.
+__all__ = ["Architecture", "Instruction", "ARCHITECTURES", "INPUT_FORMATS", "instruction", "round_rz", "emulate",
+           "takes", "matmul_values"]
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One GPU generation's matrix instructions: ``fraction_bits`` F kept below the largest
+    exponent for 16-bit and tf32 inputs; ``step_bytes`` one step reads per row of A (the slice
+    length L is step_bytes / input size); ``zero_exponent`` for a float32 and a float16
+    accumulator; ``inputs`` the formats it multiplies; ``fp8_fraction_bits`` and ``fp8_rounding``
+    for its FP8 instructions (None where it has none)."""
+
+    name: str
+    fraction_bits: int
+    step_bytes: int
+    zero_exponent_f32: int
+    zero_exponent_f16: int
+    inputs: tuple
+    fp8_fraction_bits: int | None = None
+    fp8_rounding: str | None = None
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """What one step does for a given pair of input formats and accumulator: F, L, the output
+    rounding (``rz-float32``, ``rz-e8m13`` or ``rne-float16``) and the zero exponent."""
+
+    fraction_bits: int
+    slice_length: int
+    rounding: str
+    zero_exponent: int
+
+
+_16 = ("float16", "bfloat16", "tf32")
+_FP8 = ("float8_e4m3fn", "float8_e5m2")
+# MMA-Sim's parameters (mmasim/nv_ptx/sim.py).  Hopper is wgmma (its mma takes the same 16-bit
+# parameters and no fp8); Blackwell is tcgen05.mma, whose fp8 keeps F = 25 and rounds into float32
+# (its mma: the same 16-bit parameters).  Turing is its m16n8k8 (its m8n8k4 runs as Volta's).
+ARCHITECTURES = {
+    "volta": Architecture("volta", 23, 8, -131, -19, ("float16",)),
+    "turing": Architecture("turing", 24, 16, -132, -20, ("float16",)),
+    "ampere": Architecture("ampere", 24, 16, -132, -20, _16),
+    "ada": Architecture("ada", 24, 16, -132, -20, _16 + _FP8, 13, "rz-e8m13"),
+    "hopper": Architecture("hopper", 25, 32, -133, -21, _16 + _FP8, 13, "rz-e8m13"),
+    "blackwell": Architecture("blackwell", 25, 32, -133, -21, _16 + _FP8, 25, "rz-float32"),
+}
+
+# storage dtype -> (format name, bytes per value, exponent of the smallest normal)
+_DTYPES = {
+    np.dtype(np.float16): ("float16", 2, -14),
+    np.dtype(ml_dtypes.bfloat16): ("bfloat16", 2, -126),
+    np.dtype(np.float32): ("tf32", 4, -126),
+    np.dtype(ml_dtypes.float8_e4m3fn): ("float8_e4m3fn", 1, -6),
+    np.dtype(ml_dtypes.float8_e5m2): ("float8_e5m2", 1, -14),
+}
+INPUT_FORMATS = tuple(v[0] for v in _DTYPES.values())
+
+
+def _architecture(arch) -> Architecture:
+    if isinstance(arch, Architecture):
+        return arch
+    key = str(arch).lower()
+    if key not in ARCHITECTURES:
+        raise ValueError(f"unknown tensor-core architecture {arch!r}; known: {', '.join(ARCHITECTURES)}")
+    return ARCHITECTURES[key]
+
+
+def _input(x, name: str):
+    dt = getattr(x, "dtype", None)
+    if dt is None or np.dtype(dt) not in _DTYPES:
+        raise ValueError(f"tensorcore.matmul: {name} must be a float16, bfloat16, float32 (tf32) or fp8 "
+                         f"(float8_e4m3fn, float8_e5m2) array, got {getattr(dt, 'name', type(x).__name__)}")
+    return _DTYPES[np.dtype(dt)]
+
+
+def instruction(arch, a_format: str, b_format: str, out: str = "float32") -> Instruction:
+    """The step of ``arch`` that multiplies ``a_format`` by ``b_format`` into an ``out``
+    (``"float32"`` or ``"float16"``; bfloat16 and tf32 instructions have only float32)
+    accumulator.  fp8 inputs may mix e4m3 and e5m2; other formats must match.  Raises
+    ValueError naming what the architecture does not take."""
+    at = _architecture(arch)
+    if out not in ("float32", "float16"):
+        raise ValueError(f"out must be 'float32' or 'float16', got {out!r}")
+    for name, f in (("a", a_format), ("b", b_format)):
+        if f not in at.inputs:
+            raise ValueError(f"{at.name} tensor cores do not take {f} inputs (argument {name}); "
+                             f"they take: {', '.join(at.inputs)}")
+    fp8 = a_format in _FP8
+    if fp8 != (b_format in _FP8) or (not fp8 and a_format != b_format):
+        raise ValueError(f"a ({a_format}) and b ({b_format}) must be the same format (fp8 may mix e4m3 and e5m2)")
+    if out == "float16" and a_format in ("bfloat16", "tf32"):
+        raise ValueError(f"{a_format} instructions accumulate in float32 only: c must be float32 (or None)")
+    size = 4 if a_format == "tf32" else 1 if fp8 else 2
+    zero = at.zero_exponent_f16 if out == "float16" else at.zero_exponent_f32
+    if fp8:
+        rnd = "rne-float16" if out == "float16" else at.fp8_rounding
+        return Instruction(at.fp8_fraction_bits, at.step_bytes // size, rnd, zero)
+    return Instruction(at.fraction_bits, at.step_bytes // size, "rne-float16" if out == "float16" else "rz-float32",
+                       zero)
+
+
+# ------------------------------------------------------------------------------ the operands
+
+
+def _split(x: np.ndarray, e_sub: int, tf32: bool, sentinel: int, edt):
+    """Values (float64) and MMA-Sim exponents (``edt``; zeros and non-finite values get
+    ``sentinel``, far below any real exponent) of one operand."""
+    if tf32:  # the tensor core reads the top 19 bits of a float32
+        x = (x.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+    v = x.astype(np.float64)
+    _, e = np.frexp(v)
+    e = np.maximum(e - 1, e_sub)
+    e[(v == 0) | ~np.isfinite(v)] = sentinel
+    return v, e.astype(edt)
+
+
+def _prepare(a, b, ins: Instruction, fa, fb):
+    """Both operands as (batch, K_padded, rows|cols) values and exponents, K padded with zeros
+    to a whole number of slices (a kernel's loads fill the tail of the last step with zeros)."""
+    small = max(fa[2], fb[2]) > -100  # exponents (and their sums) fit int8
+    edt, sentinel = (np.int8, -64) if small else (np.int16, -4000)
+    va, ea = _split(a, fa[2], fa[0] == "tf32", sentinel, edt)
+    vb, eb = _split(b, fb[2], fb[0] == "tf32", sentinel, edt)
+    k = a.shape[-1]
+    pad = -k % ins.slice_length
+    if pad:
+        va, ea = (np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, pad)]) for x in (va, ea))
+        vb, eb = (np.pad(x, [(0, 0)] * (x.ndim - 2) + [(0, pad), (0, 0)]) for x in (vb, eb))
+        ea[..., k:] = sentinel
+        eb[..., k:, :] = sentinel
+    pmin = min(fa[2], fb[2]) * 2 - 2  # below every product's exponent
+    vdt = np.float32 if _terms_fit_float32(ea, eb, sentinel, ins.fraction_bits) else np.float64
+    if vdt == np.float32:
+        pmin = max(pmin, ins.fraction_bits - 127)  # the alignment scale 2^(F - e_max) stays a float32
+    return np.swapaxes(va, -1, -2).astype(vdt), np.swapaxes(ea, -1, -2), vb.astype(vdt), eb, pmin, vdt
+
+
+def _terms_fit_float32(ea, eb, sentinel: int, F: int) -> bool:
+    """Whether every product, and every product times its alignment scale 2^(F - e_max), is
+    exact in float32: products of at most 24 bits (always) whose exponents are at least
+    F - 127 (so the scale is at most 2^127 and no product is subnormal).  The sums of the
+    truncated terms are then taken in float64 (float32 when F = 13: below 2^21)."""
+    lowest = [int(e[e != sentinel].min()) for e in (ea, eb) if (e != sentinel).any()]
+    return len(lowest) < 2 or sum(lowest) >= F - 127
+
+
+# ------------------------------------------------------------------------------ rounding
+
+
+def _pow2(n, dt) -> np.ndarray:
+    """Exactly 2^n (integer array n in dt's normal range), built from the exponent bits."""
+    if dt == np.float32:
+        return ((np.asarray(n, np.int32) + 127) << 23).view(np.float32)
+    return ((np.asarray(n, np.int64) + 1023) << 52).view(np.float64)
+
+
+def round_rz(v: np.ndarray, fraction_bits: int = 23) -> np.ndarray:
+    """float64 ``v`` rounded toward zero to ``fraction_bits`` bits (23: float32; 13: e8m13) with
+    float32's exponent range: subnormals on the grid 2^(-126-fraction_bits), and +-inf at or
+    beyond 2^128 (what MMA-Sim's RZ gives).  Returns float32."""
+    r = v.astype(np.float32)  # to nearest even; where that went away from zero, step back one ulp
+    away = (r.astype(np.float64) - v) * v > 0
+    bits = r.view(np.int32)
+    bits -= away  # one ulp toward zero: the magnitude bits less one (inf -> the largest float32)
+    if np.any(np.abs(v) >= 2.0**128):
+        r[np.abs(v) >= 2.0**128] = np.copysign(np.float32(np.inf), v[np.abs(v) >= 2.0**128])
+    if fraction_bits < 23:  # truncating float32's magnitude bits truncates toward zero
+        r.view(np.uint32)[...] &= np.uint32((0xFFFFFFFF << (23 - fraction_bits)) & 0xFFFFFFFF)
+    return r
+
+
+def _finish(v: np.ndarray, rounding: str) -> np.ndarray:
+    """The step's output rounding of the exact float64 sum ``v`` (a zero's sign and a NaN's
+    payload are settled once, at the end of the chain: :func:`_canonical`)."""
+    if rounding == "rne-float16":
+        return v.astype(np.float16)  # float64 -> float16 rounds once, to nearest even
+    return round_rz(v, 23 if rounding == "rz-float32" else 13)
+
+
+def _canonical(out: np.ndarray) -> np.ndarray:
+    """What MMA-Sim returns for zeros and NaNs: +0, and the NaN 0x7FFF / 0x7FFFFFFF."""
+    out = out + out.dtype.type(0)
+    bits = out.view(np.uint16 if out.dtype == np.float16 else np.uint32)
+    bits[np.isnan(out)] = 0x7FFF if out.dtype == np.float16 else 0x7FFFFFFF
+    return out
+
+
+# ------------------------------------------------------------------------------ the chain
+
+
+def _c_exponent(c: np.ndarray, zero: int, zeros: bool = True) -> np.ndarray:
+    """The accumulator's exponent (int32) from its bits: a subnormal takes the smallest normal
+    one; a zero the zero exponent (with ``zeros``; else the smallest normal one too); inf and
+    NaN the exponent field's all-ones value less the bias (the sum is non-finite anyway)."""
+    half = c.dtype == np.float16
+    bits = c.view(np.uint16 if half else np.uint32).astype(np.int32)
+    mbits, top, bias = (10, 0x1F, 15) if half else (23, 0xFF, 127)
+    field = (bits >> mbits) & top
+    e = np.maximum(field, 1) - bias
+    if zeros:
+        e[(bits & ((top << mbits) | ((1 << mbits) - 1))) == 0] = zero
+    return e
+
+
+def _block(aT, ea, b, eb, c, ins: Instruction, pmin: int, vdt):
+    """The chain over all K slices for one block of rows: aT (B, K, r), b (B, K, N), c (B, r, N).
+    Where no product can be smaller than 2^-126 and the output is float32, the zero exponent
+    never wins the alignment (c's exponent is at least -126) and is left out."""
+    if ins.rounding == "rz-e8m13" and vdt == np.float32:
+        return _block_e8m13(aT, ea, b, eb, c, ins, pmin)
+    F, L = ins.fraction_bits, ins.slice_length
+    B, K, r = aT.shape
+    n = b.shape[-1]
+    E = np.empty((B, L, r, n), ea.dtype)
+    T = np.empty((B, L, r, n), vdt)
+    zeros = ins.rounding == "rne-float16" or pmin < -126
+    if zeros:
+        za = (aT == 0).reshape(B, K // L, L, r).any(axis=2)  # a zero product in the slice: row or column
+        zb = (b == 0).reshape(B, K // L, L, n).any(axis=2)
+    for j, k0 in enumerate(range(0, K, L)):
+        sl = slice(k0, k0 + L)
+        np.add(ea[:, sl, :, None], eb[:, sl, None, :], out=E)
+        emax = np.maximum(E.max(axis=1), _c_exponent(c, ins.zero_exponent, zeros))
+        if zeros:
+            emax = np.maximum(emax, np.where(za[:, j, :, None] | zb[:, j, None, :], ins.zero_exponent, -300))
+        scale = _pow2(F - np.maximum(emax, pmin), vdt)
+        np.multiply(aT[:, sl, :, None], b[:, sl, None, :], out=T)  # the products, exact
+        T *= scale[:, None]  # aligned: the grid 2^(e_max - F) at 1
+        np.trunc(T, out=T)
+        s = T.sum(axis=1, dtype=np.float64)  # exact: at most L + 1 integers below 2^(F + 2)
+        s += np.trunc(c * _pow2(F - emax, np.float64))
+        c = _finish(s * _pow2(emax - F, np.float64), ins.rounding)
+    return c
+
+
+def _block_e8m13(aT, ea, b, eb, c, ins: Instruction, pmin: int):
+    """:func:`_block` for FP8 into e8m13 (F = 13), all in float32: a truncated term is below
+    2^15 and L + 1 of them below 2^21, so every sum is exact; each power-of-two scaling is split
+    in two factors that stay normal float32 numbers, so each is exact; the sum's rounding toward
+    zero to 13 fraction bits clears the low 10 bits of its float32 pattern."""
+    F, L = ins.fraction_bits, ins.slice_length
+    B, K, r = aT.shape
+    E = np.empty((B, L, r, b.shape[-1]), ea.dtype)
+    T = np.empty(E.shape, np.float32)
+    keep = np.uint32(0xFFFFFC00)
+    for k0 in range(0, K, L):
+        sl = slice(k0, k0 + L)
+        np.add(ea[:, sl, :, None], eb[:, sl, None, :], out=E)
+        emax = np.maximum(E.max(axis=1), _c_exponent(c, ins.zero_exponent, False))
+        x = F - emax  # the scale 2^x puts the grid at 1
+        np.multiply(aT[:, sl, :, None], b[:, sl, None, :], out=T)
+        T *= _pow2(np.minimum(x, F - pmin), np.float32)[:, None]
+        np.trunc(T, out=T)
+        s = T.sum(axis=1)
+        x1 = np.minimum(x, 100)
+        s += np.trunc(c * _pow2(x1, np.float32) * _pow2(x - x1, np.float32))
+        y1 = np.maximum(-x, -100)
+        c = s * _pow2(y1, np.float32) * _pow2(-x - y1, np.float32)  # back to the value; >= 2^128 is inf
+        c.view(np.uint32)[...] &= keep
+    return c
+
+
+def _row_block(r: int, n: int, L: int, batch: int) -> int:
+    """Rows per block: the (batch, L, rows, N) work arrays near 2^19 elements (few numpy calls
+    per slice, arrays that still fit a large cache)."""
+    return max(1, min(r, (1 << 19) // max(1, batch * L * n)))
+
+
+def _chain(a, b, c, ins: Instruction, fa, fb) -> np.ndarray:
+    aT, ea, bv, eb, pmin, vdt = _prepare(a, b, ins, fa, fb)
+    out = np.empty(c.shape, c.dtype)
+    m = aT.shape[-1]
+    step = _row_block(m, bv.shape[-1], ins.slice_length, aT.shape[0])
+    for r0 in range(0, m, step):
+        rows = slice(r0, r0 + step)
+        out[:, rows] = _block(aT[..., rows], ea[..., rows], bv, eb, c[:, rows], ins, pmin, vdt)
+    return _canonical(out)
+
+
+def _operands(a, b, c):
+    fa, fb = _input(a, "a"), _input(b, "b")
+    a, b = np.asarray(a), np.asarray(b)
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"tensorcore.matmul: shapes {a.shape} and {b.shape} do not fit "
+                         "(need (..., M, K) @ (..., K, N))")
+    try:
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:
+        raise ValueError(f"tensorcore.matmul: batch shapes of {a.shape} and {b.shape} do not broadcast") from None
+    shape = batch + (a.shape[-2], b.shape[-1])
+    if c is None:
+        c = np.zeros(shape, np.float32)
+    else:
+        c = np.asarray(c)
+        if c.dtype not in (np.float32, np.float16):
+            raise ValueError(f"tensorcore.matmul: c must be a float32 or float16 accumulator, got {c.dtype}")
+        try:
+            c = np.broadcast_to(c, shape)
+        except ValueError:
+            raise ValueError(f"tensorcore.matmul: c of shape {c.shape} does not fit the result {shape}") from None
+    nb = int(np.prod(batch, dtype=np.int64))
+    a = np.broadcast_to(a, batch + a.shape[-2:]).reshape(nb, *a.shape[-2:])
+    b = np.broadcast_to(b, batch + b.shape[-2:]).reshape(nb, *b.shape[-2:])
+    return a, b, np.array(c).reshape(nb, *shape[-2:]), fa, fb, shape
+
+
+def matmul(a, b, c=None, *, arch="hopper", promote_every=None) -> np.ndarray:
+    """``a @ b + c`` as a chain of ``arch``'s tensor-core instructions along K returns it.
+
+    ``a`` (..., M, K) and ``b`` (..., K, N): numpy arrays in float16, bfloat16, float8_e4m3fn or
+    float8_e5m2 (ml_dtypes), or float32 for tf32 (the low 13 mantissa bits are ignored, as the
+    hardware does), in a format ``arch`` takes (:data:`ARCHITECTURES`); leading batch axes
+    broadcast.  ``c``: the accumulator, float32 (the default, zeros) or float16, which also sets
+    the output format and rounding (see the module docstring).  K is taken in steps of L
+    elements; a last, shorter step is padded with zeros, as a kernel's loads pad it.
+
+    ``promote_every=N`` (a multiple of L): every N elements of K the chain's float32 partial sum,
+    started from zero, is added into a float32 total (starting at ``c``) with one float32 add,
+    rounded to nearest even - DeepSeek-V3's promotion to CUDA-core registers.
+
+    Returns the (..., M, N) result in c's dtype: float32 holding e8m13 values for Ada's and
+    Hopper's fp8 instructions, float32 otherwise, float16 for a float16 accumulator.
+    """
+    a, b, c, fa, fb, shape = _operands(a, b, c)
+    out = "float16" if c.dtype == np.float16 else "float32"
+    ins = instruction(arch, fa[0], fb[0], out)
+    if promote_every is None:
+        with np.errstate(all="ignore"):
+            return _chain(a, b, c, ins, fa, fb).reshape(shape)
+    if isinstance(promote_every, bool) or not isinstance(promote_every, int | np.integer) or promote_every < 1 \
+            or promote_every % ins.slice_length:
+        raise ValueError(f"promote_every must be a positive multiple of the step's K slice ({ins.slice_length} "
+                         f"for {fa[0]} on {_architecture(arch).name}), got {promote_every!r}")
+    if out == "float16":
+        raise ValueError("promote_every adds into a float32 total: c must be float32 (or None)")
+    total = c.copy()
+    zeros = np.zeros_like(c)
+    with np.errstate(all="ignore"):
+        for k0 in range(0, a.shape[-1], promote_every):
+            part = _chain(a[..., k0:k0 + promote_every], b[..., k0:k0 + promote_every, :], zeros, ins, fa, fb)
+            total += part  # float32 + float32, rounded to nearest even
+    return total.reshape(shape)
+
+
+# ------------------------------------------------------------------------------ the engine's door
+
+
+def _check_promote(promote_every) -> None:
+    if promote_every is not None and (isinstance(promote_every, bool) or not isinstance(promote_every, int)
+                                      or promote_every < 1):
+        raise ValueError(f"promote_every must be a positive integer or None, got {promote_every!r}")
+
+
+@contextlib.contextmanager
+def emulate(arch="hopper", promote_every=None):
+    """Inside, ``fpsim.ops.matmul`` / ``linear`` (autocast's too) run their GEMMs, forward and
+    backward, as ``arch``'s tensor core wherever both operands are in a format it takes (float16,
+    bfloat16, fp8; float32 operands stay float32 BLAS); ``promote_every`` as in :func:`matmul`."""
+    at = _architecture(arch)
+    _check_promote(promote_every)
+    with state.tensor_core_as((at.name, promote_every)):
+        yield
+
+
+def takes(arch, a_format: str, b_format: str) -> bool:
+    """Whether ``arch`` has an instruction multiplying these two formats (float32 accumulator)."""
+    try:
+        instruction(arch, a_format, b_format)
+    except ValueError:
+        return False
+    return True
+
+
+_STORAGE = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
+            "float8_e5m2": ml_dtypes.float8_e5m2}
+
+
+def matmul_values(a32: np.ndarray, b32: np.ndarray, a_format: str, b_format: str, arch="hopper",
+                  promote_every=None) -> np.ndarray:
+    """:func:`matmul` of float32 arrays whose values are exactly in ``a_format`` / ``b_format``
+    (float16, bfloat16, fp8): converted to those formats' storage (exact), multiplied as ``arch``
+    does into a zero float32 accumulator.  Returns float32."""
+    a = np.asarray(a32, np.float32).astype(_STORAGE[a_format])
+    b = np.asarray(b32, np.float32).astype(_STORAGE[b_format])
+    return matmul(a, b, arch=arch, promote_every=promote_every)
