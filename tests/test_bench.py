@@ -79,13 +79,16 @@ def test_rounding_rows_cover_every_format_source_and_mix(quick):
 
 def test_matmul_rows(quick):
     rows = _rows(quick, "matmul")
-    assert len(rows) == 4
-    assert [r["limit"] for r in rows] == [None, 1.25, 1.25, None]  # the target applies to the largest size
+    assert len(rows) == 5
+    assert [r["limit"] for r in rows] == [None, 1.25, 1.25, None, 20.0]  # the target applies to the largest size
     assert rows[2]["name"] == rows[1]["name"] + " [numpy-f32]"
     assert all(r["seconds"] > 0 and r["peer"].startswith("np.matmul") for r in rows[:3])
     pin = rows[3]  # the price of pinning fpsim's products to a fixed BLAS thread count
     assert "pinned BLAS thread" in pin["name"] and pin["peer"].startswith("same step on the process's")
     assert pin["seconds"] > 0 and pin["peer_seconds"] > 0
+    tc = rows[4]  # the tensor-core model against float32 BLAS on the same values
+    assert tc["name"].startswith("tensorcore.matmul(arch='hopper')") and tc["peer"] == "np.matmul float32 (BLAS)"
+    assert tc["seconds"] > tc["peer_seconds"] > 0
 
 
 def _step_expected(quick) -> dict:
@@ -105,6 +108,7 @@ def _step_expected(quick) -> dict:
         (f"PyTorch CPU float16 {mlp}", "PyTorch CPU float32"): ("", None),
         (f"fpsim fp16-amp {gpt}", "fpsim fp32"): ("<= 2.5x", 2.5),
         (f"fpsim fp16-amp {gpt} [numpy-f32]", "fpsim fp32"): ("<= 2.5x", 2.5),
+        (f"fpsim fp8-hopper {gpt}", "fpsim fp32"): ("<= 5x", 5.0),
     }
 
 
@@ -139,7 +143,7 @@ def test_step_rows_share_their_peer_samples(quick):
     rows = _rows(quick, "step")
     mlp = [r for r in rows if r["peer"] == "fpsim fp32" and "MLP" in r["name"]]
     gpt = [r for r in rows if r["peer"] == "fpsim fp32" and "tiny GPT" in r["name"]]
-    assert len(mlp) == 4 and len(gpt) == 2
+    assert len(mlp) == 4 and len(gpt) == 3
     assert {r["peer_seconds"] for r in mlp} == {rows[0]["seconds"]}
     assert len({r["peer_seconds"] for r in gpt}) == 1
     f32 = [r for r in rows if r["name"].endswith("[numpy-f32]")]
@@ -168,8 +172,9 @@ def test_step_rows_run_on_the_backends_they_name(monkeypatch):
     rows = benchrows.step_rows(bench.BenchSettings.quick_settings(), lambda what: None, 1)
     assert built == [("mlp", "fp32", "numpy"), ("mlp", "fp16-dynamic", "numpy"), ("mlp", "bf16-master", "numpy"),
                      ("mlp", "fp16-dynamic", "numpy-f32"), ("mlp", "bf16-master", "numpy-f32"),
-                     ("gpt", "fp32", "numpy"), ("gpt", "fp16-amp", "numpy"), ("gpt", "fp16-amp", "numpy-f32")]
-    assert len(rows) == 10 and sum(bool(r.skipped) for r in rows) == 4  # the PyTorch rows, without PyTorch
+                     ("gpt", "fp32", "numpy"), ("gpt", "fp16-amp", "numpy"), ("gpt", "fp16-amp", "numpy-f32"),
+                     ("gpt", "fp8-hopper", "numpy")]
+    assert len(rows) == 11 and sum(bool(r.skipped) for r in rows) == 4  # the PyTorch rows, without PyTorch
 
 
 def test_monitor_rows(quick):

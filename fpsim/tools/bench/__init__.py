@@ -208,7 +208,25 @@ def _matmul_rows(s: BenchSettings, tick) -> list[Row]:
                                  target=">= 0.8x throughput (<= 1.25x time)" if last else "",
                                  limit=1.25 if last else None))
     rows.append(_pinning_row(s, tick))
+    rows.append(_tensorcore_row(s, tick))
     return rows
+
+
+def _tensorcore_row(s: BenchSettings, tick) -> Row:
+    """fpsim's bit-accurate model of Hopper's fp8 tensor cores (``fpsim.tensorcore.matmul``: exact
+    products aligned, truncated to 13 fraction bits and summed per 32-element slice of K) on a
+    256 x 4096 x 256 product, against float32 BLAS on the same values."""
+    from ... import tensorcore
+
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((256, 4096)).astype(get_format("float8_e4m3fn").dtype)
+    b = rng.standard_normal((4096, 256)).astype(get_format("float8_e4m3fn").dtype)
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    tick("matmul tensorcore.matmul")
+    return _compare("matmul", "tensorcore.matmul(arch='hopper'), e4m3 256 x 4096 x 256",
+                    lambda: tensorcore.matmul(a, b, arch="hopper"), "np.matmul float32 (BLAS)",
+                    lambda: state.blas_call(np.matmul, a32, b32), s, repeats=3, target="<= 20x", limit=20.0,
+                    note="numpy passes over M x N x K: alignment, truncation, an exact sum")
 
 
 def _pinning_row(s: BenchSettings, tick) -> Row:
@@ -320,7 +338,7 @@ def run_bench(settings: BenchSettings | None = None, *, sections=SECTIONS, progr
         raise ValueError(f"unknown bench section(s) {unknown}; known: {', '.join(SECTIONS)}")
     info = machine_info()
     threads = state.blas_threads()  # fpsim's products run on this many BLAS threads; PyTorch gets as many
-    counts = {"rounding": 2 * 2 * len(ROUND_FORMATS) + 3, "matmul": len(s.matmul_sizes) + 2, "step": 2, "monitor": 2,
+    counts = {"rounding": 2 * 2 * len(ROUND_FORMATS) + 3, "matmul": len(s.matmul_sizes) + 3, "step": 2, "monitor": 2,
               "gpu": 2}
     bar = None
     if progress:

@@ -122,12 +122,15 @@ def _gpt_rows(s, tick) -> list[Row]:
     tick(f"step {label}")
     fns = {"fp32": training_step("fp32", task, backend="numpy"),
            "fp16-amp": training_step("fp16-amp", task, backend="numpy"),
-           "fp16-amp-carrier": training_step("fp16-amp", task, backend=CARRIER)}
+           "fp16-amp-carrier": training_step("fp16-amp", task, backend=CARRIER),
+           "fp8-hopper": training_step("fp8-hopper", task, backend="numpy")}
     t = _Samples(fns, s)
     note = "autocast + GradScaler, float32 parameters"
     return [t.row(f"fpsim fp16-amp {label}", "fp16-amp", "fpsim fp32", "fp32", note=note, **_GPT_TARGET),
             t.row(f"fpsim fp16-amp {label} [{CARRIER}]", "fp16-amp-carrier", "fpsim fp32", "fp32", note=note,
-                  **_GPT_TARGET)]
+                  **_GPT_TARGET),
+            t.row(f"fpsim fp8-hopper {label}", "fp8-hopper", "fpsim fp32", "fp32", target="<= 5x", limit=5.0,
+                  note="every Linear in fp8 on Hopper's 13-bit truncating accumulator (fpsim.tensorcore)")]
 
 
 def step_rows(s, tick, threads: int) -> list[Row]:
