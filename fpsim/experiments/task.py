@@ -20,26 +20,32 @@ a new task subclasses it in one file.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 __all__ = ["Task"]
 
 
-class Task:
+class Task(ABC):
     """The defaults of the task interface (module docstring); subclasses give ``model``,
-    ``batches``, ``loss`` and, where they have more to say about the final model, ``metrics``."""
+    ``batches``, ``loss`` and, where they have more to say about the final model, ``metrics``
+    (a subclass without one of the three cannot be instantiated: TypeError naming it)."""
 
     optimizer = "adam"
     measure_at = "all"
     loss_kills = True
     trace_nonfinite = False
 
+    @abstractmethod
     def model(self, seed: int = 0):
-        raise NotImplementedError(f"{type(self).__name__} must define model(seed)")
+        """A fresh float32 model, its initial weights drawn from ``seed``."""
 
+    @abstractmethod
     def batches(self, recipe, backend):
-        raise NotImplementedError(f"{type(self).__name__} must define batches(recipe, backend)")
+        """A function of the step giving that step's batch, in the form ``loss`` takes."""
 
+    @abstractmethod
     def loss(self, model, batch, recipe):
-        raise NotImplementedError(f"{type(self).__name__} must define loss(model, batch, recipe)")
+        """The float32 loss of one batch."""
 
     def lr_at(self, step: int, steps: int, lr: float) -> float:
         """The learning rate of ``step``: ``lr`` throughout."""
