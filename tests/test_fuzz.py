@@ -496,9 +496,12 @@ def test_every_command_that_writes_json_writes_strict_json(tmp_path, audit_dir):
                             tmp_path)
     assert rc == 0, err
     assert _strict(out)["rows"] if "rows" in _strict(out) else _strict(out)
-    # the commands with a --json option: audit, compare, bench (above), gpu-check (below)
+    rc, out, err = run_main(["reproduce", "nvfp4-four-over-six", "--quick", "--json", "--figure", "none"], tmp_path)
+    assert rc == 0, err
+    assert _strict(out)["verdict"] in ("reproduced", "partly", "not at this scale")
+    # the commands with a --json option: audit, compare, bench, reproduce (above), gpu-check (below)
     assert {n for n, p in SUBPARSERS.items() if any(a.dest == "json" for a in p._actions)} == \
-        {"audit", "compare", "bench", "gpu-check"}
+        {"audit", "compare", "bench", "reproduce", "gpu-check"}
 
 
 def test_gpu_check_json_file_is_strict(tmp_path):
