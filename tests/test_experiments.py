@@ -227,4 +227,4 @@ def test_the_default_comparison_is_the_one_before_the_pipeline(results):
     from support.fingerprints import REF_FIELDS, numbers, table
 
     assert numbers(results, REF_FIELDS) == "8f00da27dc5e6abf"
-    assert table(ex.format_table(results)) == "9ea8487a9592f8c2"
+    assert table(ex.format_table(results)) == "9861318931b57fc6"
