@@ -12,10 +12,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 from helpers import bits
+from support.reference_runs import reference_runs
 
 import fpsim
 from fpsim import ops
-from fpsim.experiments import compare, get_recipe
+from fpsim.experiments import get_recipe
 from fpsim.optim import SGD, Adam, AdamW
 from fpsim.tensor import tensor
 
@@ -248,7 +249,7 @@ def test_bad_input_raises_value_error():
 
 @pytest.fixture(scope="module")
 def runs():
-    return compare(["bf16-pure", "bf16-master", "bf16-kahan", "bf16-stochastic"], progress=False)
+    return reference_runs(["bf16-pure", "bf16-master", "bf16-kahan", "bf16-stochastic"])
 
 
 def test_recipes_name_their_update_rounding():

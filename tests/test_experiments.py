@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from support.reference_runs import reference_runs
 
 from fpsim import experiments as ex
 from fpsim.experiments import DEFAULT_RECIPES, RECIPES, ReferenceTask, compare, get_recipe, run_recipe
@@ -16,7 +17,7 @@ from fpsim.tools import cli
 
 @pytest.fixture(scope="module")
 def results():
-    return compare(DEFAULT_RECIPES, progress=False)
+    return reference_runs(DEFAULT_RECIPES)
 
 
 def rel(a, b):
