@@ -272,7 +272,8 @@ def test_the_gradient_noise_monitor_against_numpy():
 # ---- the CLI and the table ----------------------------------------------------------------------
 
 def _args(**kw):
-    base = {"name": None, "list": False, "quick": True, "seeds": [0], "json": False, "figure": "none", "table": None}
+    base = {"name": None, "list": False, "quick": True, "seeds": [0], "json": False, "figure": "none", "table": None,
+            "all": False, "jobs": 1}
     base.update(kw)
     import argparse
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from .. import state
 from .loop import train
 
-__all__ = ["RunSpec", "SweepStopped", "run_spec", "run_all", "usable_cores"]
+__all__ = ["RunSpec", "SweepStopped", "run_spec", "run_all", "usable_cores", "local_processes", "stop_workers"]
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def dask_cluster(address: str):
     return client.get_executor(), client
 
 
-def _stop_workers(pool) -> None:
+def stop_workers(pool) -> None:
     """Cancel what has not started and end the worker processes (a ProcessPoolExecutor's)."""
     procs = list((getattr(pool, "_processes", None) or {}).values())
     pool.shutdown(wait=False, cancel_futures=True)
@@ -180,6 +180,6 @@ def _shutdown(executor) -> None:
     if executor is None:
         return
     if hasattr(executor, "_processes"):
-        _stop_workers(executor)
+        stop_workers(executor)
     else:
         executor.shutdown(wait=False, cancel_futures=True)

@@ -3,14 +3,20 @@
 ``fpsim reproduce --list``: one line per finding (name, claim, source, running time here).
 ``fpsim reproduce NAME [--quick] [--seeds ...] [--json] [--figure PATH]``: runs one, with
 progress on stderr; prints the claim, the source's number, fpsim's number and the verdict with
-its reason, and draws the finding's figure.  ``fpsim reproduce --table docs/findings.md
-[--quick]``: runs every finding and writes the whole table.
+its reason, and draws the finding's figure.  ``fpsim reproduce --all [--jobs N]``: runs every
+finding, printing each as it finishes and drawing every figure into ``figures/findings/`` (or the
+folder ``--figure`` names).  ``fpsim reproduce --table docs/findings.md [--quick] [--jobs N]``:
+runs every finding and writes the whole table.  With ``--jobs N`` the findings run in N worker
+processes at once, each on fpsim's pinned BLAS thread count, so every number is the one a serial
+run prints.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+from . import catalogue
 
 __all__ = ["add_parser", "main"]  # add_arguments too, for the CLI's table of tools (as every tool has)
 
@@ -24,8 +30,12 @@ def add_arguments(p) -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds of the runs (default: 0)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--figure", metavar="PATH",
-                   help="where to draw the figure (default figures/findings/NAME.png; 'none' for no figure)")
+                   help="where to draw the figure (default figures/findings/NAME.png; with --all a folder, "
+                        "default figures/findings; 'none' for no figure)")
+    p.add_argument("--all", action="store_true", help="run every finding, print each result and draw each figure")
     p.add_argument("--table", metavar="PATH", help="run every finding and write the Markdown table to PATH")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="with --all or --table: run N findings at once in worker processes (same numbers)")
 
 
 def add_parser(subparsers):
@@ -50,22 +60,6 @@ def _list() -> int:
     return 0
 
 
-def _draw(result, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    try:
-        result.draw(ax)
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
-    finally:
-        plt.close(fig)
-
-
 def _print(result, finding) -> None:
     print(f"{finding.name}{' (quick)' if result.quick else ''}, seeds {' '.join(map(str, result.seeds))}: "
           f"{result.seconds:.1f} s")
@@ -81,9 +75,37 @@ def _table(args) -> int:
     path = Path(args.table)
     if path.parent and not path.parent.exists():
         raise OSError(f"--table: the folder {path.parent} does not exist")
-    results = table.run_catalogue(args.quick, args.seeds, _progress)
+    try:
+        results = catalogue.run_every(args.quick, args.seeds, args.jobs, None, _progress)
+    except catalogue.CatalogueStopped as e:
+        print(f"fpsim reproduce: {e}; {path} not written (the verdicts above are the finished findings')",
+              file=sys.stderr)
+        return 130
     path.write_text(table.markdown(results, args.quick, args.seeds))
-    print(f"fpsim reproduce: wrote {path} ({len(results)} findings)", file=sys.stderr)
+    print(f"fpsim reproduce: wrote {path} ({sum(r is not None for r in results.values())} findings run)",
+          file=sys.stderr)
+    return 0
+
+
+def _all(args) -> int:
+    from ..experiments.findings import FINDINGS
+
+    folder = None if (args.figure or "").lower() == "none" else Path(args.figure or "figures/findings")
+    if folder is not None and folder.exists() and not folder.is_dir():
+        print(f"fpsim reproduce: error: --figure {folder} is a file; with --all it names a folder", file=sys.stderr)
+        return 2
+
+    def done(result):
+        _print(result, FINDINGS[result.name])
+
+    try:
+        results = catalogue.run_every(args.quick, args.seeds, args.jobs, folder, _progress, on_done=done)
+    except catalogue.CatalogueStopped as e:
+        print(f"fpsim reproduce: {e} (their results are above)", file=sys.stderr)
+        return 130
+    skipped = [n for n, r in results.items() if r is None]
+    if skipped:
+        print(f"fpsim reproduce: not run here (a module is missing): {', '.join(skipped)}", file=sys.stderr)
     return 0
 
 
@@ -92,11 +114,16 @@ def main(args) -> int:
 
     if args.list:
         return _list()
+    if args.jobs < 1:
+        print(f"fpsim reproduce: error: --jobs must be at least 1, got {args.jobs}", file=sys.stderr)
+        return 2
     if args.table:
         return _table(args)
+    if args.all:
+        return _all(args)
     if not args.name:
-        print("fpsim reproduce: error: name a finding (fpsim reproduce --list shows them), or give --list or "
-              "--table PATH", file=sys.stderr)
+        print("fpsim reproduce: error: name a finding (fpsim reproduce --list shows them), or give --list, --all "
+              "or --table PATH", file=sys.stderr)
         return 2
     finding = get_finding(args.name)
     if not finding.available():
@@ -117,7 +144,7 @@ def main(args) -> int:
     else:
         _print(result, finding)
     if fig_path is not None and result.draw is not None:
-        _draw(result, fig_path)
+        catalogue.draw(result, fig_path)
         print(f"fpsim reproduce: figure: {fig_path}", file=sys.stderr)
     return 0
 

@@ -1,8 +1,8 @@
 """``docs/findings.md``: the whole catalogue as one Markdown table, written from results.
 
-:func:`markdown` turns results into the page; :func:`run_catalogue` runs every finding that can run
-here (``fpsim reproduce --table PATH`` calls both).  A finding that cannot run here (it needs a
-module this installation lacks) gets a row saying so, not a number.
+:func:`markdown` turns results into the page (``fpsim reproduce --table PATH`` runs every finding
+with ``tools/catalogue.py`` and calls it).  A finding that cannot run here (it needs a module this
+installation lacks) gets a row saying so, not a number.
 """
 
 from __future__ import annotations
@@ -11,21 +11,9 @@ import platform
 import time
 
 from . import FINDINGS
-from .base import FindingResult, say
+from .base import FindingResult
 
-__all__ = ["markdown", "run_catalogue"]
-
-
-def run_catalogue(quick: bool, seeds=(0,), progress=None) -> dict:
-    """{name: FindingResult, or None where the finding cannot run here}, every finding in order."""
-    out = {}
-    for name, f in FINDINGS.items():
-        if not f.available():
-            out[name] = None
-            continue
-        say(progress, f"{name}: starting")
-        out[name] = f.reproduce(quick, seeds, progress)
-    return out
+__all__ = ["markdown"]
 
 
 def _cell(text: str) -> str:
@@ -45,7 +33,8 @@ def markdown(results: dict, quick: bool, seeds=(0,)) -> str:
         f"{platform.python_version()}, {time.strftime('%Y-%m-%d', time.gmtime())}.  Each row: a claim from a named "
         "source, the number the source reports, the number fpsim measures in its miniature, and the verdict "
         "(`reproduced`, `partly`, or `not at this scale`) with its reason.  `fpsim reproduce NAME` runs one "
-        "finding and draws its figure; `fpsim reproduce --list` lists them.",
+        "finding and draws its figure; `fpsim reproduce --all --jobs 2` runs every one, two at a time, with the "
+        "same numbers as one at a time; `fpsim reproduce --list` lists them.",
         "",
         "| finding | claim | source | the source's number | fpsim's number | verdict | seconds |",
         "|---|---|---|---|---|---|---|",

@@ -1,0 +1,62 @@
+"""``fpsim reproduce --all / --table --jobs N``: the whole catalogue, serially or in worker
+processes, gives the same numbers; each figure is drawn; a stop keeps what finished."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from fpsim.experiments import findings
+from fpsim.tools import catalogue, reproduce
+
+TWO = ("mxfp8-scale-rounding", "nvfp4-rounding")  # the two quickest findings
+
+
+@pytest.fixture
+def two_findings(monkeypatch):
+    monkeypatch.setattr(findings, "FINDINGS", {n: findings.FINDINGS[n] for n in TWO})
+    return TWO
+
+
+def test_workers_give_the_serial_numbers_and_draw_each_figure(two_findings, tmp_path):
+    serial = catalogue.run_every(True, (0,), jobs=1)
+    lines = []
+    parallel = catalogue.run_every(True, (0,), jobs=2, folder=tmp_path, progress=lines.append)
+    for name in TWO:
+        assert parallel[name].numbers == serial[name].numbers, name  # exact: the same bits
+        assert parallel[name].verdict == serial[name].verdict and parallel[name].draw is None
+        assert (tmp_path / f"{name}.png").stat().st_size > 1000
+    assert "2 findings on" in lines[0] and any(line.startswith(f"{TWO[0]}: ") for line in lines)
+
+
+def test_a_stop_keeps_the_findings_that_finished(two_findings):
+    def stop_after_the_first(result):
+        raise KeyboardInterrupt
+
+    with pytest.raises(catalogue.CatalogueStopped, match="stopped after 1 of 2 findings") as e:
+        catalogue.run_every(True, (0,), on_done=stop_after_the_first)
+    assert e.value.results[TWO[0]].verdict in findings.VERDICTS and e.value.results[TWO[1]] is None
+
+
+def _args(**kw):
+    base = {"name": None, "list": False, "quick": True, "seeds": [0], "json": False, "figure": "none",
+            "table": None, "all": False, "jobs": 1}
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_the_cli_runs_every_finding_and_writes_the_table(two_findings, tmp_path, capsys):
+    assert reproduce.main(_args(all=True, figure=str(tmp_path / "figs"))) == 0
+    out = capsys.readouterr().out
+    assert all(f"{name} (quick), seeds 0" in out for name in TWO) and "verdict:" in out
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == [f"{n}.png" for n in TWO]
+    page = tmp_path / "findings.md"
+    assert reproduce.main(_args(table=str(page), jobs=2)) == 0
+    assert sum(line.startswith("| `") for line in page.read_text().splitlines()) == 2
+    assert reproduce.main(_args(all=True, jobs=0)) == 2
+    assert "--jobs must be at least 1, got 0" in capsys.readouterr().err
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert reproduce.main(_args(all=True, figure=str(afile))) == 2
+    assert "is a file; with --all it names a folder" in capsys.readouterr().err
