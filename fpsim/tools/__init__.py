@@ -11,6 +11,7 @@
   ``task.py`` (the reference task), ``vs_torch.py`` (PyTorch on the same task);
 - ``figures.py``      ``fpsim figures``: the figures of ``figures/`` and the shipped example dump;
 - ``plots.py``        every figure fpsim draws, in one style (the labs draw with it too);
+- ``reproduce.py``    ``fpsim reproduce``, with ``catalogue.py`` (the whole catalogue, ``--jobs N``);
 - ``compareplot.py``  the one figure of a recipe comparison (``fpsim compare``, the labs);
 - ``jsonout.py``      strict JSON for every ``--json``;
 - ``torchref.py``     the PyTorch counterparts bench and gpu-check compare with (PyTorch is optional).
