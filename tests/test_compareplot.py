@@ -215,3 +215,54 @@ def test_a_panel_left_out_says_why():
     said = ["no run flushed an activation gradient to 0", "no run left a parameter unchanged (no update stalled)"]
     assert cf.notes[-2:] == said
     assert any(t.get_text() == "\n".join(said) for t in cf.axes["loss"].texts)
+
+
+def test_a_panel_of_zeros_says_so_across_it_instead_of_an_empty_frame():
+    runs = {"fp32": _run("fp32", [1.0, 0.5, 0.25]), "fp8-delayed": _run("fp8-delayed", [1.0, 0.55, 0.3])}
+    cf = compare_figure(runs, panels=["ratio", "flushed"])
+    ax = cf.axes["flushed"]
+    lines = {ln.get_label(): list(ln.get_ydata()) for ln in ax.lines}
+    assert lines == {"fp32: 0% at every step": [0.0] * 3, "fp8-delayed: 0% at every step": [0.0] * 3}
+    assert [t.get_text() for t in ax.texts] == ["0% at every step:\nfp32\nfp8-delayed"]
+    assert "0% at every step: fp32, fp8-delayed" in cf.notes
+    lo, hi = ax.get_ylim()
+    assert lo < 0 < hi  # the zero lines sit above the frame's edge, not on it
+    # where some run did flush, the zeros stay a note in the corner (as in the full figure)
+    runs["fp16-master"] = _run("fp16-master", [1.0, 0.6, 0.4], flushed=[0.1, 0.2, 0.3])
+    ax = compare_figure(runs, panels=["flushed"]).axes["flushed"]
+    assert [ln.get_label() for ln in ax.lines] == ["fp16-master"]
+    assert [t.get_text() for t in ax.texts] == ["0% at every step: fp32, fp8-delayed"]
+
+
+def test_a_death_is_marked_on_the_ratio_panel_too():
+    cf = compare_figure(_runs(), panels=["ratio"])
+    (x,) = _xmarks(cf.axes["ratio"])
+    assert list(x.get_xdata()) == [2] and list(x.get_ydata()) == [pytest.approx(0.4 / 0.25)]
+    assert x.get_label().startswith("_")  # the legend says it once, in the recipe's entry
+    labels = [t.get_text() for t in cf.axes["ratio"].get_legend().get_texts()]
+    assert labels[0] == "fp16-pure: died at step 2"
+
+
+def test_curves_on_top_of_each_other_are_drawn_widest_first_and_named():
+    base = [1.0, 0.5, 0.25, 0.2]
+    runs = {"fp32": _run("fp32", base), "bf16-master": _run("bf16-master", [v * 1.004 for v in base]),
+            "fp16-master": _run("fp16-master", [1.0, 0.5], died_at=1),
+            "bf16-pure": _run("bf16-pure", [1.0, 0.7, 0.5, 0.45])}
+    cf = compare_figure(runs, panels=["loss", "ratio"])
+    ax = cf.axes["loss"]
+    width = {ln.get_label(): ln.get_linewidth() for ln in ax.lines if ln.get_marker() != "X"}
+    assert width["fp32"] > width["bf16-master"] > width["fp16-master"] == width["bf16-pure"]
+    note = ("on top of each other, within 0.4% at every step: fp32, bf16-master, fp16-master (to step 1) "
+            "(drawn widest first; the loss ratio tells them apart)")
+    assert note in cf.notes
+    assert ax.get_legend().get_title().get_text().replace("\n", " ") == note
+    # two curves apart: no note, no title
+    apart = compare_figure({"fp32": runs["fp32"], "bf16-pure": runs["bf16-pure"]}, panels=["loss"])
+    assert apart.axes["loss"].get_legend().get_title().get_text() == "" and not apart.notes
+
+
+def test_a_baseline_chosen_by_name_is_not_explained_as_the_first_recipe():
+    runs = _runs()
+    del runs["fp32"]
+    cf = compare_figure(runs, baseline="fp16-dynamic", panels=["ratio"])
+    assert cf.axes["ratio"].get_title() == "loss / fp16-dynamic loss at the same step"

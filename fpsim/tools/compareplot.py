@@ -6,15 +6,23 @@ several: ``{seed: {recipe: RunResult}}``) - ``fpsim compare`` and ``fpsim figure
 legend note where a run died, at the step the table reports (0-based: the step whose update,
 or whose forward pass, made the run non-finite); below it each loss divided by the baseline's
 at the same step (fp32 where it is in the set, else the first recipe, as the table does), the
-final ratio in the legend.  Right, where the runs have them, what explains the ratios: the
-share of activation gradients flushed to zero, the loss scale with skipped steps marked, and
-the share of parameter updates that stalled.  Over several seeds every line is the mean over
-the seeds with a min-max band.  It draws only what the runs recorded, whatever the task.
+final ratio in the legend, an X again where a run died.  Right, where the runs have them, what
+explains the ratios: the share of activation gradients flushed to zero, the loss scale with
+skipped steps marked, and the share of parameter updates that stalled.  Over several seeds every
+line is the mean over the seeds with a min-max band.  It draws only what the runs recorded,
+whatever the task.
+
+Curves that would hide each other stay visible and say so: loss curves that stay within 1.5% of
+the panel's height of each other at every step they share are drawn widest first, each on top
+of the last (the legend's title names them and their largest difference; the ratio panel tells
+them apart), and a right panel where every run measured 0 at every step draws those runs at 0 and says
+"0% at every step" across it, instead of an empty frame.
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -144,9 +152,59 @@ def _seeds_text(seeds) -> str:
     return f" (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})" if seeds else ""
 
 
-def _loss_panel(ax, by_seed, names, styles, deaths):
+def _tracks(by_seed, a, b, tol) -> float | None:
+    """The largest |log(loss a / loss b)| over the steps and seeds both have, or None where that
+    exceeds ``tol`` or they share fewer than two steps."""
+    worst, shared = 0.0, 0
+    for runs in by_seed.values():
+        if a in runs and b in runs:
+            x, y = _losses(runs[a]), _losses(runs[b])
+            n = min(x.size, y.size)
+            d = np.abs(np.log(x[:n] / y[:n]))
+            d = d[np.isfinite(d)]
+            shared += d.size
+            worst = max(worst, float(d.max()) if d.size else 0.0)
+    return worst if shared >= 2 and worst <= tol else None
+
+
+def _overlaps(by_seed, names) -> list[tuple[list, float]]:
+    """Groups (in drawing order) of recipes whose loss curves lie on top of each other on a log
+    axis - each within 1.5% of the panel's height (in log loss) of the group's first recipe at
+    every step they share - with the group's largest ratio - 1."""
+    finite = np.concatenate([_losses(r) for rs in by_seed.values() for r in rs.values()])
+    finite = finite[np.isfinite(finite)]
+    if finite.size < 2:
+        return []
+    tol = 0.015 * max(float(np.log(finite.max() / finite.min())), 1e-12)
+    groups: list = []
     for name in names:
-        _draw(ax, [_losses(runs[name]) for runs in by_seed.values() if name in runs], styles[name], label=name)
+        for g in groups:
+            d = _tracks(by_seed, name, g[0][0], tol)
+            if d is not None:
+                g[0].append(name)
+                g[1] = max(g[1], d)
+                break
+        else:
+            groups.append([[name], 0.0])
+    return [(g, math.expm1(d)) for g, d in groups if len(g) > 1]
+
+
+def _overlap_note(group, worst, died) -> str:
+    named = [f"{n} (to step {died[n]})" if n in died else n for n in group]
+    return (f"on top of each other, within {100 * worst:.2g}% at every step: {', '.join(named)} "
+            "(drawn widest first; the loss ratio tells them apart)")
+
+
+def _loss_panel(ax, by_seed, names, styles, deaths, notes=()) -> list[str]:
+    """The loss per recipe and the deaths, the curves that lie on top of each other named in the
+    legend's title, ``notes`` low on the left; returns every note written on it."""
+    stacked = _overlaps(by_seed, names)
+    widths = {n: 2.2 + 2.4 * (len(g) - 1 - i) for g, _ in stacked for i, n in enumerate(g)}
+    died = {d.recipe: d.step for d in deaths}
+    said = [_overlap_note(g, w, died) for g, w in stacked]
+    for name in names:
+        _draw(ax, [_losses(runs[name]) for runs in by_seed.values() if name in runs], styles[name], label=name,
+              lw=widths.get(name, 2.2))
     ax.set_yscale("log")
     top = ax.get_ylim()[1]
     groups: dict = {}
@@ -157,7 +215,13 @@ def _loss_panel(ax, by_seed, names, styles, deaths):
         ax.plot([step] * len(ds), y, marker="X", ms=15, ls="none", color=styles[name][0], mec="black", mew=1.2,
                 label=f"{name} died at step {step}{_seeds_text([d.seed for d in ds])}", zorder=5)
     ax.set_ylabel("loss")
-    ax.legend(loc="upper right", fontsize=11, ncol=2 if len(names) + len(groups) > 8 else 1)
+    ncol = 2 if len(names) + len(groups) > 8 else 1
+    ax.legend(loc="upper right", fontsize=11, ncol=ncol, title_fontsize=10, alignment="left",
+              title="\n".join(textwrap.fill(t, 38 * ncol) for t in said) or None)
+    if notes:  # where the loss curves leave room: low on the left
+        ax.text(0.01, 0.03, "\n".join(notes), transform=ax.transAxes, ha="left", va="bottom", fontsize=12,
+                bbox={"facecolor": "white", "alpha": 0.85, "lw": 0})
+    return said + list(notes)
 
 
 def _ratio_rows(by_seed, name, baseline, ratios):
@@ -189,16 +253,31 @@ def _ratio_label(name, ratios: dict, died: list) -> str:
     return f"{name}: {'; '.join(parts) or 'no ratio'}"
 
 
-def _ratio_panel(ax, by_seed, names, styles, baseline, deaths, ratios) -> list[str]:
-    """Each recipe's loss / the baseline's; returns the notes written on the panel."""
+def _ratio_deaths(ax, by_seed, name, baseline, deaths, color) -> None:
+    """An X where each run of ``name`` died, at its last ratio to the baseline (1 if it has none)."""
+    for d in deaths:
+        runs = by_seed[d.seed]
+        if d.recipe != name or baseline not in runs:
+            continue
+        a, b = _losses(runs[name])[: d.step + 1], _losses(runs[baseline])[: d.step + 1]
+        r = a[: b.size] / b[: a.size]
+        r = r[np.isfinite(r)]
+        ax.plot([d.step], [r[-1] if r.size else 1.0], marker="X", ms=12, ls="none", color=color, mec="black",
+                mew=1.0, zorder=5, label="_death")
+
+
+def _ratio_panel(ax, by_seed, names, styles, baseline, deaths, ratios, chosen=False) -> list[str]:
+    """Each recipe's loss / the baseline's, an X where one died; returns the notes written on the
+    panel.  ``chosen``: the caller named the baseline (the title then does not explain it)."""
     others = [n for n in names if n != baseline]
     notes = []
     for name in others:
         rows = _ratio_rows(by_seed, name, baseline, ratios)
         _draw(ax, rows, styles[name], label=_ratio_label(name, ratios.get(name, {}),
                                                          [d for d in deaths if d.recipe == name]))
+        _ratio_deaths(ax, by_seed, name, baseline, deaths, styles[name][0])
     ax.axhline(1.0, color=styles[baseline][0], lw=1.5, ls=styles[baseline][1])
-    which = "" if baseline == "fp32" else f" (no fp32 in this set: the first recipe, {baseline})"
+    which = "" if baseline == "fp32" or chosen else f" (no fp32 in this set: the first recipe, {baseline})"
     ax.set_title(f"loss / {baseline} loss at the same step{which}", fontsize=14)
     ax.set_ylabel(f"loss / {baseline} loss")
     base_died = sorted({d.step for d in deaths if d.recipe == baseline})
@@ -276,6 +355,7 @@ def _skips(ax, by_seed, drawn) -> str:
 def _diag_panel(ax, by_seed, names, styles, key, title, ylabel) -> str:
     """One of the right panels; returns its note."""
     drawn, zero = _panel_runs(by_seed, names, key)
+    centred = False
     for name in drawn:
         carried = _carried(name) if key == "stalled" else None
         label = f"{name}: {carried}" if carried else name
@@ -285,10 +365,18 @@ def _diag_panel(ax, by_seed, names, styles, key, title, ylabel) -> str:
         note = _skips(ax, by_seed, drawn)
         lo, hi = ax.get_ylim()
         ax.set_ylim(lo / (hi / lo) ** 0.1, hi * (hi / lo) ** 0.35)  # room for the note
+    elif zero and not drawn:  # nothing but zeros: drawn at 0 and said across the panel, not an empty frame
+        for i, name in enumerate(zero):
+            _draw(ax, _rows(by_seed, name, key), styles[name], label=f"{name}: 0% at every step",
+                  lw=1.8 + 2.4 * (len(zero) - 1 - i))
+        ax.set_ylim(-0.05, 1.0)
+        ax.text(0.5, 0.5, "0% at every step:\n" + "\n".join(zero), transform=ax.transAxes, ha="center",
+                va="center", fontsize=16, color=BAND_COLORS["flush"] if key == "flushed" else "black")
+        note, centred = f"0% at every step: {', '.join(zero)}", True
     else:
         note = f"0% at every step: {', '.join(zero)}" if zero else ""
         ax.set_ylim(0, ax.get_ylim()[1] * 1.3)
-    if note:
+    if note and not centred:
         ax.text(0.01, 0.97, note, transform=ax.transAxes, ha="left", va="top", fontsize=11,
                 bbox={"facecolor": "white", "alpha": 0.85, "lw": 0})
     ax.set_title(title, fontsize=14)
@@ -328,7 +416,7 @@ def _steps_axis(axes, by_seed) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def _row_figure(by_seed, names, baseline, panels, title, path) -> CompareFigure:
+def _row_figure(by_seed, names, baseline, chosen, panels, title, path) -> CompareFigure:
     """The chosen ``panels`` side by side, in the order given (the labs' figures)."""
     if isinstance(panels, str) or not panels or any(p not in PANELS for p in panels):
         raise ValueError(f"panels: choose from {', '.join(PANELS)}, got {panels!r}")
@@ -342,9 +430,9 @@ def _row_figure(by_seed, names, baseline, panels, title, path) -> CompareFigure:
         axes = list(fig.subplots(1, len(panels), squeeze=False)[0])
         for ax, key in zip(axes, panels):
             if key == "loss":
-                _loss_panel(ax, by_seed, names, styles, deaths)
+                notes += _loss_panel(ax, by_seed, names, styles, deaths)
             elif key == "ratio":
-                notes += _ratio_panel(ax, by_seed, names, styles, baseline, deaths, ratios)
+                notes += _ratio_panel(ax, by_seed, names, styles, baseline, deaths, ratios, chosen)
             else:
                 notes.append(_diag_panel(ax, by_seed, names, styles, key, *text[key]))
             ax.set_xlabel("step")
@@ -370,26 +458,22 @@ def compare_figure(runs, *, baseline: str | None = None, panels=None, title: str
     """
     by_seed = _by_seed(runs)
     names = list(dict.fromkeys(n for rs in by_seed.values() for n in rs))
+    chosen = baseline is not None
     baseline = baseline or ("fp32" if "fp32" in names else names[0])
     if baseline not in names:
         raise ValueError(f"baseline {baseline!r} is not among the recipes ({', '.join(names)})")
     if panels is not None:
-        return _row_figure(by_seed, names, baseline, panels, title, path)
+        return _row_figure(by_seed, names, baseline, chosen, panels, title, path)
     styles, deaths = recipe_styles(names), _deaths(by_seed)
     panels = [p for p in _PANELS if _panel_runs(by_seed, names, p[0])[0]]
     plt = pyplot()
     fig, top, bottom, side = _layout(plt, panels)
     ratios: dict = {}
     with plt.rc_context(STYLE):
-        _loss_panel(top, by_seed, names, styles, deaths)
-        notes = _ratio_panel(bottom, by_seed, names, styles, baseline, deaths, ratios)
+        notes = _ratio_panel(bottom, by_seed, names, styles, baseline, deaths, ratios, chosen)
         for ax, (key, t, ylabel) in zip(side, panels):
             notes.append(_diag_panel(ax, by_seed, names, styles, key, t, ylabel))
-        absent = _absent(by_seed, names, [p[0] for p in panels])
-        if absent:  # said where the loss curves leave room: low on the left
-            top.text(0.01, 0.03, "\n".join(absent), transform=top.transAxes, ha="left", va="bottom", fontsize=12,
-                     bbox={"facecolor": "white", "alpha": 0.85, "lw": 0})
-            notes += absent
+        notes += _loss_panel(top, by_seed, names, styles, deaths, _absent(by_seed, names, [p[0] for p in panels]))
         for ax in (bottom, *side[-1:]):
             ax.set_xlabel("step")
         _steps_axis((top, bottom, *side), by_seed)
