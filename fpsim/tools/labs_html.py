@@ -24,8 +24,8 @@ from pathlib import Path
 
 from .. import state
 
-__all__ = ["add_arguments", "main", "lab_files", "select_labs", "run_lab", "title_of", "write_html", "write_labs",
-           "LabError"]
+# add_arguments too, for the CLI's table of tools (as every tool has)
+__all__ = ["main", "lab_files", "select_labs", "run_lab", "title_of", "write_html", "write_labs", "LabError"]
 
 CELL_TIMEOUT = 600  # seconds one cell may take
 
