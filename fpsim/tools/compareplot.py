@@ -216,7 +216,7 @@ def _loss_panel(ax, by_seed, names, styles, deaths, notes=()) -> list[str]:
                 label=f"{name} died at step {step}{_seeds_text([d.seed for d in ds])}", zorder=5)
     ax.set_ylabel("loss")
     ncol = 2 if len(names) + len(groups) > 8 else 1
-    ax.legend(loc="upper right", fontsize=11, ncol=ncol, title_fontsize=10, alignment="left",
+    ax.legend(loc="best", fontsize=11, ncol=ncol, title_fontsize=10, alignment="left",
               title="\n".join(textwrap.fill(t, 38 * ncol) for t in said) or None)
     if notes:  # where the loss curves leave room: low on the left
         ax.text(0.01, 0.03, "\n".join(notes), transform=ax.transAxes, ha="left", va="bottom", fontsize=12,
