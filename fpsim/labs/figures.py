@@ -90,6 +90,8 @@ def block_figure(block, formats=("mxfp4_e2m1", "nvfp4", "mxfp8_e4m3"), *, title=
     marked 0, one whose scaled magnitude lay beyond the element's max (clamped) as a triangle,
     the blocks' edges and decode factors; the title counts what the quantizer's ``stats`` count.
     Returns the figure (saved to ``path`` if given)."""
+    from matplotlib.ticker import NullLocator
+
     from ..tools import plots
 
     x = np.asarray(block, dtype=np.float32).astype(np.float64)
@@ -109,6 +111,7 @@ def block_figure(block, formats=("mxfp4_e2m1", "nvfp4", "mxfp8_e4m3"), *, title=
             ax.axhline(math.sqrt(zero_row * lo / 2), color="0.6", lw=0.8)
             ticks = [t for t in ax.get_yticks() if lo / 2 <= t <= hi * 3]
             ax.set_yticks([zero_row, *ticks], ["0", *(f"{t:g}" for t in ticks)])
+            ax.yaxis.set_minor_locator(NullLocator())  # the decades say enough; minor ticks cost a second
             ax.set_ylabel("|value|")
         axes[-1].set_xlabel("position in the block")
         handles, labels = axes[0].get_legend_handles_labels()
