@@ -199,7 +199,7 @@ def _loss_panel(ax, by_seed, names, styles, deaths, notes=()) -> list[str]:
     """The loss per recipe and the deaths, the curves that lie on top of each other named in the
     legend's title, ``notes`` low on the left; returns every note written on it."""
     stacked = _overlaps(by_seed, names)
-    widths = {n: 2.2 + 2.4 * (len(g) - 1 - i) for g, _ in stacked for i, n in enumerate(g)}
+    widths = {n: 2.2 + min(2.4, 7.0 / (len(g) - 1)) * (len(g) - 1 - i) for g, _ in stacked for i, n in enumerate(g)}
     died = {d.recipe: d.step for d in deaths}
     said = [_overlap_note(g, w, died) for g, w in stacked]
     for name in names:
