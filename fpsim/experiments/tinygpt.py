@@ -17,7 +17,8 @@ The knobs ``emb_std``, ``ln_acc``, ``attn_stable``, ``qk_scale``, ``mask_value``
 ``qk_norm`` are ``TinyGPT``'s; :data:`OVERFLOW` is the setting that makes float16 overflow in
 the forward pass on purpose (its docstring says how).  ``z_loss`` adds ``z_loss * mean(log^2 Z)``
 to the loss (:func:`z_loss`; Wortsman et al. use 1e-4), ``record_logits`` keeps the largest
-attention logit of every step (:attr:`RunResult.attn_logits`).
+attention logit of every step (:attr:`RunResult.attn_logits`), and ``bos`` starts every
+sequence with a fixed token (:data:`BOS`), a place for attention to rest - an attention sink.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from .task import Task
 __all__ = ["TinyGPTTask", "TinyGPTResult", "OVERFLOW", "TINYGPT_RECIPES", "run_tinygpt", "training_step", "z_loss"]
 
 SEP = 10  # the separator token; digits are 0-9
+BOS = 11  # the fixed first token of a task with ``bos=True``
 # What ``fpsim compare --task tinygpt`` runs by default.
 TINYGPT_RECIPES = ("fp32", "fp16-pure", "fp16-master", "fp16-dynamic", "fp16-amp", "bf16-pure", "bf16-master",
                    "fp8-delayed")
@@ -94,6 +96,7 @@ class TinyGPTTask(Task):
     qk_norm: bool = False
     z_loss: float = 0.0
     record_logits: bool = False
+    bos: bool = False
 
     def __post_init__(self):
         """Every field checked now, naming it: a negative warm-up would train with a negative
@@ -108,8 +111,9 @@ class TinyGPTTask(Task):
             raise ValueError(f"TinyGPTTask: data_seed must be an integer >= 0, got {self.data_seed!r}")
         check_positive(self.lr, "TinyGPTTask: lr")
         check_finite(self.z_loss, "TinyGPTTask: z_loss", minimum=0)
-        if not isinstance(self.record_logits, bool):
-            raise TypeError(f"TinyGPTTask: record_logits must be True or False, got {self.record_logits!r}")
+        for name in ("record_logits", "bos"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"TinyGPTTask: {name} must be True or False, got {getattr(self, name)!r}")
         # the model's knobs, checked as TinyGPT checks them, before any run starts
         nn.TinyGPT(self.vocab_size, self.context, self.d_model, 1, self.n_heads, mlp_ratio=1, emb_std=self.emb_std,
                    ln_acc=self.ln_acc, qk_scale=self.qk_scale, attn_stable=self.attn_stable,
@@ -117,16 +121,18 @@ class TinyGPTTask(Task):
 
     @property
     def vocab_size(self) -> int:
-        return SEP + 1
+        return BOS + 1 if self.bos else SEP + 1
 
     @property
     def context(self) -> int:
-        return 2 * self.n_digits
+        return 2 * self.n_digits + int(self.bos)
 
     def sequences(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``n`` sequences (n, 2 * n_digits + 1): digits, separator, the digits sorted."""
+        """``n`` sequences (n, 2 * n_digits + 1): digits, separator, the digits sorted; with
+        ``bos``, :data:`BOS` in front of each (the digits drawn are the same)."""
         x = rng.integers(0, 10, (n, self.n_digits))
-        return np.concatenate([x, np.full((n, 1), SEP), np.sort(x, axis=1)], axis=1)
+        seq = np.concatenate([x, np.full((n, 1), SEP), np.sort(x, axis=1)], axis=1)
+        return np.concatenate([np.full((n, 1), BOS), seq], axis=1) if self.bos else seq
 
     def batch_at(self, step: int) -> np.ndarray:
         return self.sequences(self.batch, np.random.default_rng([self.data_seed, step]))
@@ -145,7 +151,7 @@ class TinyGPTTask(Task):
 
     def logits_and_targets(self, model, seq: np.ndarray):
         """The answer positions' logits (N, vocab) and their targets (N,)."""
-        n = self.n_digits
+        n = self.n_digits + int(self.bos)
         logits = model(seq[:, :-1])[:, n:]  # position n + i predicts sorted digit i
         return logits.reshape(-1, self.vocab_size), seq[:, n + 1:].reshape(-1)
 
@@ -188,7 +194,7 @@ class TinyGPTTask(Task):
 
     def describe(self) -> str:
         knobs = [f"{k}={getattr(self, k)!r}" for k in ("emb_std", "ln_acc", "attn_stable", "qk_scale", "mask_value",
-                                                       "qk_norm", "z_loss")
+                                                       "qk_norm", "z_loss", "bos")
                  if getattr(self, k) != getattr(type(self), k)]
         return (f"tiny GPT: sort {self.n_digits} digits; {self.n_layers} layers, d_model {self.d_model}, "
                 f"{self.n_heads} heads, context {self.context}, vocab {self.vocab_size}; batch {self.batch}, "
