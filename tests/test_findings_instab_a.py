@@ -82,8 +82,8 @@ def test_the_bos_task_and_the_planted_activation():
 
 # ---- the verdict rules, on fixed inputs -----------------------------------------------------
 
-def _proxy_numbers(growth, lowers, flatter, seeds=3.0):
-    return {"logit_growth": growth, "qk_lowers_logit_every_seed": lowers, "qk_flatter_every_seed": flatter,
+def _proxy_numbers(growth, lowers, wider, seeds=3.0):
+    return {"logit_growth": growth, "qk_lowers_logit_every_seed": lowers, "qk_wider_every_seed": wider,
             "seeds": seeds}
 
 
