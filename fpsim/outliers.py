@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .formats import get_format, round_to
+from .formats import f32_to_fp8, fp8_to_f32, get_format
 from .lowp.recipes import compute_scale
 from .tensor import Tensor
 from .textable import text_table
@@ -48,9 +48,10 @@ def excess_kurtosis(x) -> float:
 
 
 def fp8_error(x, fmt="float8_e4m3fn") -> dict:
-    """The error of quantizing ``x`` to ``fmt`` with one per-tensor scale, as fp8 recipes scale:
-    ``s = 2^floor(log2(fmt.max / amax))`` (``lowp.compute_scale``), ``x * s`` (exact: s is a
-    power of two) rounded once to ``fmt`` (nearest, saturating at max), divided by ``s``.
+    """The error of quantizing ``x`` (widened or rounded to float32) to the fp8 format ``fmt``
+    with one per-tensor scale, as fp8 recipes scale: ``s = 2^floor(log2(fmt.max / amax))``
+    (``lowp.compute_scale``), ``x * s`` (exact in float32: s is a power of two) rounded once to
+    ``fmt`` (nearest even, saturating at max), divided by ``s`` in float64.
 
     Returns ``rel_mse`` = sum (q - x)^2 / sum x^2 (float64), ``small``: the share of non-zero
     entries that land below ``fmt``'s smallest normal after scaling (subnormal or flushed: where
@@ -59,13 +60,15 @@ def fp8_error(x, fmt="float8_e4m3fn") -> dict:
     f = get_format(fmt)
     amax = float(np.max(np.abs(v))) if v.size else 0.0
     s = float(compute_scale(amax, f))
-    scaled = v.astype(np.float64) * s
-    q = round_to(scaled, f, saturate=True) / s
-    energy = float(np.sum(v.astype(np.float64) ** 2))
-    nonzero = v != 0
-    small = float(np.mean(np.abs(scaled[nonzero]) < f.tiny)) if nonzero.any() else 0.0
-    rel = float(np.sum((q - v) ** 2) / energy) if energy > 0 else 0.0
-    return {"rel_mse": rel, "small": small, "scale": s}
+    scaled = v * np.float32(s)  # exact: a power of two, and nothing reaches float32's limits
+    q = fp8_to_f32(f32_to_fp8(scaled, f, saturate=True)).astype(np.float64) / s
+    v64 = v.astype(np.float64)
+    energy = float(np.dot(v64, v64))
+    nonzero = int(np.count_nonzero(v))
+    small = (int(np.count_nonzero(np.abs(scaled) < f.tiny)) - (v.size - nonzero)) / nonzero if nonzero else 0.0
+    d = q - v64
+    rel = float(np.dot(d, d) / energy) if energy > 0 else 0.0
+    return {"rel_mse": rel, "small": float(small), "scale": s}
 
 
 @dataclass(frozen=True)
@@ -99,10 +102,15 @@ class OutlierMonitor:
     """Per-module outlier statistics of every forward pass inside the ``with`` block (module
     docstring).  ``modules``: which outputs to watch - None for every module below the root,
     or a list of paths (``"blocks.0"``), or a tuple of module classes; the root is never
-    watched (its output is the logits), but its calls number the passes.  ``rows`` holds
-    :class:`OutlierRow` in the order the outputs were made."""
+    watched (its output is the logits), but its calls number the passes.  ``every``: read the
+    outputs of every n-th pass only (passes 0, n, 2n, ...; the statistics cost about as much as
+    the forward pass of a small model).  ``rows`` holds :class:`OutlierRow` in the order the
+    outputs were made."""
 
-    def __init__(self, model, modules=None):
+    def __init__(self, model, modules=None, *, every: int = 1):
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"OutlierMonitor: every must be an integer >= 1, got {every!r}")
+        self.every = every
         named = dict(model.named_modules())
         if modules is None:
             paths = [p for p in named if p]
@@ -145,8 +153,9 @@ class OutlierMonitor:
     def _watch(self, path: str, fwd):
         def forward(*args, **kwargs):
             out = fwd(*args, **kwargs)
-            if isinstance(out, Tensor):
-                self.rows.append(_row(max(self._pass, 0), path, out))
+            n = max(self._pass, 0)
+            if isinstance(out, Tensor) and n % self.every == 0:
+                self.rows.append(_row(n, path, out))
             return out
 
         return forward

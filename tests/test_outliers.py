@@ -99,3 +99,16 @@ def test_the_monitor_gives_the_model_back_after_an_error():
     with pytest.raises(ValueError), OutlierMonitor(m):
         m(np.zeros((2, 9), dtype=int))  # longer than the context
     assert all("forward" not in mod.__dict__ for _, mod in m.named_modules())
+
+
+def test_every_nth_pass():
+    m = nn.TinyGPT(11, 8, d_model=16, n_layers=1, n_heads=2)
+    ids = np.zeros((2, 8), dtype=int)
+    with OutlierMonitor(m, modules=["blocks.0"], every=2) as om:
+        for _ in range(5):
+            m(ids)
+    assert [r.pass_ for r in om.rows] == [0, 2, 4]
+    assert len(om.logits()["blocks.0.attn"]) == 5  # the logit probe sees every pass
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="every must be an integer >= 1"):
+            OutlierMonitor(m, every=bad)

@@ -8,12 +8,12 @@ own, so one is planted: the task starts every sequence with a fixed token (``bos
 real models park their sinks), and that token's embedding gets the value :data:`PLANTS` in one
 dimension - a massive activation that rides the residual stream through every block.  Each
 plant is trained in float32 (Adam, the task's schedule) under an
-:class:`~fpsim.outliers.OutlierMonitor` watching, every step, the block outputs (the residual
+:class:`~fpsim.outliers.OutlierMonitor` watching the block outputs (the residual
 stream), each attention's output, each MLP's GELU output and each block's first LayerNorm
-output.  For every watched tensor at every step: its excess kurtosis and the error of the same
+output.  For every watched tensor at every 5th step: its excess kurtosis and the error of the same
 tensor quantized to e4m3 with one per-tensor scale (``fpsim.outliers.fp8_error``: the relative
 MSE, and the share of entries pushed below e4m3's smallest normal).  Reported: the residual
-stream's max / median |x| and kurtosis per plant at the last step, and over all tensors, steps and
+stream's max / median |x| and kurtosis per plant at the last step watched, and over all tensors, steps and
 plants of a seed the Spearman rank correlation of kurtosis with each error measure (seed mean,
 min-max).  Full runs: at least 3 seeds (the seeds given, extended by the next integers).
 """
@@ -50,14 +50,14 @@ def plant(model, value: float) -> None:
     w.data = tensor(arr, w.fmt, backend=w.backend).data
 
 
-def train_watched(value: float, steps: int, seed: int, task: TinyGPTTask = TASK) -> tuple:
+def train_watched(value: float, steps: int, seed: int, task: TinyGPTTask = TASK, every: int = 1) -> tuple:
     """(OutlierMonitor, evaluation loss) of the tiny GPT trained ``steps`` float32 Adam steps with
-    ``value`` planted (0: the BOS token as drawn)."""
+    ``value`` planted (0: the BOS token as drawn), the monitor reading every ``every``-th step."""
     model = task.model(seed)
     if value:
         plant(model, value)
     opt = Adam(model.parameters(), lr=task.lr)
-    with OutlierMonitor(model, modules=watched(task.n_layers)) as om:
+    with OutlierMonitor(model, modules=watched(task.n_layers), every=every) as om:
         for step in range(steps):
             opt.zero_grad()
             opt.lr = task.lr_at(step, steps, task.lr)
@@ -91,9 +91,9 @@ def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
     t0 = time.perf_counter()
     seeds = tuple(seeds)
     if quick:
-        plants, steps = QUICK_PLANTS, 10
+        plants, steps, every = QUICK_PLANTS, 10, 2
     else:
-        plants, steps = PLANTS, 100
+        plants, steps, every = PLANTS, 100, 5
         seeds += tuple(s for s in range(max(seeds) + 1, max(seeds) + 4) if s not in seeds)[:max(0, 3 - len(seeds))]
     per = {p: {"ratio": [], "kurt": [], "loss": [], "small": []} for p in plants}
     rho_mse, rho_small, points = [], [], []
@@ -101,13 +101,14 @@ def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
         rows = []
         for p in plants:
             say(progress, f"seed {seed}: planted {p:g}, {steps} float32 steps under the outlier monitor")
-            om, loss = train_watched(p, steps, seed)
-            last = [r for r in om.rows if r.pass_ == steps - 1 and r.module.count(".") == 1]  # the block outputs
+            om, loss = train_watched(p, steps, seed, every=every)
+            end = max(r.pass_ for r in om.rows)
+            last = [r for r in om.rows if r.pass_ == end and r.module.count(".") == 1]  # the block outputs
             per[p]["ratio"].append(np.mean([r.top_ratio for r in last]))
             per[p]["kurt"].append(np.mean([r.kurtosis for r in last]))
             per[p]["small"].append(np.mean([r.fp8_small for r in last]))
             per[p]["loss"].append(loss)
-            rows += [(p, r) for r in om.rows if r.pass_ < steps]
+            rows += [(p, r) for r in om.rows]
         k = [r.kurtosis for _, r in rows]
         rho_mse.append(rank_correlation(k, [r.fp8_rel_mse for _, r in rows]))
         rho_small.append(rank_correlation(k, [r.fp8_small for _, r in rows]))

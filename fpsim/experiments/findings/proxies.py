@@ -178,7 +178,7 @@ def draw(ax, res: dict, lrs) -> None:
     ax.set_xlabel("learning rate")
     ax.set_ylabel("final evaluation loss")
     ax.set_title("tiny GPT: LR sensitivity (seed mean, min-max)")
-    ax.legend(fontsize=6, loc="lower right", ncol=2)
+    ax.legend(fontsize=6, loc="lower left", ncol=2)
     inset.set_xscale("log")
     inset.set_yscale("log")
     inset.set_title("largest attention logit", fontsize=7)
