@@ -39,6 +39,10 @@ CONFIGS = tuple((rec, arm) for rec in ("fp32", "bf16-master") for arm in ARMS) +
 QUICK_CONFIGS = (("fp32", "default"), ("fp32", "qk-norm"), ("fp16-amp", "default"))
 
 
+# The tiny GPT of the sweep (lab 16 trains the same one).
+SETTINGS = {"n_digits": 8, "d_model": 32, "n_layers": 1, "n_heads": 2, "batch": 16, "warmup": 10, "record_logits": True}
+
+
 class ProxyTask(TinyGPTTask):
     """The tiny-GPT task without the non-finite tracer (the sweep reads losses and logits only)."""
 
@@ -46,8 +50,7 @@ class ProxyTask(TinyGPTTask):
 
 
 def _task(arm: str) -> ProxyTask:
-    return ProxyTask(n_digits=8, d_model=32, n_layers=1, n_heads=2, batch=16, warmup=10, record_logits=True,
-                     **ARMS[arm])
+    return ProxyTask(**SETTINGS, **ARMS[arm])
 
 
 def key(rec: str, arm: str) -> str:
