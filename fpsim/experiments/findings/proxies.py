@@ -150,7 +150,7 @@ def _measured(n: dict, res: dict, lrs) -> str:
 def verdict(numbers: dict) -> tuple[str, str]:
     growth = numbers["logit_growth"]
     lowers, wider = numbers["qk_lowers_logit_every_seed"] == 1, numbers["qk_wider_every_seed"] == 1
-    seeds = f"in every one of {int(numbers['seeds'])} seed{'s' if numbers['seeds'] != 1 else ''}"
+    seeds = f"in every one of {int(numbers['seeds'])} seeds" if numbers["seeds"] > 1 else "in its one seed"
     if growth < 3:
         return "not at this scale", (f"the default model's largest attention logit grows only {growth:.1f}x from the "
                                      "lowest to the highest LR: no logit growth to cure")
