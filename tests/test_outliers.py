@@ -112,3 +112,14 @@ def test_every_nth_pass():
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match="every must be an integer >= 1"):
             OutlierMonitor(m, every=bad)
+
+
+def test_the_docs_example_prints_what_the_page_quotes(capsys):
+    """docs/outliers.md's example, run as written, prints the table the page shows."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "outliers.md").read_text()
+    code, quoted = re.findall(r"```python\n(.*?)```.*?```\n(.*?)```", page, flags=re.S)[0]
+    exec(compile(code, "docs/outliers.md", "exec"), {})
+    assert capsys.readouterr().out == quoted
