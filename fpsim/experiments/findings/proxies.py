@@ -110,8 +110,10 @@ def summarize(res: dict, lrs) -> dict:
     n["logit_growth"] = float(np.mean(base["logit"][:, -1] / base["logit"][:, 0]))
     n["qk_lowers_logit_every_seed"] = float(bool(np.all(qk["logit"][:, top:] < base["logit"][:, top:])))
     n["qk_wider_every_seed"] = float(bool(np.all(edge(qk["loss"], best, lrs) > edge(base["loss"], best, lrs))))
-    for k, r in res.items():
-        n[f"{k}_died"] = float(np.mean(~np.isfinite(r["loss"])))
+    for k, r in res.items():  # runs whose final loss is not finite (a forward overflow the scaler skips for ever)
+        n[f"{k}_nonfinite"] = float(np.mean(~np.isfinite(r["loss"])))
+        for j, lr in enumerate(lrs):
+            n[f"{k}_nonfinite_lr{lr:g}"] = float(np.mean(~np.isfinite(r["loss"][:, j])))
     n["seeds"], n["lrs"] = float(len(base["init"])), float(len(lrs))
     return n
 
@@ -140,9 +142,12 @@ def _measured(n: dict, res: dict, lrs) -> str:
     for k in (key("fp32", "z-loss"), key("bf16-master", "default"), key("bf16-master", "qk-norm")):
         if k in res:
             text += f", {k} {n[f'{k}_sensitivity']:.3f}"
-    edges = [f"{k.split('/')[0]} {n[f'{k}_edge']:.3g}" + (f" ({pct(n[f'{k}_died'], 0)} of its runs died)"
-                                                          if n[f"{k}_died"] else "")
-             for k in res if k.endswith("/default")]
+    edges = []
+    for k in (k for k in res if k.endswith("/default")):
+        bad = [f"LR {lr:g} in {pct(n[f'{k}_nonfinite_lr{lr:g}'], 0)} of seeds" for lr in lrs
+               if n[f"{k}_nonfinite_lr{lr:g}"]]
+        edges.append(f"{k.split('/')[0]} {n[f'{k}_edge']:.3g}" + (f" (final loss not finite at {', '.join(bad)})"
+                                                                  if bad else ""))
     return (text + f"; edge of stability (LR, seed mean): qk-norm {n[f'{q}_edge']:.3g}, default arm "
             f"{', '.join(edges)}")
 
