@@ -21,6 +21,7 @@ and fp32 qk-norm keeps it lower at every LR of the grid's upper half AND reaches
 from __future__ import annotations
 
 import time
+import warnings
 
 import numpy as np
 
@@ -174,19 +175,23 @@ def draw(ax, res: dict, lrs) -> None:
     attention logit against LR."""
     styles = {"fp32": "-", "bf16-master": "--", "fp16-amp": ":", "fp8-delayed": "-."}
     colours = {arm: f"C{i}" for i, arm in enumerate(ARMS)}
-    inset = ax.inset_axes([0.08, 0.55, 0.35, 0.4])
+    inset = ax.inset_axes([0.07, 0.62, 0.33, 0.33])
     for k, r in res.items():
         rec, arm = k.split("/")
         colour = colours[arm] if rec in ("fp32", "bf16-master") else ("C4" if rec == "fp16-amp" else "C5")
-        mean = np.nanmean(r["loss"], axis=0)
-        ax.errorbar(lrs, mean, yerr=[mean - np.nanmin(r["loss"], axis=0), np.nanmax(r["loss"], axis=0) - mean],
-                    ls=styles[rec], color=colour, marker="o", ms=3, capsize=2, label=k)
-        inset.plot(lrs, np.nanmean(r["logit"], axis=0), ls=styles[rec], color=colour, marker=".")
+        with warnings.catch_warnings():  # an LR where every seed's loss is NaN has no point: left out
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean, lo, hi = (f(r["loss"], axis=0) for f in (np.nanmean, np.nanmin, np.nanmax))
+        ax.errorbar(lrs, mean, yerr=[mean - lo, hi - mean], ls=styles[rec], color=colour, marker="o", ms=3,
+                    capsize=2, label=k)
+        inset.plot(lrs, np.mean(r["logit"], axis=0), ls=styles[rec], color=colour, marker=".")
     ax.set_xscale("log")
     ax.set_xlabel("learning rate")
     ax.set_ylabel("final evaluation loss")
     ax.set_title("tiny GPT: LR sensitivity (seed mean, min-max)")
-    ax.legend(fontsize=6, loc="lower left", ncol=2)
+    lo, hi = ax.get_ylim()
+    ax.set_ylim(lo, hi + 0.5 * (hi - lo))  # a free band on top for the inset and the legend
+    ax.legend(fontsize=6, loc="upper right", ncol=2)
     inset.set_xscale("log")
     inset.set_yscale("log")
     inset.set_title("largest attention logit", fontsize=7)
