@@ -16,7 +16,7 @@ LAYERS = [
     ("core", ["fpsim.backend", "fpsim.tensor", "fpsim.ops"]),
     ("modules", ["fpsim.statedict", "fpsim.nn", "fpsim.optim", "fpsim.amp", "fpsim.checkpoint"]),
     ("low-precision recipes", ["fpsim.lowp", "fpsim.fp8"]),
-    ("instruments", ["fpsim.monitor", "fpsim.capture", "fpsim.trace"]),
+    ("instruments", ["fpsim.monitor", "fpsim.capture", "fpsim.trace", "fpsim.outliers"]),
     ("experiments", ["fpsim.experiments", "fpsim.data", "fpsim.examples"]),
     ("tools", ["fpsim.tools"]),
     ("labs support", ["fpsim.labs"]),

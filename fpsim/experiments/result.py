@@ -36,6 +36,7 @@ class RunResult:
     fp8: dict = field(default_factory=dict)  # fp8 recipes: tensor -> ScalingState.summary() after the last step
     accuracy: float | None = None  # tasks with answers (tiny GPT): share predicted exactly, final model
     eval_loss: float | None = None  # tasks with an evaluation batch: its loss on the final model
+    attn_logits: list = field(default_factory=list)  # tiny GPT with record_logits: largest |attention logit| per step
     traced: bool = False  # whether a NonFiniteTracer watched the run (then ``nonfinite`` is its finding)
     nonfinite: object = None  # fpsim.trace.NonFinite: the first op that made inf/NaN (scaler overflows aside)
     scaler_overflows: int = 0  # backward passes where the loss-scaled gradients overflowed (traced runs)

@@ -13,9 +13,12 @@ step), so every recipe sees the same data in the same order, and nothing is down
 The loss is computed in float32 (the logits are cast first), as autocast does for every loss.
 Adam with a linear warm-up and a cosine decay to 0.
 
-The knobs ``emb_std``, ``ln_acc``, ``attn_stable``, ``qk_scale`` and ``mask_value`` are
-``TinyGPT``'s; :data:`OVERFLOW` is the setting that makes float16 overflow in the forward pass
-on purpose (its docstring says how).
+The knobs ``emb_std``, ``ln_acc``, ``attn_stable``, ``qk_scale``, ``mask_value`` and
+``qk_norm`` are ``TinyGPT``'s; :data:`OVERFLOW` is the setting that makes float16 overflow in
+the forward pass on purpose (its docstring says how).  ``z_loss`` adds ``z_loss * mean(log^2 Z)``
+to the loss (:func:`z_loss`; Wortsman et al. use 1e-4), ``record_logits`` keeps the largest
+attention logit of every step (:attr:`RunResult.attn_logits`), and ``bos`` starts every
+sequence with a fixed token (:data:`BOS`), a place for attention to rest - an attention sink.
 """
 
 from __future__ import annotations
@@ -26,19 +29,36 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .. import nn, state
-from ..checks import check_positive, is_integer
+from .. import nn, ops, state
+from ..checks import check_finite, check_positive, is_integer
+from ..tensor import Tensor, tensor
 from .loop import train
 from .recipes import get_recipe
 from .result import RunResult
 from .task import Task
 
-__all__ = ["TinyGPTTask", "TinyGPTResult", "OVERFLOW", "TINYGPT_RECIPES", "run_tinygpt", "training_step"]
+__all__ = ["TinyGPTTask", "TinyGPTResult", "OVERFLOW", "TINYGPT_RECIPES", "run_tinygpt", "training_step", "z_loss"]
 
 SEP = 10  # the separator token; digits are 0-9
+BOS = 11  # the fixed first token of a task with ``bos=True``
 # What ``fpsim compare --task tinygpt`` runs by default.
 TINYGPT_RECIPES = ("fp32", "fp16-pure", "fp16-master", "fp16-dynamic", "fp16-amp", "bf16-pure", "bf16-master",
                    "fp8-delayed")
+
+
+def z_loss(logits: Tensor) -> Tensor:
+    """The mean over rows of (log Z)^2, Z the softmax normaliser of each row of ``logits`` (N, C):
+    the auxiliary loss that keeps the output logits from drifting (PaLM; Wortsman et al.).
+
+    log Z = m + log(sum(exp(x - m))) with m the row maximum held as a constant (so the gradient
+    of log Z is exactly the softmax); every op runs in the logits' format, so pass float32 logits
+    (as the loss is computed) - each op rounds once there."""
+    if not isinstance(logits, Tensor) or logits.ndim != 2:
+        raise ValueError(f"z_loss: logits must be a Tensor (N, C), got {getattr(logits, 'shape', type(logits).__name__)}")
+    be = logits.backend
+    m = tensor(be.xp.max(logits.f32(), axis=-1, keepdims=True), logits.fmt, backend=be)
+    log_z = ops.add(ops.log(ops.sum(ops.exp(ops.sub(logits, m)), axis=-1, keepdims=True)), m)
+    return ops.mean(ops.mul(log_z, log_z))
 
 
 # The tiny GPT's runs are RunResults (accuracy, eval_loss and the traced first non-finite op filled
@@ -73,6 +93,10 @@ class TinyGPTTask(Task):
     attn_stable: bool = True
     qk_scale: float | None = None
     mask_value: float | None = None
+    qk_norm: bool = False
+    z_loss: float = 0.0
+    record_logits: bool = False
+    bos: bool = False
 
     def __post_init__(self):
         """Every field checked now, naming it: a negative warm-up would train with a negative
@@ -86,23 +110,29 @@ class TinyGPTTask(Task):
         if not (is_integer(self.data_seed) and self.data_seed >= 0):
             raise ValueError(f"TinyGPTTask: data_seed must be an integer >= 0, got {self.data_seed!r}")
         check_positive(self.lr, "TinyGPTTask: lr")
+        check_finite(self.z_loss, "TinyGPTTask: z_loss", minimum=0)
+        for name in ("record_logits", "bos"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"TinyGPTTask: {name} must be True or False, got {getattr(self, name)!r}")
         # the model's knobs, checked as TinyGPT checks them, before any run starts
         nn.TinyGPT(self.vocab_size, self.context, self.d_model, 1, self.n_heads, mlp_ratio=1, emb_std=self.emb_std,
                    ln_acc=self.ln_acc, qk_scale=self.qk_scale, attn_stable=self.attn_stable,
-                   mask_value=self.mask_value)
+                   mask_value=self.mask_value, qk_norm=self.qk_norm)
 
     @property
     def vocab_size(self) -> int:
-        return SEP + 1
+        return BOS + 1 if self.bos else SEP + 1
 
     @property
     def context(self) -> int:
-        return 2 * self.n_digits
+        return 2 * self.n_digits + int(self.bos)
 
     def sequences(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``n`` sequences (n, 2 * n_digits + 1): digits, separator, the digits sorted."""
+        """``n`` sequences (n, 2 * n_digits + 1): digits, separator, the digits sorted; with
+        ``bos``, :data:`BOS` in front of each (the digits drawn are the same)."""
         x = rng.integers(0, 10, (n, self.n_digits))
-        return np.concatenate([x, np.full((n, 1), SEP), np.sort(x, axis=1)], axis=1)
+        seq = np.concatenate([x, np.full((n, 1), SEP), np.sort(x, axis=1)], axis=1)
+        return np.concatenate([np.full((n, 1), BOS), seq], axis=1) if self.bos else seq
 
     def batch_at(self, step: int) -> np.ndarray:
         return self.sequences(self.batch, np.random.default_rng([self.data_seed, step]))
@@ -111,13 +141,17 @@ class TinyGPTTask(Task):
         return self.sequences(self.eval_size, np.random.default_rng([self.data_seed, 1 << 30]))
 
     def model(self, seed: int = 0) -> nn.TinyGPT:
-        return nn.TinyGPT(self.vocab_size, self.context, self.d_model, self.n_layers, self.n_heads, seed=seed,
-                          mlp_ratio=self.mlp_ratio, emb_std=self.emb_std, ln_acc=self.ln_acc, qk_scale=self.qk_scale,
-                          attn_stable=self.attn_stable, mask_value=self.mask_value)
+        """A fresh float32 TinyGPT; its attentions' largest-logit probe on if ``record_logits``."""
+        m = nn.TinyGPT(self.vocab_size, self.context, self.d_model, self.n_layers, self.n_heads, seed=seed,
+                       mlp_ratio=self.mlp_ratio, emb_std=self.emb_std, ln_acc=self.ln_acc, qk_scale=self.qk_scale,
+                       attn_stable=self.attn_stable, mask_value=self.mask_value, qk_norm=self.qk_norm)
+        if self.record_logits:
+            m.record_logits()
+        return m
 
     def logits_and_targets(self, model, seq: np.ndarray):
         """The answer positions' logits (N, vocab) and their targets (N,)."""
-        n = self.n_digits
+        n = self.n_digits + int(self.bos)
         logits = model(seq[:, :-1])[:, n:]  # position n + i predicts sorted digit i
         return logits.reshape(-1, self.vocab_size), seq[:, n + 1:].reshape(-1)
 
@@ -126,16 +160,21 @@ class TinyGPTTask(Task):
         return self.batch_at
 
     def loss(self, model, seq: np.ndarray, recipe=None):
-        """Cross-entropy on the answer tokens, in float32 (the logits widened first), the whole
+        """Cross-entropy on the answer tokens, in float32 (the logits widened first), plus
+        ``z_loss`` times :func:`z_loss` of the same float32 logits when it is not 0; the whole
         forward pass under the recipe's autocast (``recipe.forward_context()``)."""
         with recipe.forward_context() if recipe is not None else contextlib.nullcontext():
             logits, target = self.logits_and_targets(model, seq)
-            return nn.cross_entropy(logits.to("float32"), target)
+            logits = logits.to("float32")
+            loss = nn.cross_entropy(logits, target)
+            return ops.add(loss, ops.mul(z_loss(logits), float(self.z_loss))) if self.z_loss else loss
 
     def metrics(self, model, recipe) -> dict:
-        """``eval_loss`` and ``accuracy`` of the final model on the evaluation batch."""
+        """``eval_loss`` and ``accuracy`` of the final model on the evaluation batch; with
+        ``record_logits``, ``attn_logits``: the largest |attention logit| of each training step."""
+        out = {"attn_logits": model.max_logits_recorded()} if self.record_logits else {}
         eval_loss, accuracy = self.evaluate(model, recipe.autocast)
-        return {"eval_loss": eval_loss, "accuracy": accuracy}
+        return {**out, "eval_loss": eval_loss, "accuracy": accuracy}
 
     def evaluate(self, model, autocast: str | None = None) -> tuple[float, float]:
         """(cross-entropy, answer-token accuracy) of ``model`` on the evaluation batch."""
@@ -154,7 +193,8 @@ class TinyGPTTask(Task):
         return lr * f * min(1.0, (step + 1) / self.warmup) if self.warmup else lr * f
 
     def describe(self) -> str:
-        knobs = [f"{k}={getattr(self, k)!r}" for k in ("emb_std", "ln_acc", "attn_stable", "qk_scale", "mask_value")
+        knobs = [f"{k}={getattr(self, k)!r}" for k in ("emb_std", "ln_acc", "attn_stable", "qk_scale", "mask_value",
+                                                       "qk_norm", "z_loss", "bos")
                  if getattr(self, k) != getattr(type(self), k)]
         return (f"tiny GPT: sort {self.n_digits} digits; {self.n_layers} layers, d_model {self.d_model}, "
                 f"{self.n_heads} heads, context {self.context}, vocab {self.vocab_size}; batch {self.batch}, "

@@ -7,6 +7,10 @@ attention scores ``q @ k^T`` in the model's format before the softmax sees them,
 statistics in float32 unless ``ln_acc`` says otherwise.  The knobs that the overflow lab turns
 (``attn_stable``, ``ln_acc``, ``mask_value``, ``qk_scale``) default to what a careful
 implementation does; each one, turned, is a failure practitioners have met in float16.
+``qk_norm`` is the cure for attention-logit growth at high learning rates (Wortsman et al.,
+arXiv 2309.14322): a LayerNorm over each head's queries and keys before their dot product.
+``record_logits()`` turns on a probe that keeps the largest attention logit of every forward
+pass (off by default; off, it costs one ``is None`` test per attention call).
 
 Parameters are drawn in float64 from one generator and rounded once into ``fmt``: Linear as
 PyTorch initialises it, embeddings N(0, ``emb_std``), LayerNorm weight 1 and bias 0.
@@ -106,30 +110,67 @@ class CausalSelfAttention(Module):
 
     ``qk_scale``: the factor on the scores (default 1/sqrt(head dim); 1.0 leaves them unscaled);
     ``stable``: False for a softmax without max-subtraction; ``mask_value``: the causal mask as
-    an additive constant (e.g. finfo(float16).min) instead of a boolean one.
+    an additive constant (e.g. finfo(float16).min) instead of a boolean one.  ``qk_norm``: a
+    LayerNorm over the head dimension (``q_norm``, ``k_norm``: one weight and bias of size head
+    dim, shared by the heads) on each head's queries and keys before the scores; they run as
+    LayerNorm does (float32 statistics, one rounding into the model's format).
+
+    ``record_logits()`` starts the probe: every forward pass then appends to ``max_logits`` the
+    largest |q.k * scale| over the (query, key) pairs the causal mask allows, all heads and the
+    whole batch - a Python float from float32 products of the stored q and k (after qk_norm),
+    the values the scores' matmul rounds.
     """
 
     def __init__(self, d_model: int, n_heads: int, *, fmt="float32", rng=None, seed=None, qk_scale=None,
-                 stable: bool = True, mask_value=None, backend=None):
+                 stable: bool = True, mask_value=None, qk_norm: bool = False, backend=None):
         super().__init__()
         d_model = _positive_int(d_model, "d_model", "CausalSelfAttention")
         n_heads = _positive_int(n_heads, "n_heads", "CausalSelfAttention")
         if d_model % n_heads:
             raise ValueError(f"CausalSelfAttention: n_heads {n_heads} does not divide d_model {d_model}")
         _check_attention(qk_scale, stable, mask_value, "CausalSelfAttention")
+        _check_flag(qk_norm, "qk_norm", "CausalSelfAttention")
         rng = _generator(rng, seed, "CausalSelfAttention")
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
-        self.qk_scale, self.stable, self.mask_value = qk_scale, stable, mask_value
+        self.qk_scale, self.stable, self.mask_value, self.qk_norm = qk_scale, stable, mask_value, bool(qk_norm)
         for name in ("q", "k", "v", "proj"):
             setattr(self, name, Linear(d_model, d_model, fmt=fmt, rng=rng, backend=backend))
+        if self.qk_norm:
+            self.q_norm = LayerNorm(self.head_dim, fmt=fmt, backend=backend)
+            self.k_norm = LayerNorm(self.head_dim, fmt=fmt, backend=backend)
+        self.max_logits = None  # the probe's record: None (off) or a list
+
+    def record_logits(self, on: bool = True) -> list | None:
+        """Start (``on``: a fresh, empty ``max_logits``) or stop (``max_logits`` None) the probe;
+        returns ``max_logits``."""
+        _check_flag(on, "on", "CausalSelfAttention.record_logits")
+        self.max_logits = [] if on else None
+        return self.max_logits
+
+    def _qkv(self, x: Tensor) -> tuple:
+        """q, k, v (batch, heads, t, head dim), q and k through qk_norm where it is on."""
+        b, t, _ = x.shape
+        heads = (b, t, self.n_heads, self.head_dim)
+        q, k, v = (getattr(self, n)(x).reshape(heads).transpose(0, 2, 1, 3) for n in ("q", "k", "v"))
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return q, k, v
+
+    def _record(self, q: Tensor, k: Tensor, allowed: np.ndarray) -> None:
+        be = q.backend
+        q32, k32 = (np.asarray(be.to_numpy(a.f32()), dtype=np.float32) for a in (q, k))
+        scale = np.float32(1.0 / math.sqrt(self.head_dim) if self.qk_scale is None else self.qk_scale)
+        s = np.abs(np.matmul(q32, np.swapaxes(k32, -1, -2)) * scale)
+        self.max_logits.append(float(np.where(allowed, s, np.float32(0)).max()))
 
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"CausalSelfAttention: input shape {x.shape} does not fit (batch, time, "
                              f"{self.d_model})")
         b, t, _ = x.shape
-        heads = (b, t, self.n_heads, self.head_dim)
-        q, k, v = (getattr(self, n)(x).reshape(heads).transpose(0, 2, 1, 3) for n in ("q", "k", "v"))
+        q, k, v = self._qkv(x)
+        if self.max_logits is not None:
+            self._record(q, k, np.tril(np.ones((t, t), dtype=bool)))
         y = ops.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.qk_scale,
                                              mask_value=self.mask_value, stable=self.stable)
         return self.proj(y.transpose(0, 2, 1, 3).reshape(b, t, self.d_model))
@@ -143,8 +184,7 @@ class CausalSelfAttention(Module):
         ``fused=True``: as a fused decode kernel - q, k and v widened exactly to float32, scores,
         softmax and the product with v in float32, one rounding of the output into x's format."""
         b, t, _ = x.shape
-        heads = (b, t, self.n_heads, self.head_dim)
-        q, k, v = (getattr(self, n)(x).reshape(heads).transpose(0, 2, 1, 3) for n in ("q", "k", "v"))
+        q, k, v = self._qkv(x)
         if cache:
             k, v = ops.concat([cache[0], k], axis=2), ops.concat([cache[1], v], axis=2)
         cache[:] = [k, v]
@@ -158,7 +198,8 @@ class CausalSelfAttention(Module):
         return self.proj(y.transpose(0, 2, 1, 3).reshape(b, t, self.d_model))
 
     def __repr__(self) -> str:
-        return f"CausalSelfAttention(d_model={self.d_model}, n_heads={self.n_heads})"
+        qk = ", qk_norm=True" if self.qk_norm else ""
+        return f"CausalSelfAttention(d_model={self.d_model}, n_heads={self.n_heads}{qk})"
 
 
 class TransformerBlock(Module):
@@ -196,13 +237,15 @@ class TinyGPT(Module):
     ``tied``: the head multiplies by the token embedding's transpose (no head weight of its
     own); else an untied ``Linear(d_model, vocab_size, bias=False)``.  ``emb_std``: the
     embeddings' initial standard deviation (the overflow lab raises it to make activations
-    large).  ``ln_acc``, and ``qk_scale`` / ``attn_stable`` / ``mask_value`` for every
-    attention: see :class:`LayerNorm` and :class:`CausalSelfAttention`.
+    large).  ``ln_acc``, and ``qk_scale`` / ``attn_stable`` / ``mask_value`` / ``qk_norm`` for
+    every attention: see :class:`LayerNorm` and :class:`CausalSelfAttention`.
+    :meth:`record_logits` starts every attention's probe of its largest logit.
     """
 
     def __init__(self, vocab_size: int, context: int, d_model: int = 64, n_layers: int = 2, n_heads: int = 4, *,
                  mlp_ratio: int = 4, tied: bool = False, fmt="float32", seed: int = 0, emb_std: float = 1.0,
-                 ln_acc=None, qk_scale=None, attn_stable: bool = True, mask_value=None, backend=None):
+                 ln_acc=None, qk_scale=None, attn_stable: bool = True, mask_value=None, qk_norm: bool = False,
+                 backend=None):
         super().__init__()
         for name, v in (("vocab_size", vocab_size), ("context", context), ("d_model", d_model),
                         ("n_layers", n_layers), ("n_heads", n_heads), ("mlp_ratio", mlp_ratio)):
@@ -214,6 +257,7 @@ class TinyGPT(Module):
         check_finite(emb_std, "TinyGPT: emb_std", minimum=0)
         _check_flag(tied, "tied", "TinyGPT")
         _check_attention(qk_scale, attn_stable, mask_value, "TinyGPT", stable_name="attn_stable")
+        _check_flag(qk_norm, "qk_norm", "TinyGPT")
         check_acc(ln_acc, "TinyGPT", "ln_acc")
         rng = np.random.default_rng(seed)
         self.vocab_size, self.context, self.d_model, self.tied = vocab_size, context, d_model, bool(tied)
@@ -221,11 +265,22 @@ class TinyGPT(Module):
         self.pos_emb = Embedding(context, d_model, fmt=fmt, std=emb_std, rng=rng, backend=backend)
         self.blocks = Sequential(*(TransformerBlock(d_model, n_heads, mlp_ratio=mlp_ratio, fmt=fmt, rng=rng,
                                                     ln_acc=ln_acc, qk_scale=qk_scale, stable=attn_stable,
-                                                    mask_value=mask_value, backend=backend)
+                                                    mask_value=mask_value, qk_norm=qk_norm, backend=backend)
                                    for _ in range(n_layers)))
         self.ln_f = LayerNorm(d_model, fmt=fmt, acc=ln_acc, backend=backend)
         if not self.tied:
             self.head = Linear(d_model, vocab_size, bias=False, fmt=fmt, rng=rng, backend=backend)
+
+    def record_logits(self, on: bool = True) -> list:
+        """Start (or, ``on=False``, stop) the largest-logit probe of every attention
+        (:meth:`CausalSelfAttention.record_logits`); returns their ``max_logits`` lists, block by block."""
+        return [blk.attn.record_logits(on) for blk in self.blocks]
+
+    def max_logits_recorded(self) -> list:
+        """Per recorded forward pass, the largest |attention logit| over every block (empty if
+        the probe is off)."""
+        recs = [blk.attn.max_logits or [] for blk in self.blocks]
+        return [max(v) for v in zip(*recs)]
 
     def check_ids(self, ids) -> np.ndarray:
         """``ids`` as an integer array (batch, time), or a one-line error naming its shape."""

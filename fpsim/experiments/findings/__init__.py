@@ -10,7 +10,20 @@ line here.
 
 from __future__ import annotations
 
-from . import fouroversix, fp8scale, kahan, lossscale, mismatch, mxscale, nvfp4round, overflow, promotion, sqrt3
+from . import (
+    fouroversix,
+    fp8scale,
+    kahan,
+    lossscale,
+    mismatch,
+    mxscale,
+    nvfp4round,
+    outliers,
+    overflow,
+    promotion,
+    proxies,
+    sqrt3,
+)
 from .base import VERDICTS, Finding, FindingResult
 
 __all__ = ["FINDINGS", "Finding", "FindingResult", "VERDICTS", "get_finding"]
@@ -18,6 +31,7 @@ __all__ = ["FINDINGS", "Finding", "FindingResult", "VERDICTS", "get_finding"]
 FINDINGS: dict[str, Finding] = {m.FINDING.name: m.FINDING for m in (
     lossscale, overflow, kahan, fp8scale,  # what fpsim reproduced before the catalogue
     mismatch, promotion, mxscale, fouroversix, nvfp4round, sqrt3,  # issue 30's findings 1-5
+    proxies, outliers,  # issue 31's findings 1 and 4
 )}
 
 

@@ -1,0 +1,205 @@
+"""Outliers in activations over training: ``with fpsim.outliers.OutlierMonitor(model) as om:``.
+
+Large language models grow a few activations far above the rest (up to 100,000x the median,
+"Massive Activations", arXiv 2402.17762), and a rising excess kurtosis of the activations is
+the early sign of a low-precision run about to diverge (FOG, arXiv 2505.20524).  Beside the
+monitor (which counts what rounding does), this instrument watches the values themselves:
+
+- every forward pass of each watched module, it reads the module's output (the stored values,
+  widened to float64) and keeps one :class:`OutlierRow`: the excess kurtosis (Fisher's, the
+  biased moment estimate ``m4 / m2^2 - 3`` over all the tensor's entries: 0 for a Gaussian,
+  ``scipy.stats.kurtosis(x, axis=None)``), the largest |x|, the median |x| and their ratio, and
+  the relative error of the same tensor quantized to fp8 with one per-tensor scale
+  (:func:`fp8_error`);
+- every attention that has a largest-logit probe (``CausalSelfAttention.record_logits``) has it
+  on inside the block: ``attn_logits`` gives the largest |q.k * scale| of each forward pass.
+
+The watched modules' ``forward`` is wrapped for the duration of the ``with`` block (PyTorch's
+forward hooks, in effect) and given back on exit; the model's numbers are not touched.  Forward
+passes are numbered from 0 in the order the ROOT model is called (``pass_`` of a row), so a
+training loop that calls the model once per step numbers rows by step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .formats import f32_to_fp8, fp8_to_f32, get_format
+from .lowp.recipes import compute_scale
+from .tensor import Tensor
+from .textable import text_table
+
+__all__ = ["OutlierMonitor", "OutlierRow", "excess_kurtosis", "fp8_error"]
+
+
+def excess_kurtosis(x) -> float:
+    """Fisher's excess kurtosis of all entries of ``x`` in float64: ``m4 / m2^2 - 3`` with the
+    biased central moments (scipy's default); NaN for a constant or empty array."""
+    v = np.asarray(x, dtype=np.float64).ravel()
+    if v.size == 0:
+        return float("nan")
+    d = v - v.mean()
+    m2 = float(np.mean(d * d))
+    if not m2 > 0:
+        return float("nan")
+    return float(np.mean(d**4) / (m2 * m2) - 3.0)
+
+
+def fp8_error(x, fmt="float8_e4m3fn") -> dict:
+    """The error of quantizing ``x`` (widened or rounded to float32) to the fp8 format ``fmt``
+    with one per-tensor scale, as fp8 recipes scale: ``s = 2^floor(log2(fmt.max / amax))``
+    (``lowp.compute_scale``), ``x * s`` (exact in float32: s is a power of two) rounded once to
+    ``fmt`` (nearest even, saturating at max), divided by ``s`` in float64.
+
+    Returns ``rel_mse`` = sum (q - x)^2 / sum x^2 (float64), ``small``: the share of non-zero
+    entries that land below ``fmt``'s smallest normal after scaling (subnormal or flushed: where
+    the per-tensor scale costs the bulk its precision), and ``scale``."""
+    v = np.asarray(x, dtype=np.float32).ravel()
+    f = get_format(fmt)
+    amax = float(np.max(np.abs(v))) if v.size else 0.0
+    s = float(compute_scale(amax, f))
+    scaled = v * np.float32(s)  # exact: a power of two, and nothing reaches float32's limits
+    q = fp8_to_f32(f32_to_fp8(scaled, f, saturate=True)).astype(np.float64) / s
+    v64 = v.astype(np.float64)
+    energy = float(np.dot(v64, v64))
+    nonzero = int(np.count_nonzero(v))
+    small = (int(np.count_nonzero(np.abs(scaled) < f.tiny)) - (v.size - nonzero)) / nonzero if nonzero else 0.0
+    d = q - v64
+    rel = float(np.dot(d, d) / energy) if energy > 0 else 0.0
+    return {"rel_mse": rel, "small": float(small), "scale": s}
+
+
+@dataclass(frozen=True)
+class OutlierRow:
+    """One watched module's output at one forward pass: ``pass_`` (from 0), ``module`` (its
+    path), ``n`` entries, ``kurtosis`` (excess), ``max_abs``, ``median_abs``, ``top_ratio``
+    (max / median |x|; inf when the median is 0), ``fp8_rel_mse`` and ``fp8_small``
+    (:func:`fp8_error` in e4m3)."""
+
+    pass_: int
+    module: str
+    n: int
+    kurtosis: float
+    max_abs: float
+    median_abs: float
+    top_ratio: float
+    fp8_rel_mse: float
+    fp8_small: float
+
+
+def _row(pass_: int, path: str, out: Tensor) -> OutlierRow:
+    v = np.asarray(out.backend.to_numpy(out.f32()), dtype=np.float32)
+    a = np.abs(v.astype(np.float64))
+    med, top = float(np.median(a)), float(a.max())
+    q = fp8_error(v)
+    return OutlierRow(pass_, path, int(v.size), excess_kurtosis(v), top, med, top / med if med > 0 else float("inf"),
+                      q["rel_mse"], q["small"])
+
+
+class OutlierMonitor:
+    """Per-module outlier statistics of every forward pass inside the ``with`` block (module
+    docstring).  ``modules``: which outputs to watch - None for every module below the root,
+    or a list of paths (``"blocks.0"``), or a tuple of module classes; the root is never
+    watched (its output is the logits), but its calls number the passes.  ``every``: read the
+    outputs of every n-th pass only (passes 0, n, 2n, ...; the statistics cost about as much as
+    the forward pass of a small model).  ``rows`` holds :class:`OutlierRow` in the order the
+    outputs were made."""
+
+    def __init__(self, model, modules=None, *, every: int = 1):
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"OutlierMonitor: every must be an integer >= 1, got {every!r}")
+        self.every = every
+        named = dict(model.named_modules())
+        if modules is None:
+            paths = [p for p in named if p]
+        elif isinstance(modules, tuple) and all(isinstance(c, type) for c in modules):
+            paths = [p for p, m in named.items() if p and isinstance(m, modules)]
+        else:
+            paths = list(modules)
+            unknown = [p for p in paths if p not in named or not p]
+            if unknown:
+                raise ValueError(f"OutlierMonitor: modules {unknown} are not sub-module paths of the model; "
+                                 f"known: {', '.join(p for p in named if p)}")
+        self.model, self.paths = model, paths
+        self._named = named
+        self.rows: list[OutlierRow] = []
+        self._pass = -1
+        self._saved: list = []
+        self._attn = [(p, m) for p, m in named.items() if hasattr(m, "record_logits") and hasattr(m, "max_logits")]
+
+    def _wrap(self, module, fn):
+        """Give ``module`` an instance-level ``forward`` (saving whatever instance entry it had)."""
+        self._saved.append((module, module.__dict__.get("forward")))
+        object.__setattr__(module, "forward", fn)
+
+    def __enter__(self):
+        inner = self.model.forward
+
+        def root(*args, **kwargs):
+            self._pass += 1
+            return inner(*args, **kwargs)
+
+        self._wrap(self.model, root)
+        for path in self.paths:
+            m = self._named[path]
+            self._wrap(m, self._watch(path, m.forward))
+        self._logit_state = [(m, m.max_logits) for _, m in self._attn]
+        for _, m in self._attn:
+            m.record_logits()
+        return self
+
+    def _watch(self, path: str, fwd):
+        def forward(*args, **kwargs):
+            out = fwd(*args, **kwargs)
+            n = max(self._pass, 0)
+            if isinstance(out, Tensor) and n % self.every == 0:
+                self.rows.append(_row(n, path, out))
+            return out
+
+        return forward
+
+    def __exit__(self, *exc):
+        self.attn_logits = self._logits()
+        for module, entry in reversed(self._saved):
+            if entry is None:
+                del module.__dict__["forward"]
+            else:
+                object.__setattr__(module, "forward", entry)
+        self._saved = []
+        for m, rec in self._logit_state:
+            object.__setattr__(m, "max_logits", rec)
+        return False
+
+    def _logits(self) -> dict:
+        return {p: list(m.max_logits or []) for p, m in self._attn}
+
+    def logits(self) -> dict:
+        """{attention path: [largest |attention logit| of each forward pass]} (also after the block)."""
+        return self._logits() if self._saved else getattr(self, "attn_logits", {})
+
+    def series(self, module: str, field: str = "kurtosis") -> np.ndarray:
+        """One module's ``field`` (an :class:`OutlierRow` field) pass by pass."""
+        return np.array([getattr(r, field) for r in self.rows if r.module == module], dtype=np.float64)
+
+    def report(self) -> str:
+        """A text table, one row per watched module: passes seen, excess kurtosis at the first
+        and last pass and its largest, max |x| and max / median at the last pass, the e4m3
+        per-tensor relative MSE at the last pass; then each attention's largest logit."""
+        cols = ["module", "passes", "kurt first", "kurt last", "kurt max", "max|x| last", "max/median",
+                "e4m3 rel MSE"]
+        rows = []
+        for path in self.paths:
+            rs = [r for r in self.rows if r.module == path]
+            if not rs:
+                continue
+            k = [r.kurtosis for r in rs]
+            rows.append([path, str(len(rs)), f"{k[0]:.2f}", f"{k[-1]:.2f}", f"{np.nanmax(k):.2f}",
+                         f"{rs[-1].max_abs:.3g}", f"{rs[-1].top_ratio:.3g}", f"{rs[-1].fp8_rel_mse:.2e}"])
+        lines = text_table(cols, rows)
+        for path, vals in self.logits().items():
+            if vals:
+                lines.append(f"{path}: largest attention logit first {vals[0]:.3g}, last {vals[-1]:.3g}, "
+                             f"max {max(vals):.3g} over {len(vals)} passes")
+        return "\n".join(lines)
