@@ -34,20 +34,21 @@ _SR_FAST_BITS = 24  # few-bit SR in float32: delta * 2**k and 2**k - R exact for
 
 def supports(f: Format, mode: str, sr) -> bool:
     """Whether :func:`round_magnitudes_f32` rounds float32 input into ``f`` in ``mode``."""
-    if f.name == "bfloat16":
-        return mode != "stochastic" or (sr is not None and sr[0] <= _SR_FAST_BITS)
-    if f.mantissa_bits == 0 or f.mantissa_bits > 20 or f.emin - f.mantissa_bits < -126 or f.emax > 120:
+    if f.name != "bfloat16" and (f.mantissa_bits == 0 or f.mantissa_bits > 20 or f.emin - f.mantissa_bits < -126
+                                 or f.emax > 120):
         return False
-    if mode == "stochastic":
-        return sr is not None and sr[0] <= _SR_FAST_BITS
-    return True
+    return mode != "stochastic" or sr is None or sr[0] <= _SR_FAST_BITS
 
 
-def round_magnitudes_f32(x32: np.ndarray, f: Format, mode: str, sr=None) -> np.ndarray:
+def round_magnitudes_f32(x32: np.ndarray, f: Format, mode: str, sr=None, rng=None) -> np.ndarray:
     """|x| rounded onto ``f``'s grid in ``mode`` (float32 in, float32 magnitudes out, the exponent
-    range unbounded above as in ``modes.round_magnitudes``; NaN stays NaN, inf stays inf)."""
+    range unbounded above as in ``modes.round_magnitudes``; NaN stays NaN, inf stays inf).
+
+    Exact stochastic rounding (``mode="stochastic"``, ``sr=None``) draws ``rng.random(x32.size)``,
+    one float64 uniform per value in order, as the float64 path does, and goes up where the draw
+    is below the fraction (exact in float32, compared exactly): the same draws, the same results."""
     if f.name == "bfloat16":
-        return _bf16(x32, mode, sr)
+        return _bf16(x32, mode, sr, rng)
     bits = x32.reshape(-1).view(_U32)
     a = np.bitwise_and(bits, _ABS).view(_F32)
     # Anything from 2**(emax + 2) up overflows in every mode: clamping it there keeps v below 2**31
@@ -60,12 +61,12 @@ def round_magnitudes_f32(x32: np.ndarray, f: Format, mode: str, sr=None) -> np.n
     v = a
     v *= inv.view(_F32)  # exact: a power of two
     neg = None if mode not in ("toward_positive", "toward_negative") else np.signbit(x32.reshape(-1))
-    r = _pick(v, mode, neg, sr)
+    r = _pick(v, mode, neg, sr, rng)
     r *= q.view(_F32)
     return r.reshape(x32.shape)
 
 
-def _pick(v: np.ndarray, mode: str, neg, sr) -> np.ndarray:
+def _pick(v: np.ndarray, mode: str, neg, sr, rng) -> np.ndarray:
     """v (>= 0, float32, exact) rounded to an integer in ``mode``."""
     if mode == "toward_zero":
         return np.floor(v, out=v)
@@ -87,6 +88,11 @@ def _pick(v: np.ndarray, mode: str, neg, sr) -> np.ndarray:
         up = v > r
         up &= (r.astype(np.int32) & 1) == 0
         r += up
+        return r
+    if sr is None:  # exact SR: up with probability equal to the fraction (float64 draws, exact compare)
+        r = np.floor(v)
+        v -= r
+        r += rng.random(v.shape) < v
         return r
     return _stochastic(v, *sr)
 
@@ -118,7 +124,7 @@ def _stochastic(v: np.ndarray, k: int, rand: np.ndarray, variant: str) -> np.nda
     return r
 
 
-def _bf16(x32: np.ndarray, mode: str, sr) -> np.ndarray:
+def _bf16(x32: np.ndarray, mode: str, sr, rng) -> np.ndarray:
     """|x| rounded onto bfloat16's grid, on the float32 bit patterns: the low 16 bits are the
     fraction below the last kept bit (``rem``, delta = rem / 2**16)."""
     bits = x32.reshape(-1).view(_U32)
@@ -135,6 +141,8 @@ def _bf16(x32: np.ndarray, mode: str, sr) -> np.ndarray:
         up &= ~np.signbit(x32.reshape(-1)) if mode == "toward_positive" else np.signbit(x32.reshape(-1))
     elif mode == "to_odd":
         up = (rem != 0) & ((a & 0x10000) == 0)
+    elif mode == "stochastic" and sr is None:  # exact SR: draw < rem / 2**16, scaled exactly by 2**16
+        up = rng.random(rem.shape) * 65536.0 < rem
     elif mode == "stochastic":
         up = _bf16_fewbit(rem, *sr)
     else:
