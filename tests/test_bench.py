@@ -57,10 +57,13 @@ def test_rounding_rows_cover_every_format_source_and_mix(quick):
         for mix in ("normal", "tiny"):
             for fmt in bench.ROUND_FORMATS:
                 assert any(f"{src} {mix} -> {fmt}" in n for n in names), (src, mix, fmt)
-    block = [r for r in rows if "mxfp8_e4m3 (quantize)" in r["name"]]
+    block = [r for r in rows if "(quantize)" in r["name"]]
     modes = [r for r in rows if r["peer"].startswith("fpsim nearest into")]
-    assert len(rows) == 19 and len(block) == 1  # 2 sources x 2 mixes x 4 formats, MXFP8 quantization, 2 modes
+    assert len(rows) == 20 and len(block) == 2  # 2 sources x 2 mixes x 4 formats, 2 block rows, 2 modes
     assert block[0]["peer"] == "fpsim float32 -> e4m3 cast" and block[0]["target"] == "<= 3x"
+    # MXFP4 with stochastically rounded elements (the 4-bit SR recipe's gradients) against nearest
+    assert block[1]["name"].endswith("mxfp4 (quantize), stochastic elements")
+    assert block[1]["peer"] == "the same quantize, elements to nearest" and block[1]["limit"] == 3.0
     assert [r["name"].split("-> ")[1] for r in modes] == ["p3109_k8p4se, toward_zero", "float16, stochastic k=8 rne"]
     assert all(r["limit"] == 2.0 for r in modes)
     for r in rows:
@@ -73,7 +76,7 @@ def test_rounding_rows_cover_every_format_source_and_mix(quick):
         if r in modes:
             continue
         fmt = r["name"].split(" -> ")[1].split()[0]
-        assert r["limit"] == {"float16": 1.5, "bfloat16": 10.0, "mxfp8_e4m3": 3.0}.get(fmt)
+        assert r["limit"] == {"float16": 1.5, "bfloat16": 10.0, "mxfp8_e4m3": 3.0, "mxfp4": 3.0}.get(fmt)
         assert (r["met"] is None) == (r["limit"] is None)
 
 

@@ -48,15 +48,15 @@ import numpy as np
 
 from ... import backend as _backend
 from ... import ops, state
-from ...formats import LOW_FORMATS, cast, get_format, quantize
-from ...formats.kernels import f32_to_fp8
+from ...formats import LOW_FORMATS, cast, get_format
 from ...monitor import monitor
 from ...tensor import no_grad, tensor
 from ...textable import text_table
 from .. import torchref
 from ..jsonout import dumps, finite
+from .blockrows import block_rows
 from .profile import format_profile, profile_recipes
-from .rows import Row, step_rows
+from .rows import Row, compare_row, step_rows
 from .steps import fpsim_step, torch_step
 from .timing import machine_info, median_ratio, time_interleaved
 
@@ -87,14 +87,6 @@ class BenchSettings:
     def quick_settings(cls) -> BenchSettings:
         return cls(n_round=10**4, matmul_sizes=(32, 64), batch=32, repeats=2, monitor_repeats=2, warmup=1,
                    min_time=0.002, gfloat_repeats=1, settle=0.02, quick=True)
-
-
-def _compare(section, name, fn, peer, peer_fn, s: BenchSettings, *, repeats=None, target="", limit=None,
-             stretch=None, note="") -> Row:
-    a, b = time_interleaved([fn, peer_fn], repeats or s.repeats, s.warmup, s.min_time)
-    row = Row(section, name, peer, statistics.median(a), statistics.median(b), median_ratio(a, b), target,
-              limit, note=note)
-    return row.judge(stretch)
 
 
 # ------------------------------------------------------------------------------------- machine
@@ -142,7 +134,7 @@ def _rounding_rows(s: BenchSettings, tick) -> list[Row]:
                 elif name == "bfloat16":
                     target, limit = "<= 10x (correct vs astype)", 10.0
                 with np.errstate(over="ignore", invalid="ignore"):
-                    row = _compare("rounding", label, lambda x=x, f=f: cast(x, f), peer,
+                    row = compare_row("rounding", label, lambda x=x, f=f: cast(x, f), peer,
                                    lambda x=x, f=f: x.astype(f.dtype), s, target=target, limit=limit)
                     if src == "float64" and name != "float16" and _ML_DTYPES_ROUNDS_TWICE:
                         row.note = "astype rounds twice here (via float32); fpsim once"
@@ -151,7 +143,7 @@ def _rounding_rows(s: BenchSettings, tick) -> list[Row]:
                         samples = time_interleaved([g], s.gfloat_repeats, 0, 0.0)[0]
                         row.others["gfloat round_ndarray"] = statistics.median(samples)
                 rows.append(row)
-    rows.append(_block_row(s, n_text, tick))
+    rows += block_rows(s, n_text, tick)
     rows += _mode_rows(s, n_text, tick)
     return rows
 
@@ -167,20 +159,10 @@ def _mode_rows(s: BenchSettings, n_text: str, tick) -> list[Row]:
         label = f"{n_text} float32 normal -> {fmt}, {mode}" + (" k=8 rne" if extra else "")
         tick(f"rounding {label}")
         with np.errstate(over="ignore", invalid="ignore"):
-            rows.append(_compare("rounding", label, lambda fmt=fmt, mode=mode, extra=extra: cast(x, fmt, mode, **extra),
+            rows.append(compare_row("rounding", label, lambda fmt=fmt, mode=mode, extra=extra: cast(x, fmt, mode, **extra),
                                  f"fpsim nearest into {fmt}", lambda fmt=fmt: cast(x, fmt), s,
                                  target="<= 2x", limit=2.0))
     return rows
-
-
-def _block_row(s: BenchSettings, n_text: str, tick) -> Row:
-    """Block scaling's own cost: MXFP8 quantization (amax per block of 32, an e8m0 scale, the
-    elements cast) against fpsim's plain float32 -> e4m3 cast of the same values."""
-    x = np.random.default_rng(0).standard_normal(s.n_round).astype(np.float32)
-    label = f"{n_text} float32 normal -> mxfp8_e4m3 (quantize)"
-    tick(f"rounding {label}")
-    return _compare("rounding", label, lambda: quantize(x, "mxfp8_e4m3"), "fpsim float32 -> e4m3 cast",
-                    lambda: f32_to_fp8(x, "float8_e4m3fn"), s, target="<= 3x", limit=3.0)
 
 
 # ------------------------------------------------------------------------------------- matmul
@@ -203,7 +185,7 @@ def _matmul_rows(s: BenchSettings, tick) -> list[Row]:
 
             name = f"float16 @ float16 -> float16 (f32 accumulate), n={n}" + ("" if backend == "numpy" else
                                                                                f" [{backend}]")
-            rows.append(_compare("matmul", name, emulated, "np.matmul float32 (BLAS)",
+            rows.append(compare_row("matmul", name, emulated, "np.matmul float32 (BLAS)",
                                  lambda a32=a32, b32=b32: np.matmul(a32, b32), s,
                                  target=">= 0.8x throughput (<= 1.25x time)" if last else "",
                                  limit=1.25 if last else None))
@@ -223,7 +205,7 @@ def _tensorcore_row(s: BenchSettings, tick) -> Row:
     b = rng.standard_normal((4096, 256)).astype(get_format("float8_e4m3fn").dtype)
     a32, b32 = a.astype(np.float32), b.astype(np.float32)
     tick("matmul tensorcore.matmul")
-    return _compare("matmul", "tensorcore.matmul(arch='hopper'), e4m3 256 x 4096 x 256",
+    return compare_row("matmul", "tensorcore.matmul(arch='hopper'), e4m3 256 x 4096 x 256",
                     lambda: tensorcore.matmul(a, b, arch="hopper"), "np.matmul float32 (BLAS)",
                     lambda: state.blas_call(np.matmul, a32, b32), s, repeats=3, target="<= 20x", limit=20.0,
                     note="numpy passes over M x N x K: alignment, truncation, an exact sum")
@@ -246,7 +228,7 @@ def _pinning_row(s: BenchSettings, tick) -> Row:
         finally:
             state.set_blas_threads(pinned)
 
-    return _compare("matmul", label, step, f"same step on the process's {default} BLAS thread(s)", unpinned, s,
+    return compare_row("matmul", label, step, f"same step on the process's {default} BLAS thread(s)", unpinned, s,
                     note="the price of the same bits at every thread count (1.0x where the default is 1 thread)")
 
 
@@ -270,7 +252,7 @@ def _monitor_rows(s: BenchSettings, tick) -> list[Row]:
         with state.hooked(_noop_hook):
             return step()
 
-    rows.append(_compare("monitor", f"{label}, one no-op hook in state.HOOKS", with_hook,
+    rows.append(compare_row("monitor", f"{label}, one no-op hook in state.HOOKS", with_hook,
                          "same step, state.HOOKS empty", step, s, repeats=s.monitor_repeats,
                          target="monitor off: <= 1.02x", limit=1.02,
                          note="bounds the 'if HOOKS:' check from above"))
@@ -280,7 +262,7 @@ def _monitor_rows(s: BenchSettings, tick) -> list[Row]:
         with monitor():
             return step()
 
-    rows.append(_compare("monitor", f"{label} inside fpsim.monitor()", monitored, "same step, no monitor", step,
+    rows.append(compare_row("monitor", f"{label} inside fpsim.monitor()", monitored, "same step, no monitor", step,
                          s, target="monitor on: <= 1.5x", limit=1.5))
     return rows
 
@@ -338,7 +320,7 @@ def run_bench(settings: BenchSettings | None = None, *, sections=SECTIONS, progr
         raise ValueError(f"unknown bench section(s) {unknown}; known: {', '.join(SECTIONS)}")
     info = machine_info()
     threads = state.blas_threads()  # fpsim's products run on this many BLAS threads; PyTorch gets as many
-    counts = {"rounding": 2 * 2 * len(ROUND_FORMATS) + 3, "matmul": len(s.matmul_sizes) + 3, "step": 2, "monitor": 2,
+    counts = {"rounding": 2 * 2 * len(ROUND_FORMATS) + 4, "matmul": len(s.matmul_sizes) + 3, "step": 2, "monitor": 2,
               "gpu": 2}
     bar = None
     if progress:

@@ -23,7 +23,7 @@ from .. import torchref
 from .steps import MLP_SIZES, fpsim_step, torch_step, torch_threads
 from .timing import median_ratio, time_interleaved
 
-__all__ = ["Row", "STEP_RECIPES", "CARRIER", "CARRIER_RECIPES", "step_rows"]
+__all__ = ["Row", "compare_row", "STEP_RECIPES", "CARRIER", "CARRIER_RECIPES", "step_rows"]
 
 STEP_RECIPES = ("fp32", "fp16-dynamic", "bf16-master")  # on numpy
 CARRIER = "numpy-f32"
@@ -61,6 +61,15 @@ class Row:
                 self.note = ("stretch target " if self.ratio <= stretch else "stretch target NOT ") + \
                             f"<= {stretch:g}x met" + (f"; {self.note}" if self.note else "")
         return self
+
+
+def compare_row(section, name, fn, peer, peer_fn, s, *, repeats=None, target="", limit=None, stretch=None,
+            note="") -> Row:
+    """A row timing ``fn`` against ``peer_fn`` interleaved (``s``: the run's ``BenchSettings``)."""
+    a, b = time_interleaved([fn, peer_fn], repeats or s.repeats, s.warmup, s.min_time)
+    row = Row(section, name, peer, statistics.median(a), statistics.median(b), median_ratio(a, b), target,
+              limit, note=note)
+    return row.judge(stretch)
 
 
 class _Samples:

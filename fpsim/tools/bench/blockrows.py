@@ -1,0 +1,35 @@
+"""``fpsim bench``'s block-format rows: what block scaling itself costs, per 10**6 values.
+
+- MXFP8 quantization (amax per block of 32, an e8m0 scale, the elements cast) against fpsim's
+  plain float32 -> e4m3 cast of the same values;
+- MXFP4 with stochastically rounded elements (what the ``mxfp4-sr-rht`` recipe does to its
+  gradients) against MXFP4 rounded to nearest: exact stochastic rounding runs in float32 (the
+  fraction of each scaled value, one float64 uniform draw per value), the same bits as the
+  float64 algorithm it replaced.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...formats import quantize
+from ...formats.kernels import f32_to_fp8
+from .rows import Row, compare_row
+
+__all__ = ["block_rows"]
+
+
+def block_rows(s, n_text: str, tick) -> list[Row]:
+    """The block rows (``s``: the run's ``BenchSettings``; ``tick`` as each row starts)."""
+    x = np.random.default_rng(0).standard_normal(s.n_round).astype(np.float32)
+    label = f"{n_text} float32 normal -> mxfp8_e4m3 (quantize)"
+    tick(f"rounding {label}")
+    rows = [compare_row("rounding", label, lambda: quantize(x, "mxfp8_e4m3"), "fpsim float32 -> e4m3 cast",
+                    lambda: f32_to_fp8(x, "float8_e4m3fn"), s, target="<= 3x", limit=3.0)]
+    label = f"{n_text} float32 normal -> mxfp4 (quantize), stochastic elements"
+    tick(f"rounding {label}")
+    rng = np.random.default_rng(1)
+    rows.append(compare_row("rounding", label, lambda: quantize(x, "mxfp4", rounding="stochastic", rng=rng),
+                        "the same quantize, elements to nearest", lambda: quantize(x, "mxfp4"), s,
+                        target="<= 3x", limit=3.0, note="float32 kernel, one float64 draw a value"))
+    return rows
