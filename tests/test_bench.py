@@ -109,8 +109,13 @@ def _step_expected(quick) -> dict:
         (f"fpsim bf16-master {mlp}", "fpsim fp32"): ("<= 1.3x", 1.3),
         (f"fpsim bf16-master {mlp} [numpy-f32]", "fpsim fp32"): ("<= 1.3x", 1.3),
         (f"PyTorch CPU float16 {mlp}", "PyTorch CPU float32"): ("", None),
-        (f"fpsim fp16-amp {gpt}", "fpsim fp32"): ("<= 2.5x", 2.5),
-        (f"fpsim fp16-amp {gpt} [numpy-f32]", "fpsim fp32"): ("<= 2.5x", 2.5),
+        (f"fpsim fp32 {gpt}", "PyTorch CPU float32 (torch.nn, same sizes and Adam)"): ("<= 1.0x", 1.0),
+        (f"fpsim fp16-amp {gpt}", "fpsim fp32"): ("<= 1.3x", 1.3),
+        (f"fpsim fp16-amp {gpt} [numpy-f32]", "fpsim fp32"): ("<= 1.3x", 1.3),
+        (f"fpsim bf16-master {gpt}", "fpsim fp32"): ("<= 1.3x", 1.3),
+        (f"fpsim fp8-delayed {gpt}", "fpsim fp32"): ("<= 1.3x", 1.3),
+        (f"fpsim mxfp8 {gpt}", "fpsim fp32"): ("<= 2x", 2.0),
+        (f"fpsim nvfp4 {gpt}", "fpsim fp32"): ("<= 2x", 2.0),
         (f"fpsim fp8-hopper {gpt}", "fpsim fp32"): ("<= 5x", 5.0),
     }
 
@@ -129,7 +134,7 @@ def test_step_rows_names_peers_and_targets(quick):
 def test_step_rows_measured_or_skipped(quick):
     rows = _rows(quick, "step")
     torch_rows = [r for r in rows if "PyTorch" in r["peer"] or r["name"].startswith("PyTorch")]
-    assert len(torch_rows) == 4
+    assert len(torch_rows) == 5
     for r in rows:
         if r in torch_rows and not HAS_TORCH:
             assert "PyTorch not installed" in r["skipped"] and r["ratio"] is None
@@ -146,9 +151,10 @@ def test_step_rows_share_their_peer_samples(quick):
     rows = _rows(quick, "step")
     mlp = [r for r in rows if r["peer"] == "fpsim fp32" and "MLP" in r["name"]]
     gpt = [r for r in rows if r["peer"] == "fpsim fp32" and "tiny GPT" in r["name"]]
-    assert len(mlp) == 4 and len(gpt) == 3
+    assert len(mlp) == 4 and len(gpt) == 7
     assert {r["peer_seconds"] for r in mlp} == {rows[0]["seconds"]}
-    assert len({r["peer_seconds"] for r in gpt}) == 1
+    gpt32 = next(r for r in rows if r["name"].startswith("fpsim fp32 tiny GPT"))
+    assert {r["peer_seconds"] for r in gpt} == {gpt32["seconds"]}
     f32 = [r for r in rows if r["name"].endswith("[numpy-f32]")]
     for r in f32:  # a [numpy-f32] row and its numpy twin time different steps against one peer
         twin = next(x for x in rows if x["name"] == r["name"].removesuffix(" [numpy-f32]") and x["peer"] == r["peer"])
@@ -175,9 +181,9 @@ def test_step_rows_run_on_the_backends_they_name(monkeypatch):
     rows = benchrows.step_rows(bench.BenchSettings.quick_settings(), lambda what: None, 1)
     assert built == [("mlp", "fp32", "numpy"), ("mlp", "fp16-dynamic", "numpy"), ("mlp", "bf16-master", "numpy"),
                      ("mlp", "fp16-dynamic", "numpy-f32"), ("mlp", "bf16-master", "numpy-f32"),
-                     ("gpt", "fp32", "numpy"), ("gpt", "fp16-amp", "numpy"), ("gpt", "fp16-amp", "numpy-f32"),
-                     ("gpt", "fp8-hopper", "numpy")]
-    assert len(rows) == 11 and sum(bool(r.skipped) for r in rows) == 4  # the PyTorch rows, without PyTorch
+                     ("gpt", "fp32", "numpy"), *(("gpt", r, "numpy") for r in benchrows.GPT_RECIPES),
+                     ("gpt", "fp16-amp", "numpy-f32")]
+    assert len(rows) == 16 and sum(bool(r.skipped) for r in rows) == 5  # the PyTorch rows, without PyTorch
 
 
 def test_monitor_rows(quick):
@@ -185,7 +191,7 @@ def test_monitor_rows(quick):
     assert len(rows) == 2
     off, on = rows
     assert "no-op hook" in off["name"] and off["limit"] == 1.02 and off["met"] in (True, False)
-    assert "fpsim.monitor()" in on["name"] and on["seconds"] > 0 and on["limit"] == 1.5
+    assert "fpsim.monitor()" in on["name"] and on["seconds"] > 0 and on["limit"] == 1.3
 
 
 def test_gpu_rows_present_or_skipped(quick):

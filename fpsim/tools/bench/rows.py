@@ -6,8 +6,10 @@ format held in float32 arrays: nothing to widen), and PyTorch CPU float32 and fl
 (``model.half()``).  The low-precision steps are held against fpsim's fp32 step on numpy.
 
 The tiny-GPT step: one training step of ``fpsim compare --task tinygpt``'s model (its defaults,
-its Adam and loss: ``experiments.tinygpt.training_step``) under fp16-amp (autocast + GradScaler,
-float32 parameters) on numpy and on numpy-f32, against the same step under fp32 on numpy.
+its Adam and loss: ``experiments.tinygpt.training_step``): fpsim's fp32 step against PyTorch
+CPU's fp32 step of the same architecture (``torchref.tinygpt``, the same sizes, batch and Adam,
+on the same thread count); under fp16-amp, bf16-master, fp8-delayed, mxfp8, nvfp4 and
+fp8-hopper against fpsim's fp32 step on numpy, and fp16-amp once more on numpy-f32.
 
 All the steps of one model are timed interleaved in one set of samples, so that every row's
 ratio comes from the same rounds.
@@ -20,10 +22,10 @@ from dataclasses import dataclass, field
 
 from ...experiments.tinygpt import TinyGPTTask, training_step
 from .. import torchref
-from .steps import MLP_SIZES, fpsim_step, torch_step, torch_threads
+from .steps import MLP_SIZES, fpsim_step, torch_gpt_step, torch_step, torch_threads
 from .timing import median_ratio, time_interleaved
 
-__all__ = ["Row", "compare_row", "STEP_RECIPES", "CARRIER", "CARRIER_RECIPES", "step_rows"]
+__all__ = ["Row", "compare_row", "STEP_RECIPES", "GPT_RECIPES", "CARRIER", "CARRIER_RECIPES", "step_rows"]
 
 STEP_RECIPES = ("fp32", "fp16-dynamic", "bf16-master")  # on numpy
 CARRIER = "numpy-f32"
@@ -31,7 +33,6 @@ CARRIER_RECIPES = ("fp16-dynamic", "bf16-master")  # timed on CARRIER as well
 _FP16_TARGET = {"target": "<= 2.0x (stretch 1.5x)", "limit": 2.0, "stretch": 1.5}
 _TORCH16_TARGET = {"target": ">= 6x faster (<= 0.167x; stretch 10x)", "limit": 1 / 6, "stretch": 0.1}
 _BF16_TARGET = {"target": "<= 1.3x", "limit": 1.3}
-_GPT_TARGET = {"target": "<= 2.5x", "limit": 2.5}
 _NO_TORCH = "PyTorch not installed"
 
 
@@ -125,23 +126,44 @@ def gpt_label(task: TinyGPTTask) -> str:
             f"batch {task.batch} Adam step")
 
 
-def _gpt_rows(s, tick) -> list[Row]:
+GPT_RECIPES = ("fp16-amp", "bf16-master", "fp8-delayed", "mxfp8", "nvfp4", "fp8-hopper")  # against fp32
+_GPT_TARGETS = {"fp16-amp": 1.3, "bf16-master": 1.3, "fp8-delayed": 1.3, "mxfp8": 2.0, "nvfp4": 2.0,
+                "fp8-hopper": 5.0}
+_GPT_NOTES = {"fp16-amp": "autocast + GradScaler, float32 parameters",
+              "bf16-master": "bfloat16 weights, activations and gradients, float32 master weights",
+              "fp8-delayed": "every Linear in fp8 (e4m3 forward, e5m2 gradients), delayed scaling",
+              "mxfp8": "every Linear's GEMM operands in MXFP8 blocks of 32",
+              "nvfp4": "NVFP4 GEMMs (16x16 weight tiles, SR gradients, Hadamard), first and last Linear float32",
+              "fp8-hopper": "every Linear in fp8 on Hopper's 13-bit truncating accumulator (fpsim.tensorcore)"}
+
+
+def _gpt_rows(s, tick, threads: int) -> list[Row]:
+    """fpsim's fp32 step against PyTorch CPU's (``torch.nn``, same sizes and Adam, same threads);
+    each recipe's step against fpsim's fp32 step; fp16-amp once more on numpy-f32."""
+    torch = torchref.import_torch()
     task = TinyGPTTask()
     label = gpt_label(task)
     tick(f"step {label}")
-    fns = {"fp32": training_step("fp32", task, backend="numpy"),
-           "fp16-amp": training_step("fp16-amp", task, backend="numpy"),
-           "fp16-amp-carrier": training_step("fp16-amp", task, backend=CARRIER),
-           "fp8-hopper": training_step("fp8-hopper", task, backend="numpy")}
-    t = _Samples(fns, s)
-    note = "autocast + GradScaler, float32 parameters"
-    return [t.row(f"fpsim fp16-amp {label}", "fp16-amp", "fpsim fp32", "fp32", note=note, **_GPT_TARGET),
-            t.row(f"fpsim fp16-amp {label} [{CARRIER}]", "fp16-amp-carrier", "fpsim fp32", "fp32", note=note,
-                  **_GPT_TARGET),
-            t.row(f"fpsim fp8-hopper {label}", "fp8-hopper", "fpsim fp32", "fp32", target="<= 5x", limit=5.0,
-                  note="every Linear in fp8 on Hopper's 13-bit truncating accumulator (fpsim.tensorcore)")]
+    fns = {"fp32": training_step("fp32", task, backend="numpy")}
+    fns.update({r: training_step(r, task, backend="numpy") for r in GPT_RECIPES})
+    fns["fp16-amp-carrier"] = training_step("fp16-amp", task, backend=CARRIER)
+    groups = ["numpy"] * len(fns)
+    with torch_threads(torch, threads):
+        if torch is not None:
+            fns["torch-fp32"] = torch_gpt_step(torch, task)
+            groups.append("torch")
+        t = _Samples(fns, s, groups)
+    rows = [t.row(f"fpsim fp32 {label}", "fp32", "PyTorch CPU float32 (torch.nn, same sizes and Adam)", "torch-fp32",
+                  target="<= 1.0x", limit=1.0, skip=_NO_TORCH)]
+    for r in GPT_RECIPES:
+        lim = _GPT_TARGETS[r]
+        rows.append(t.row(f"fpsim {r} {label}", r, "fpsim fp32", "fp32", target=f"<= {lim:g}x", limit=lim,
+                          note=_GPT_NOTES[r]))
+    rows.insert(2, t.row(f"fpsim fp16-amp {label} [{CARRIER}]", "fp16-amp-carrier", "fpsim fp32", "fp32",
+                         target="<= 1.3x", limit=1.3, note=_GPT_NOTES["fp16-amp"]))
+    return rows
 
 
 def step_rows(s, tick, threads: int) -> list[Row]:
     """The step section's rows (``s``: the run's ``BenchSettings``; ``tick`` as each model starts)."""
-    return _mlp_rows(s, tick, threads) + _gpt_rows(s, tick)
+    return _mlp_rows(s, tick, threads) + _gpt_rows(s, tick, threads)

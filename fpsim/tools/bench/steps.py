@@ -13,7 +13,7 @@ from ...experiments import get_recipe
 from ...tensor import tensor
 from .. import torchref
 
-__all__ = ["MLP_SIZES", "fpsim_step", "torch_step", "torch_threads"]
+__all__ = ["MLP_SIZES", "fpsim_step", "torch_step", "torch_gpt_step", "torch_threads"]
 
 MLP_SIZES = (784, 256, 256, 10)
 
@@ -70,6 +70,29 @@ def torch_step(torch, dtype: str, batch: int = 128, device: str = "cpu", amp: bo
             loss = torch.nn.functional.cross_entropy(model(x), y)
         torchref.update(loss, opt, scaler)
         sync()
+        return loss
+
+    return step
+
+
+def torch_gpt_step(torch, task):
+    """One Adam step of ``task``'s tiny GPT (a ``TinyGPTTask``) in PyTorch CPU float32: the same
+    architecture and sizes written with ``torch.nn`` (``torchref.tinygpt``), the same batch (step
+    0), loss (cross-entropy on the answer positions) and Adam (the task's learning rate at step 0,
+    PyTorch's defaults otherwise, as fpsim's Adam)."""
+    torch.manual_seed(0)
+    model = torchref.tinygpt(torch, task.vocab_size, task.context, task.d_model, task.n_layers, task.n_heads,
+                             task.mlp_ratio)
+    opt = torch.optim.Adam(model.parameters(), lr=task.lr_at(0, task.steps, task.lr))
+    seq = torch.from_numpy(task.batch_at(0))
+    n = task.n_digits
+    ids, target = seq[:, :-1], seq[:, n + 1:].reshape(-1)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        logits = model(ids)[:, n:].reshape(-1, task.vocab_size)
+        loss = torch.nn.functional.cross_entropy(logits, target)
+        torchref.update(loss, opt)
         return loss
 
     return step
