@@ -70,3 +70,16 @@ def test_hook_removed_and_table_printed(prof):
         assert c in text
     assert "fp16-dynamic [numpy-f32] share" in benchprofile.format_profile(prof)
     assert "100.0%" in text
+
+
+def test_tiny_gpt_profile(prof):
+    """The tiny GPT's step per recipe, printed after the MLP's: the recipes that quantize their
+    GEMM operands (fp8, block formats) spend time in ``quantize``; the others none."""
+    g = prof["gpt"]
+    assert g["model"].startswith("tiny GPT") and list(g["recipes"]) == list(benchprofile.GPT_COLUMNS)
+    for r, p in g["recipes"].items():
+        assert math.isclose(sum(p["shares"].values()), 1.0, rel_tol=1e-9)
+        assert (p["seconds"]["quantize"] > 0) == (r in ("fp8-delayed", "mxfp8", "nvfp4")), r
+        assert p["seconds"]["optimizer"] > 0 and p["seconds"]["python"] > 0
+    text = benchprofile.format_profile(prof)
+    assert "tiny GPT" in text and "mxfp8 share" in text and "quantize" in text

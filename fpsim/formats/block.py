@@ -205,6 +205,12 @@ class _Layout:
             self.moved_scale_shape = (*self.shape[:axis], *self.shape[axis + 1 :], -(-n // k))
             self.scale_shape = (*self.shape[:axis], -(-n // k), *self.shape[axis + 1 :])
             self.row_size = k
+            # np.moveaxis(x, axis, -1) and back as transposes (moveaxis normalises its axes in Python
+            # on every call, which costs more than the small operands' arithmetic); None: nothing to move
+            nd = len(self.shape)
+            last = axis == nd - 1
+            self._to_last = None if last else (*range(axis), *range(axis + 1, nd), axis)
+            self._from_last = None if last else (*range(axis), nd - 1, *range(axis, nd - 1))
 
     def to_blocks(self, x: np.ndarray) -> np.ndarray:
         if self.tiled:
@@ -213,7 +219,7 @@ class _Layout:
                 x = np.pad(x, [(0, 0)] * (x.ndim - 2) + [(0, pr), (0, pc)])
             m, n = x.shape[-2:]
             return np.ascontiguousarray(x).reshape(-1 if x.size else 0, r, n // c, c)
-        x = np.moveaxis(x, self.axis, -1)
+        x = x if self._to_last is None else x.transpose(self._to_last)
         if self.pads[0]:
             x = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, self.pads[0])])
         return np.ascontiguousarray(x).reshape(x.size // self.block, self.block)
@@ -225,7 +231,7 @@ class _Layout:
             return x[..., :m, :n]
         moved = (*self.shape[: self.axis], *self.shape[self.axis + 1 :], self.shape[self.axis] + self.pads[0])
         x = xb.reshape(moved)[..., : self.shape[self.axis]]
-        return np.moveaxis(x, -1, self.axis)
+        return x if self._from_last is None else x.transpose(self._from_last)
 
     def amax(self, xb: np.ndarray) -> np.ndarray:
         """float32 max |x| per block (NaN wins over inf, inf over finite), blocked scale layout."""
@@ -260,12 +266,13 @@ class _Layout:
         """Blocked scale layout -> the user's (the block axis back in place), contiguous."""
         if self.tiled:
             return s.reshape(self.scale_shape)
-        return np.ascontiguousarray(np.moveaxis(s.reshape(self.moved_scale_shape), -1, self.axis))
+        s = s.reshape(self.moved_scale_shape)
+        return np.ascontiguousarray(s if self._from_last is None else s.transpose(self._from_last))
 
     def scale_to_blocks(self, s: np.ndarray) -> np.ndarray:
         if self.tiled:
             return s.reshape(-1, s.shape[-1]) if s.size else s.reshape(0, self.scale_shape[-1])
-        return np.moveaxis(s, self.axis, -1).reshape(-1)
+        return (s if self._to_last is None else s.transpose(self._to_last)).reshape(-1)
 
 
 # --------------------------------------------------------------------------------------------

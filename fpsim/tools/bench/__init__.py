@@ -55,7 +55,7 @@ from ...textable import text_table
 from .. import torchref
 from ..jsonout import dumps, finite
 from .blockrows import block_rows
-from .profile import format_profile, profile_recipes
+from .profile import format_profile, profile_gpt, profile_recipes
 from .rows import Row, compare_row, step_rows
 from .steps import fpsim_step, torch_step
 from .timing import machine_info, median_ratio, time_interleaved
@@ -458,6 +458,7 @@ def main(args) -> int:
         return print_lab_times(args.labs or None, as_json=args.json)
     if getattr(args, "profile", False):
         prof = profile_recipes(batch=s.batch, steps=5 if s.quick else 50, warmup=s.warmup)
+        prof["gpt"] = profile_gpt(steps=1 if s.quick else 10, warmup=1 if s.quick else 2)
         print(dumps(finite(prof), indent=1) if args.json else format_profile(prof))
         return 0
     if not args.json:

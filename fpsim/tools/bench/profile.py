@@ -19,9 +19,16 @@ categorised call:
 - ``optimizer``   ``Optimizer.step``'s own work (the float32 update arithmetic and its Python)
 - ``scaler``      ``GradScaler.scale`` / ``unscale_`` / ``step`` / ``update``'s own work (the
                   unscale multiply, the inf/NaN check), without the optimizer step it calls
+- ``quantize``    the low-precision recipes' operand quantization: block formats
+                  (``formats.quantize``, ``BlockQuantized.dequantize``, the Hadamard transform) and
+                  fp8 (``lowp.quantize_fp8``), everything they call included
 - ``python``      everything else: the autograd graph and walk, op dispatch, and the ops' own
                   float32 elementwise arithmetic (bias add, relu select, softmax), which numpy
                   runs without a Python-visible call to time it by
+
+The tiny GPT (:func:`profile_gpt`, printed after the MLP's table) is profiled the same way, one
+Adam step of ``fpsim compare --task tinygpt``'s model under fp32, fp16-amp, bf16-master,
+fp8-delayed, a block recipe (mxfp8) and nvfp4.
 
 Innermost wins: the rounding an optimizer does is ``rounding``.  But rounding is a leaf: what
 a rounding calls is rounding too (numpy-f32 rounds into bfloat16 / fp8 and widens the result
@@ -42,16 +49,23 @@ import numpy as np
 from ... import backend as _backend
 from ... import optim
 from ...amp import GradScaler
+from ...experiments.tinygpt import TinyGPTTask, training_step
+from ...formats import block as _block
+from ...lowp import block as _lowp_block
+from ...lowp import quant as _quant
 from ...tensor import _round_special
 from ...textable import text_table
 from .steps import MLP_SIZES, fpsim_step
 
-__all__ = ["TIME_CATEGORIES", "COLUMNS", "column", "profile_step", "profile_recipes", "format_profile"]
+__all__ = ["TIME_CATEGORIES", "COLUMNS", "GPT_COLUMNS", "column", "profile_step", "profile_recipes", "profile_gpt",
+           "format_profile"]
 
-TIME_CATEGORIES = ("gemm", "rounding", "widening", "reductions", "optimizer", "scaler", "python")
+TIME_CATEGORIES = ("gemm", "rounding", "widening", "reductions", "optimizer", "scaler", "quantize", "python")
 COLUMNS = ("fp32", "fp16-dynamic", "bf16-master", "fp16-dynamic [numpy-f32]", "bf16-master [numpy-f32]")
+GPT_COLUMNS = ("fp32", "fp16-amp", "bf16-master", "fp8-delayed", "mxfp8", "nvfp4")
 _REDUCTION_METHODS = frozenset({"reduce", "sum", "max", "min", "mean", "any", "all", "argmax", "argmin", "prod"})
 _OUTER = frozenset({"python"})  # reductions count as such only when called from uncategorised code
+_LEAVES = frozenset({"rounding", "quantize"})  # what these call is theirs too
 
 
 def _code_categories() -> dict:
@@ -64,6 +78,9 @@ def _code_categories() -> dict:
             if fn is not None and not (be_cls is _backend.NumpyF32Backend and name == "to_f32"):  # a no-op
                 cats[fn.__code__] = cat
     cats[_round_special.__code__] = "rounding"
+    for fn in (_block.quantize, _block.BlockQuantized.dequantize, _lowp_block.hadamard_transform,
+               _quant.quantize_fp8):
+        cats[fn.__code__] = "quantize"
     cats[optim.Optimizer.step.__code__] = "optimizer"
     for name in ("scale", "unscale_", "step", "update"):
         cats[getattr(GradScaler, name).__code__] = "scaler"
@@ -90,7 +107,7 @@ class _Profiler:
         self.acc[stack[-1]] += now - self.last
         top = stack[-1]
         if event == "call":
-            stack.append(top if top == "rounding" else self.codes.get(frame.f_code, top))
+            stack.append(top if top in _LEAVES else self.codes.get(frame.f_code, top))
         elif event == "c_call":
             stack.append("reductions" if top in _OUTER and _is_reduction(arg) else top)
         elif len(stack) > 1:  # return, c_return, c_exception (the outermost frame's return keeps the base)
@@ -150,6 +167,18 @@ def profile_recipes(recipes=COLUMNS, batch: int = 128, steps: int = 50, warmup: 
     return {"model": f"MLP {'-'.join(map(str, MLP_SIZES))} batch {batch} SGD step", "recipes": out}
 
 
+def profile_gpt(recipes=GPT_COLUMNS, steps: int = 10, warmup: int = 2) -> dict:
+    """``profile_step`` of one tiny-GPT Adam step (``experiments.tinygpt.training_step``, the
+    task's defaults, numpy) for each recipe."""
+    task = TinyGPTTask()
+    out = {}
+    with np.errstate(all="ignore"):
+        for r in recipes:
+            out[r] = {**profile_step(training_step(r, task), steps, warmup), "recipe": r, "backend": "numpy"}
+    return {"model": f"tiny GPT ({task.n_layers} layers, d_model {task.d_model}, context {task.context}) batch "
+                     f"{task.batch} Adam step", "recipes": out}
+
+
 def _ms(sec: float) -> str:
     return f"{sec * 1e3:.3f}"
 
@@ -176,4 +205,5 @@ def format_profile(result: dict) -> str:
     head = [f"where one training step's time goes: {result['model']}, {steps} profiled steps per recipe",
             "(innermost category wins; 'python' = graph, dispatch and the ops' own float32 elementwise work; "
             "columns without [backend] run on numpy)", ""]
-    return "\n".join(head + text_table(cols, rows))
+    text = "\n".join(head + text_table(cols, rows))
+    return text + ("\n\n" + format_profile(result["gpt"]) if "gpt" in result else "")
