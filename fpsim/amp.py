@@ -311,7 +311,8 @@ class GradScaler:
                 continue
             be = p.backend
             g32 = p.grad.f32()
-            bad = not bool(be.xp.isfinite(g32).all())
+            # all finite <=> min and max finite (a NaN propagates into both): two reductions, no mask
+            bad = g32.size > 0 and not bool(be.xp.isfinite(g32.min()) & be.xp.isfinite(g32.max()))
             found = bool(found) or bad
             with np.errstate(over="ignore", invalid="ignore"):
                 u32 = g32 * be.xp.float32(inv_scale)

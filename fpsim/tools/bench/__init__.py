@@ -320,7 +320,7 @@ def run_bench(settings: BenchSettings | None = None, *, sections=SECTIONS, progr
         raise ValueError(f"unknown bench section(s) {unknown}; known: {', '.join(SECTIONS)}")
     info = machine_info()
     threads = state.blas_threads()  # fpsim's products run on this many BLAS threads; PyTorch gets as many
-    counts = {"rounding": 2 * 2 * len(ROUND_FORMATS) + 4, "matmul": len(s.matmul_sizes) + 3, "step": 2, "monitor": 2,
+    counts = {"rounding": 2 * 2 * len(ROUND_FORMATS) + 5, "matmul": len(s.matmul_sizes) + 3, "step": 2, "monitor": 2,
               "gpu": 2}
     bar = None
     if progress:

@@ -5,14 +5,17 @@
 - MXFP4 with stochastically rounded elements (what the ``mxfp4-sr-rht`` recipe does to its
   gradients) against MXFP4 rounded to nearest: exact stochastic rounding runs in float32 (the
   fraction of each scaled value, one float64 uniform draw per value), the same bits as the
-  float64 algorithm it replaced.
+  float64 algorithm it replaced;
+- that rounding itself, ``fpsim.cast`` of float32 values into float4_e2m1fn stochastically,
+  against the float64 algorithm on the same values (``cast`` of them as float64, which still
+  takes it; the same draws, the same results).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ...formats import quantize
+from ...formats import cast, quantize
 from ...formats.kernels import f32_to_fp8
 from .rows import Row, compare_row
 
@@ -32,4 +35,11 @@ def block_rows(s, n_text: str, tick) -> list[Row]:
     rows.append(compare_row("rounding", label, lambda: quantize(x, "mxfp4", rounding="stochastic", rng=rng),
                         "the same quantize, elements to nearest", lambda: quantize(x, "mxfp4"), s,
                         target="<= 3x", limit=3.0, note="float32 kernel, one float64 draw a value"))
+    label = f"{n_text} float32 normal -> float4_e2m1fn, stochastic (float32 kernel)"
+    tick(f"rounding {label}")
+    x4, x64 = x * np.float32(3), (x * np.float32(3)).astype(np.float64)
+    rows.append(compare_row("rounding", label, lambda: cast(x4, "float4_e2m1fn", "stochastic", saturate=True, seed=1),
+                            "the float64 algorithm, same values and draws",
+                            lambda: cast(x64, "float4_e2m1fn", "stochastic", saturate=True, seed=1), s,
+                            target="<= 0.5x", limit=0.5))
     return rows
