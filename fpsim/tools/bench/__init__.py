@@ -17,8 +17,9 @@ Five sections, each row one thing fpsim does and the peer it is held against:
    same numbers, held in float32 arrays); the low-precision steps against fpsim's fp32 step on
    numpy, fp16-dynamic also against PyTorch CPU float16 (``model.half()``, the same step), and
    fpsim fp32 against PyTorch CPU float32, at the same thread count.  Then one Adam step of the
-   tiny GPT of ``fpsim compare --task tinygpt`` (its defaults) under fp16-amp (autocast +
-   GradScaler, float32 parameters), on numpy and on numpy-f32, against its fp32 step on numpy.
+   tiny GPT of ``fpsim compare --task tinygpt`` (its defaults): fp32 against PyTorch CPU's step of
+   the same architecture, and fp16-amp (also on numpy-f32), bf16-master, fp8-delayed, mxfp8,
+   nvfp4 and fp8-hopper against its fp32 step on numpy.
 4. monitor - the fp16-dynamic step with one no-op rounding hook against none (an upper bound
    on what the ``if HOOKS:`` check costs when no monitor runs), and inside ``fpsim.monitor()``.
 5. gpu - the step on the cupy backend against PyTorch CUDA autocast + GradScaler, when a GPU
@@ -29,8 +30,8 @@ then is timed in samples of enough calls to last ``min_time``; the callables of 
 timed interleaved (A B, B A, A B, ...) so that a drift in machine load hits both, and a row's
 ratio is the median of the per-sample ratios.  Times are medians per call.  The MLP steps
 timed are in ``benchsteps.py``; ``--profile`` (``benchprofile.py``) splits one MLP step of each
-recipe (fp16-dynamic and bf16-master on numpy-f32 too) into GEMMs, rounding, widening,
-reductions, optimizer, scaler and Python.
+recipe (fp16-dynamic and bf16-master on numpy-f32 too), and one tiny-GPT step of each of its
+recipes, into GEMMs, rounding, widening, reductions, optimizer, scaler, quantization and Python.
 """
 
 from __future__ import annotations
