@@ -1,0 +1,188 @@
+"""Issue 31's findings 2, 3 and 5 (unit scaling, the MX LayerNorm instability proxy, PTQ against
+training length): the scaled ops and the fixed fp8 scale against float64 references, the
+verdict rules on fixed inputs, and each finding's quick run."""
+
+import math
+
+import numpy as np
+import pytest
+
+import fpsim
+from fpsim import nn
+from fpsim.backend import get_backend
+from fpsim.experiments.findings import unitscaling
+from fpsim.experiments.tasks import ReferenceTask
+from fpsim.lowp import FixedScaling, ScalingState
+
+# ---- unit scaling: the scaled ops against float64 ------------------------------------------------
+
+
+def _t(a, fmt="float32", grad=True):
+    return fpsim.tensor(a, fmt, requires_grad=grad)
+
+
+@pytest.mark.parametrize("fmt", ["float32", "bfloat16"])
+def test_scaled_multiplies_forward_and_backward_by_separate_factors(fmt):
+    rng = np.random.default_rng(0)
+    x = _t(rng.standard_normal(64), fmt)
+    g = rng.standard_normal(64)
+    y = nn.unit.scaled(x, 0.3, 7.0)
+    (y * _t(g, grad=False)).sum().backward()
+    x64 = np.asarray(x.f32(), np.float64)
+    want = (x64 * float(np.float32(0.3))).astype(np.float32)
+    if fmt == "bfloat16":  # one rounding of the float32 product into bfloat16 (ml_dtypes from float32 is exact)
+        import ml_dtypes
+
+        want = want.astype(ml_dtypes.bfloat16).astype(np.float32)
+    assert y.fmt.name == fmt and np.array_equal(y.f32(), want)
+    g32 = g.astype(np.float32)
+    if fmt == "bfloat16":  # the gradient reaching y was rounded into y's gradient format first
+        g32 = g32.astype(ml_dtypes.bfloat16).astype(np.float32)
+    gx = g32 * np.float32(7.0)
+    if fmt == "bfloat16":
+        gx = gx.astype(ml_dtypes.bfloat16)
+    assert np.array_equal(x.grad.f32(), np.asarray(gx, np.float32))
+    with pytest.raises(ValueError, match="bwd"):
+        nn.unit.scaled(x, 1.0, 0.0)
+    with pytest.raises(ValueError, match="fwd"):
+        nn.unit.scaled(x, math.inf)
+    with pytest.raises(TypeError, match="x must be a Tensor"):
+        nn.unit.scaled(np.ones(3), 1.0)
+
+
+def test_unit_linear_against_float64():
+    rng = np.random.default_rng(1)
+    layer = nn.UnitLinear(48, 24, seed=3)
+    layer.bias.data = fpsim.tensor(rng.standard_normal(24), "float32").data
+    x = _t(rng.standard_normal((100, 48)))
+    g = rng.standard_normal((100, 24))
+    y = layer(x)
+    (y * _t(g, grad=False)).sum().backward()
+    w = np.asarray(layer.linear.weight.f32(), np.float64)
+    b = np.asarray(layer.bias.f32(), np.float64)
+    x64 = np.asarray(x.f32(), np.float64)
+    g64 = np.asarray(g.astype(np.float32), np.float64)
+    np.testing.assert_allclose(y.f32(), x64 @ w.T / math.sqrt(48) + b, rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(x.grad.f32(), g64 @ w / math.sqrt(24), rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(layer.linear.weight.grad.f32(), g64.T @ x64, rtol=2e-6, atol=2e-5)
+    np.testing.assert_allclose(layer.bias.grad.f32(), g64.sum(0), rtol=2e-6, atol=2e-5)
+    # the weights: N(0, 1) drawn in float64 from the seed (after the bias-free Linear's own draw), bias zeros
+    rng3 = np.random.default_rng(3)
+    rng3.uniform(size=(24, 48))
+    assert np.array_equal(nn.UnitLinear(48, 24, seed=3).linear.weight.f32(),
+                          rng3.standard_normal((24, 48)).astype(np.float32))
+    assert not nn.UnitLinear(48, 24, seed=3).bias.f32().any()
+
+
+@pytest.mark.parametrize("name", ["tanh", "gelu"])
+def test_unit_gains_against_a_float64_trapezoid(name):
+    z = np.linspace(-14, 14, 400_001)
+    phi = np.exp(-z * z / 2) / math.sqrt(2 * math.pi)
+    erf = np.vectorize(math.erf)
+    if name == "tanh":
+        f, df = np.tanh(z), 1 - np.tanh(z) ** 2
+    else:
+        cdf = 0.5 * (1 + erf(z / math.sqrt(2)))
+        f, df = z * cdf, cdf + z * phi
+    fwd, bwd = nn.unit.unit_gain(name)
+    assert fwd == pytest.approx(1 / math.sqrt(np.trapezoid(f * f * phi, z)), rel=1e-8)
+    assert bwd == pytest.approx(1 / math.sqrt(np.trapezoid(df * df * phi, z)), rel=1e-8)
+    with pytest.raises(ValueError, match="unknown activation 'relu'"):
+        nn.unit.unit_gain("relu")
+
+
+def test_unit_mlp_has_unit_variance_activations_and_gradients_at_init():
+    """Layer by layer, with unit-variance inputs and output gradients: the float64 recomputation
+    of each layer's output and input gradient agrees with fpsim's, and both have variance near 1
+    (the weight gradient, left unscaled, has std near sqrt(batch))."""
+    rng = np.random.default_rng(0)
+    model = nn.UnitMLP([64, 256, 256, 64], "tanh", seed=1)
+    h = rng.standard_normal((4096, 64))
+    for layer in model:
+        x = _t(h)
+        y = layer(x)
+        g = rng.standard_normal(y.shape).astype(np.float32)
+        (y * _t(g, grad=False)).sum().backward()
+        x64 = np.asarray(x.f32(), np.float64)
+        if isinstance(layer, nn.UnitLinear):
+            w = np.asarray(layer.linear.weight.f32(), np.float64)
+            y64, gx64 = x64 @ w.T / math.sqrt(w.shape[1]), g @ w / math.sqrt(w.shape[0])
+            assert np.std(layer.linear.weight.grad.f32()) / math.sqrt(4096) == pytest.approx(1, abs=0.1)
+        else:
+            a, b = nn.unit.unit_gain("tanh")
+            y64, gx64 = a * np.tanh(x64), b * g * (1 - np.tanh(x64) ** 2)
+        np.testing.assert_allclose(y.f32(), y64, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(x.grad.f32(), gx64, rtol=1e-5, atol=1e-5)
+        assert np.var(y64) == pytest.approx(1, abs=0.06) and np.var(gx64) == pytest.approx(1, abs=0.06)
+        h = y.f32()
+
+
+def test_unit_mse_loss_gradient_is_the_sum_form_over_sqrt8():
+    rng = np.random.default_rng(2)
+    p, t = rng.standard_normal((16, 8)), rng.standard_normal((16, 8))
+    pred = _t(p)
+    loss = nn.unit_mse_loss(pred, _t(t, grad=False))
+    loss.backward()
+    p64, t64 = np.float32(p).astype(np.float64), np.float32(t).astype(np.float64)
+    assert float(loss.f32()) == pytest.approx(((p64 - t64) ** 2).mean(), rel=1e-6)
+    np.testing.assert_allclose(pred.grad.f32(), 2 * (p64 - t64) / math.sqrt(8), rtol=1e-6)
+
+
+# ---- the fixed fp8 scale -------------------------------------------------------------------------
+
+
+def test_fixed_scaling_never_moves_the_scale():
+    st = ScalingState("x", "float8_e4m3fn", FixedScaling())
+    x = np.float32([1e-4, 3.0, 1000.0, -0.0078125])
+    codes = st.round_scaled(x, get_backend("numpy"))
+    st.update()
+    assert st.scale == 1 and st.amax == 1000.0
+    # scale 1: e4m3fn saturates 1000 to 448 and flushes 1e-4 (below half of 2^-9) to 0
+    assert np.array_equal(np.asarray(codes, np.float32), np.float32([0.0, 3.0, 448.0, -0.0078125]))
+    assert st.counts["saturated"] == 1 and st.counts["underflow"] == 1
+    assert ScalingState("y", "float8_e5m2", FixedScaling(scale=2.0**-3)).scale == 0.125
+    for bad in (0.0, 3.0, math.inf, 2.0**127):
+        with pytest.raises(ValueError, match="power of two"):
+            FixedScaling(scale=bad)
+    with pytest.raises(ValueError, match="amax_init"):
+        FixedScaling(amax_init=True)
+
+
+def test_scale1_casts_show_why_unit_scaling_matters():
+    """At initialisation fp8 at scale 1 flushes a large share of the reference task's output
+    gradients (2 (y - x) / 2^20 is far below e5m2's 2^-16) and almost none of the unit-scaled ones."""
+    plain = unitscaling.scale1_casts(ReferenceTask())
+    unit = unitscaling.scale1_casts(unitscaling.UnitReferenceTask())
+    assert plain["grad_output_flushed"] > 0.3
+    assert unit["grad_output_flushed"] < 1e-4 and unit["input_flushed"] < 1e-2
+    assert all(v == 0 for k, v in unit.items() if k.endswith("saturated"))
+
+
+# ---- verdicts on fixed inputs --------------------------------------------------------------------
+
+
+def _us(unit, delayed=1.10, steps=150.0, unit_max=None, delayed_max=1.15):
+    n = {"steps": steps, "delayed_mean": delayed, "delayed_max": delayed_max, "scale1_start_mean": 1.13,
+         "unit_fixed1_mean": unit, "unit_fixed1_max": unit if unit_max is None else unit_max}
+    return n
+
+
+@pytest.mark.parametrize("numbers, verdict", [
+    (_us(1.05), "reproduced"),
+    (_us(1.05, unit_max=1.2), "partly"),
+    (_us(1.2), "partly"),
+    (_us(1.05, unit_max=math.inf), "not at this scale"),
+    (_us(3.0), "not at this scale"),
+    (_us(1.0, steps=10.0), "partly"),
+])
+def test_unit_scaling_verdict(numbers, verdict):
+    assert unitscaling.verdict(numbers)[0] == verdict
+
+
+@pytest.mark.slow
+def test_unit_scaling_quick_run():
+    r = unitscaling.run(quick=True, seeds=(0,))
+    assert r.verdict == "partly" and r.numbers["steps"] == 10
+    assert r.numbers["plain_grad_output_flushed"] > 0.3 > r.numbers["unit_grad_output_flushed"]
+    assert all(math.isfinite(r.numbers[f"{k}_mean"]) for k in unitscaling.RATIOS)
+    assert set(r.series) == {"fp8-delayed", "scale-1 start", "fixed scale 1", "unit-scaled, fixed scale 1"}
