@@ -186,3 +186,28 @@ def test_unit_scaling_quick_run():
     assert r.numbers["plain_grad_output_flushed"] > 0.3 > r.numbers["unit_grad_output_flushed"]
     assert all(math.isfinite(r.numbers[f"{k}_mean"]) for k in unitscaling.RATIOS)
     assert set(r.series) == {"fp8-delayed", "scale-1 start", "fixed scale 1", "unit-scaled, fixed scale 1"}
+
+
+# ---- the MX "bump" scale rule against float64 ------------------------------------------------------
+
+
+def test_bump_scale_rule_against_float64():
+    """E = floor(log2 amax) - 8, plus one where amax > 1.75 * 2^floor(log2 amax) (e4m3's largest
+    significand), computed with math.frexp on float64; the boundary 1.75 * 2^k itself stays."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((400, 32)) * np.exp2(rng.integers(-30, 30, (400, 1)))).astype(np.float32)
+    x[:2] = 0.1
+    x[0, 3] = 1.75 * 2.0**4  # exactly at the threshold: not bumped
+    x[1, 7] = np.nextafter(np.float32(1.75 * 2.0**-3), np.float32(1))  # one float32 ulp above: bumped
+    q = fpsim.quantize(x, "mxfp8_e4m3", scale_rounding="bump")
+    amax = np.abs(x.astype(np.float64)).max(1)
+    want = []
+    for a in amax:
+        m, k = math.frexp(a)  # a = m * 2^k, m in [0.5, 1)
+        want.append((k - 1) - 8 + (2 * m > 1.75))
+    got = q.scales.view(np.uint8)[:, 0].astype(int) - 127
+    assert got.tolist() == want
+    assert got[0] == 4 - 8 and got[1] == -3 - 8 + 1
+    assert int(q.stats.saturated.sum()) == 0  # never saturates an e4m3 block
+    floor = fpsim.quantize(x, "mxfp8_e4m3", scale_rounding="floor")
+    assert int(floor.stats.saturated.sum()) > 0
