@@ -10,9 +10,10 @@ import pytest
 import fpsim
 from fpsim import nn
 from fpsim.backend import get_backend
-from fpsim.experiments.findings import mxlayernorm, unitscaling
+from fpsim.experiments.findings import mxlayernorm, ptq, unitscaling
 from fpsim.experiments.studentteacher import ResidualMLP, StudentTeacherTask
 from fpsim.experiments.tasks import ReferenceTask
+from fpsim.experiments.tinygpt import TinyGPTTask
 from fpsim.lowp import FixedScaling, ScalingState
 
 # ---- unit scaling: the scaled ops against float64 ------------------------------------------------
@@ -284,3 +285,66 @@ def test_mx_layernorm_quick_run():
     assert r.verdict in ("not at this scale", "partly", "reproduced") and r.numbers["steps"] == 15
     assert all(math.isfinite(r.numbers[f"{a}_final_loss"]) for a in mxlayernorm.ARMS)
     assert set(r.series) == set(mxlayernorm.ARMS)
+
+
+# ---- PTQ along training ----------------------------------------------------------------------------
+
+
+def test_ptq_weight_quantizers_against_references():
+    """fp8: per-tensor power-of-two scale from the amax, e4m3fn by ml_dtypes (float32 in: one
+    rounding), saturating; the block formats: what fpsim.quantize's own float64-checked kernels give,
+    along the weight's input axis."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(4)
+    w = (rng.standard_normal((24, 64)) * 0.05).astype(np.float32)
+    amax = float(np.abs(w).max())
+    k = math.floor(math.log2(448 / amax))
+    s = 2.0**k
+    assert s * amax <= 448 < 2 * s * amax
+    want = (w * np.float32(s)).astype(ml_dtypes.float8_e4m3fn).astype(np.float32) / np.float32(s)
+    assert np.array_equal(ptq.quantize_weight(w, "fp8"), want)
+    mx = ptq.quantize_weight(w, "mxfp4")
+    assert np.array_equal(mx, fpsim.quantize(w, "mxfp4_e2m1", axis=-1).dequantize())
+    assert len(np.unique(np.abs(mx[0, :32]))) <= 8  # e2m1 has 8 magnitudes per block
+    nv = ptq.quantize_weight(w, "nvfp4")
+    assert np.array_equal(nv, fpsim.quantize(w, "nvfp4", axis=-1).dequantize())
+    with pytest.raises(ValueError, match="unknown format 'int4'"):
+        ptq.quantize_weight(w, "int4")
+
+
+def test_ptq_losses_restore_the_weights():
+    task = TinyGPTTask(eval_size=16)
+    model = task.model(0)
+    before = [p.f32().copy() for p in model.parameters()]
+    out = ptq.ptq_losses(task, model)
+    assert set(out) == {"fp32", *ptq.FORMATS} and all(math.isfinite(v) for v in out.values())
+    assert out["fp32"] == task.evaluate(model)[0]
+    assert all(np.array_equal(a, p.f32()) for a, p in zip(before, model.parameters()))
+    assert len(ptq.linear_weights(model)) == 6 * task.n_layers + 1  # q, k, v, proj, 2 MLP per layer; the head
+
+
+def _ptq(rise, share, steps=250.0):
+    n = {"steps": steps, "seeds": 8.0}
+    for f, r, s in zip(ptq.FORMATS, rise, share):
+        n[f"{f}_late_rise"], n[f"{f}_late_rise_share"] = r, s
+    return n
+
+
+@pytest.mark.parametrize("numbers, verdict", [
+    (_ptq((0.01, 0.02, 0.0), (1.0, 1.0, 0.5)), "reproduced"),
+    (_ptq((0.01, -0.02, -0.01), (1.0, 0.0, 0.2)), "partly"),
+    (_ptq((0.01, 0.02, 0.01), (0.75, 0.875, 1.0)), "partly"),
+    (_ptq((-0.01, -0.02, 0.0), (0.0, 0.0, 0.5)), "not at this scale"),
+    (_ptq((0.01, 0.02, 0.01), (1.0, 1.0, 1.0), steps=20.0), "partly"),
+])
+def test_ptq_verdict(numbers, verdict):
+    assert ptq.verdict(numbers)[0] == verdict
+
+
+@pytest.mark.slow
+def test_ptq_quick_run():
+    r = ptq.run(quick=True, seeds=(0,))
+    assert r.verdict == "partly" and list(r.series["steps"]) == [0, 5, 10, 15, 20]
+    assert r.numbers["fp32_loss_at_20"] < r.numbers["fp32_loss_at_0"]
+    assert all(math.isfinite(v) for v in r.numbers.values())

@@ -23,6 +23,7 @@ from . import (
     overflow,
     promotion,
     proxies,
+    ptq,
     sqrt3,
     unitscaling,
 )
@@ -34,7 +35,7 @@ FINDINGS: dict[str, Finding] = {m.FINDING.name: m.FINDING for m in (
     lossscale, overflow, kahan, fp8scale,  # what fpsim reproduced before the catalogue
     mismatch, promotion, mxscale, fouroversix, nvfp4round, sqrt3,  # issue 30's findings 1-5
     proxies, outliers,  # issue 31's findings 1 and 4
-    unitscaling, mxlayernorm,  # issue 31's findings 2, 3, 5
+    unitscaling, mxlayernorm, ptq,  # issue 31's findings 2, 3, 5
 )}
 
 
