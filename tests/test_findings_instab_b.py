@@ -131,6 +131,37 @@ def test_unit_mse_loss_gradient_is_the_sum_form_over_sqrt8():
     np.testing.assert_allclose(pred.grad.f32(), 2 * (p64 - t64) / math.sqrt(8), rtol=1e-6)
 
 
+def test_unit_ce_logits_make_the_cross_entropy_gradient_unit_scaled():
+    rng = np.random.default_rng(3)
+    n, v = 40, 11
+    z = rng.standard_normal((n, v)).astype(np.float32)
+    t = rng.integers(0, v, n)
+    logits = _t(z)
+    loss = nn.cross_entropy(nn.unit.unit_ce_logits(logits), t)
+    loss.backward()
+    z64 = z.astype(np.float64)
+    p = np.exp(z64 - z64.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    assert float(loss.f32()) == pytest.approx(-np.log(p[np.arange(n), t]).mean(), rel=1e-6)
+    p[np.arange(n), t] -= 1
+    np.testing.assert_allclose(logits.grad.f32(), p * v / math.sqrt(v - 1), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="unit_ce_logits"):
+        nn.unit.unit_ce_logits(_t(np.ones(3)))
+
+
+def test_unit_scale_swaps_every_linear_and_activation_of_the_tiny_gpt():
+    task = TinyGPTTask()
+    base = task.model(0)
+    model = nn.unit.unit_scale_(task.model(0), 0)
+    kinds = [type(m).__name__ for _, m in model.named_modules()]
+    n_lin = sum(type(m) is nn.Linear for _, m in base.named_modules())
+    assert kinds.count("UnitLinear") == n_lin and kinds.count("Linear") == n_lin  # each UnitLinear holds one
+    assert kinds.count("UnitActivation") == task.n_layers and "GELU" not in kinds
+    # at init the unit-scaled GPT's logits have about unit variance
+    logits = task.logits_and_targets(model, task.batch_at(0))[0]
+    assert 0.5 < float(np.std(logits.f32())) < 2
+
+
 # ---- the fixed fp8 scale -------------------------------------------------------------------------
 
 
@@ -164,9 +195,11 @@ def test_scale1_casts_show_why_unit_scaling_matters():
 # ---- verdicts on fixed inputs --------------------------------------------------------------------
 
 
-def _us(unit, delayed=1.10, steps=150.0, unit_max=None, delayed_max=1.15):
+def _us(unit, delayed=1.10, steps=150.0, unit_max=None, delayed_max=1.15, gpt=None):
     n = {"steps": steps, "delayed_mean": delayed, "delayed_max": delayed_max, "scale1_start_mean": 1.13,
          "unit_fixed1_mean": unit, "unit_fixed1_max": unit if unit_max is None else unit_max}
+    if gpt is not None:  # (unit mean, unit worst, delayed mean, delayed worst)
+        n.update(zip(("gpt_unit_fixed1_mean", "gpt_unit_fixed1_max", "gpt_delayed_mean", "gpt_delayed_max"), gpt))
     return n
 
 
@@ -177,6 +210,9 @@ def _us(unit, delayed=1.10, steps=150.0, unit_max=None, delayed_max=1.15):
     (_us(1.05, unit_max=math.inf), "not at this scale"),
     (_us(3.0), "not at this scale"),
     (_us(1.0, steps=10.0), "partly"),
+    (_us(1.05, gpt=(1.01, 1.02, 1.03, 1.05)), "reproduced"),
+    (_us(1.05, gpt=(1.04, 1.06, 1.03, 1.05)), "partly"),
+    (_us(1.05, gpt=(2.0, 3.0, 1.03, 1.05)), "not at this scale"),
 ])
 def test_unit_scaling_verdict(numbers, verdict):
     assert unitscaling.verdict(numbers)[0] == verdict

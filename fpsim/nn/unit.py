@@ -21,6 +21,12 @@ up to its epsilon - does not see.
 - :class:`UnitMLP`: the two alternating, with an input scale and an output scale.
 - :func:`unit_mse_loss`: the mean squared error forward; backward, ``2 (pred - target) / sqrt(8)``
   (the library's ``U.mse_loss``): unit variance for unit-variance prediction and target.
+- :func:`unit_ce_logits`: logits for ``nn.cross_entropy`` whose gradient comes back as
+  ``(softmax - onehot) * V / sqrt(V - 1)`` per row (``U.cross_entropy``): unit variance at a
+  uniform softmax over V classes.
+- :func:`unit_scale_`: an existing model (the tiny GPT) made unit-scaled in place: every
+  ``nn.Linear`` replaced by a :class:`UnitLinear` of its sizes, every GELU and tanh by a
+  :class:`UnitActivation`.
 """
 
 from __future__ import annotations
@@ -32,10 +38,10 @@ import numpy as np
 from .. import ops
 from ..ops.core import _make, _op
 from ..tensor import Tensor, tensor
-from .modules import Linear, Module, Sequential
+from .modules import GELU, Linear, Module, Sequential, Tanh
 
 __all__ = ["scaled", "scale_fwd", "scale_bwd", "UnitLinear", "UnitActivation", "UnitMLP", "unit_mse_loss",
-           "unit_gain"]
+           "unit_ce_logits", "unit_gain", "unit_scale_"]
 
 
 def _factor(value, name: str) -> float:
@@ -166,3 +172,32 @@ def unit_mse_loss(pred: Tensor, target) -> Tensor:
     pred's gradient ``2 (pred - target) / sqrt(8)`` - mse_loss's ``2 (pred - target) / N`` times
     ``N / sqrt(8)`` in float32 (exact for N a power of two)."""
     return ops.mse_loss(scale_bwd(pred, pred.size / math.sqrt(8)), target)
+
+
+def unit_ce_logits(logits: Tensor) -> Tensor:
+    """Logits (N, V) for ``nn.cross_entropy`` (the mean over the N rows): unchanged forward;
+    backward their gradient ``(softmax - onehot) / N`` times ``N * V / sqrt(V - 1)`` in float32,
+    which makes the loss unit-scaled (``U.cross_entropy``)."""
+    if not isinstance(logits, Tensor) or logits.ndim != 2 or logits.shape[1] < 2:
+        raise ValueError(f"unit_ce_logits: logits must be a Tensor (N, V) with V >= 2, got "
+                         f"{getattr(logits, 'shape', type(logits).__name__)}")
+    n, v = logits.shape
+    return scale_bwd(logits, n * v / math.sqrt(v - 1))
+
+
+def unit_scale_(model: Module, seed: int = 0) -> Module:
+    """``model`` made unit-scaled in place (and returned): every ``nn.Linear`` inside it becomes a
+    :class:`UnitLinear` of the same sizes and bias (its weights drawn N(0, 1) from ``seed``, in
+    module order), every ``nn.GELU`` / ``nn.Tanh`` a :class:`UnitActivation`.  The old layers'
+    parameters are dropped: call it on a fresh model, before an optimizer holds them."""
+    rng = np.random.default_rng(seed)
+    swaps = [(parent, name, child) for _, parent in list(model.named_modules())
+             for name, child in list(parent._modules.items()) if type(child) in (Linear, GELU, Tanh)]
+    for parent, name, child in swaps:
+        if type(child) is Linear:
+            new = UnitLinear(child.in_features, child.out_features, child.bias is not None,
+                             fmt=child.weight.fmt, rng=rng, backend=child.weight.backend)
+        else:
+            new = UnitActivation("gelu" if type(child) is GELU else "tanh")
+        setattr(parent, name, new)
+    return model

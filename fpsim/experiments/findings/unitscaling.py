@@ -8,23 +8,28 @@ always: ``lowp.FixedScaling``).  Unit-scaled (:class:`UnitReferenceTask`: ``nn.U
 same sizes, N(0, 1) weights, scaled ops, the input divided by the data's root mean square and
 the output multiplied by it, ``nn.unit_mse_loss``): ``fp32`` and ``fp8-fixed1``.  Each fp8 run's
 final loss is set over its own model's fp32 final loss, seed by seed; the numbers are the seed
-mean, min and max of that ratio.  At initialisation
+mean, min and max of that ratio.  Full runs add the tiny GPT (:class:`UnitTinyGPTTask`): ``fp32``
+and ``fp8-delayed`` as it is, ``fp32`` and ``fp8-fixed1`` unit-scaled; quick runs leave it out.
+At initialisation
 :func:`scale1_casts` counts, per kind of tensor cast, the share of values fp8 at scale 1 flushes
 to zero or saturates in each model.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from ... import nn
 from ...lowp import FixedScaling
 from ...nn import unit
 from ..recipes import Recipe
 from ..tasks import ReferenceTask
+from ..tinygpt import TinyGPTTask
 from .base import Finding, FindingResult, say
 from .fp8scale import SCALE1
 from .runs import train_recipes
@@ -60,6 +65,26 @@ class UnitReferenceTask(ReferenceTask):
         return unit.unit_mse_loss(pred.to("float32"), target)
 
 
+@dataclass(frozen=True)
+class UnitTinyGPTTask(TinyGPTTask):
+    """The tiny GPT unit-scaled: ``nn.unit.unit_scale_`` (every Linear a ``UnitLinear``, GELU a
+    unit GELU; the embeddings are N(0, 1) already, the LayerNorms unit-variance by design), the
+    cross-entropy's gradient unit-scaled by ``nn.unit.unit_ce_logits``.  ``lr``: ten times the tiny
+    GPT's - unit-scaled Linear weights are sqrt(3 * 64) (about 14) times PyTorch's, while the
+    embeddings and LayerNorms are not; of 5e-3, 2e-2 and 5e-2, 5e-2 gave seed 0's float32 run the
+    lowest evaluation loss (0.072, against 0.080 for the model as it is)."""
+
+    lr: float = 5e-2
+
+    def model(self, seed: int = 0):
+        return unit.unit_scale_(super().model(seed), seed)
+
+    def loss(self, model, seq, recipe=None):
+        with recipe.forward_context() if recipe is not None else contextlib.nullcontext():
+            logits, target = self.logits_and_targets(model, seq)
+            return nn.cross_entropy(unit.unit_ce_logits(logits.to("float32")), target)
+
+
 def scale1_casts(task, seed: int = 0) -> dict:
     """What fp8 at scale 1 does to each kind of tensor it casts at initialisation: one forward and
     backward of ``task`` under ``fp8-fixed1`` (e4m3 inputs and weights, e5m2 output gradients,
@@ -80,32 +105,59 @@ def scale1_casts(task, seed: int = 0) -> dict:
 
 def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
     t0 = time.perf_counter()
-    plain, unit_task = ReferenceTask(), UnitReferenceTask()
-    steps = 10 if quick else plain.steps
     seeds = tuple(seeds)
-    say(progress, "the reference task as it is")
-    runs = train_recipes(PLAIN, plain, steps, seeds, progress, measure_at=())
-    say(progress, "the reference task unit-scaled")
-    uruns = train_recipes(UNIT, unit_task, steps, seeds, progress, measure_at=())
-    per_seed = {"delayed": _ratios(runs, "fp8-delayed"), "scale1_start": _ratios(runs, SCALE1.name),
-                "fixed1": _ratios(runs, FIXED1.name), "unit_fixed1": _ratios(uruns, FIXED1.name)}
-    numbers = {"steps": float(steps)}
-    for k, r in per_seed.items():
-        numbers.update({f"{k}_mean": float(np.mean(r)), f"{k}_min": float(np.min(r)), f"{k}_max": float(np.max(r))})
-    numbers["fp32_loss"] = float(np.mean([r.final_loss for r in runs["fp32"]]))
-    numbers["unit_fp32_loss"] = float(np.mean([r.final_loss for r in uruns["fp32"]]))
-    for name, task in (("plain", plain), ("unit", unit_task)):
-        numbers.update({f"{name}_{k}": v for k, v in scale1_casts(task, seeds[0]).items()})
+    numbers, curves = _reference(quick, seeds, progress)
+    if not quick:
+        numbers.update(_tinygpt(seeds, progress))
     v, reason = verdict(numbers)
     measured = (f"final loss / own fp32 (mean, min-max over {len(seeds)} seed{'s' * (len(seeds) > 1)}): unit-scaled "
                 f"fp8 at scale 1 {_span(numbers, 'unit_fixed1')}; fp8-delayed {_span(numbers, 'delayed')}; "
                 f"scale-1 start {_span(numbers, 'scale1_start')}; fixed scale 1 without unit scaling "
                 f"{_span(numbers, 'fixed1')}; fp32 losses {numbers['fp32_loss']:.3g} (plain), "
                 f"{numbers['unit_fp32_loss']:.3g} (unit-scaled)")
-    curves = {"fp8-delayed": _curve(runs, "fp8-delayed"), "scale-1 start": _curve(runs, SCALE1.name),
-              "fixed scale 1": _curve(runs, FIXED1.name), "unit-scaled, fixed scale 1": _curve(uruns, FIXED1.name)}
+    if not quick:
+        measured += (f"; tiny GPT: unit-scaled fp8 at scale 1 {_span(numbers, 'gpt_unit_fixed1')}, fp8-delayed "
+                     f"{_span(numbers, 'gpt_delayed')} (eval losses {numbers['gpt_fp32_loss']:.3g} plain, "
+                     f"{numbers['gpt_unit_fp32_loss']:.3g} unit-scaled, fp32)")
     return FindingResult(NAME, numbers, measured, v, reason, quick, seeds, time.perf_counter() - t0,
                          draw=lambda ax: _draw(ax, curves), series=curves)
+
+
+def _reference(quick: bool, seeds: tuple, progress) -> tuple[dict, dict]:
+    """The reference task's numbers (module docstring) and the figure's curves."""
+    plain, unit_task = ReferenceTask(), UnitReferenceTask()
+    steps = 10 if quick else plain.steps
+    say(progress, "the reference task as it is")
+    runs = train_recipes(PLAIN, plain, steps, seeds, progress, measure_at=())
+    say(progress, "the reference task unit-scaled")
+    uruns = train_recipes(UNIT, unit_task, steps, seeds, progress, measure_at=())
+    numbers = {"steps": float(steps)}
+    numbers.update(_spread("delayed", _ratios(runs, "fp8-delayed")) | _spread("scale1_start", _ratios(runs, SCALE1.name))
+                   | _spread("fixed1", _ratios(runs, FIXED1.name)) | _spread("unit_fixed1", _ratios(uruns, FIXED1.name)))
+    numbers["fp32_loss"] = float(np.mean([r.final_loss for r in runs["fp32"]]))
+    numbers["unit_fp32_loss"] = float(np.mean([r.final_loss for r in uruns["fp32"]]))
+    for name, task in (("plain", plain), ("unit", unit_task)):
+        numbers.update({f"{name}_{k}": v for k, v in scale1_casts(task, seeds[0]).items()})
+    curves = {"fp8-delayed": _curve(runs, "fp8-delayed"), "scale-1 start": _curve(runs, SCALE1.name),
+              "fixed scale 1": _curve(runs, FIXED1.name), "unit-scaled, fixed scale 1": _curve(uruns, FIXED1.name)}
+    return numbers, curves
+
+
+def _tinygpt(seeds: tuple, progress) -> dict:
+    """The tiny GPT (full runs only): fp8-delayed on the model as it is and fp8 at fixed scale 1 on
+    the unit-scaled one, each over its own fp32 (the final evaluation loss)."""
+    say(progress, "the tiny GPT as it is")
+    runs = train_recipes(("fp32", "fp8-delayed"), TinyGPTTask(), TinyGPTTask.steps, seeds, progress, measure_at=())
+    say(progress, "the tiny GPT unit-scaled")
+    uruns = train_recipes(UNIT, UnitTinyGPTTask(), TinyGPTTask.steps, seeds, progress, measure_at=())
+    return (_spread("gpt_delayed", _ratios(runs, "fp8-delayed")) | _spread("gpt_unit_fixed1", _ratios(uruns, FIXED1.name))
+            | {"gpt_fp32_loss": float(np.mean([r.final_loss for r in runs["fp32"]])),
+               "gpt_unit_fp32_loss": float(np.mean([r.final_loss for r in uruns["fp32"]]))})
+
+
+def _spread(key: str, ratios: list) -> dict:
+    return {f"{key}_mean": float(np.mean(ratios)), f"{key}_min": float(np.min(ratios)),
+            f"{key}_max": float(np.max(ratios))}
 
 
 def _ratios(runs: dict, name: str) -> list:
@@ -126,19 +178,26 @@ def _span(numbers: dict, key: str) -> str:
 
 
 def verdict(numbers: dict) -> tuple[str, str]:
-    unit_mean, unit_worst = numbers["unit_fixed1_mean"], numbers["unit_fixed1_max"]
-    delayed, start = numbers["delayed_mean"], numbers["scale1_start_mean"]
+    """From the reference task's ratios, and the tiny GPT's where a full run measured them: on each
+    model unit-scaled fp8 at scale 1 "holds" when its seed mean and its worst seed are no further
+    from float32 than fp8-delayed's, and "trains" when its worst seed is within 1.5x."""
+    models = [("the reference task", "")] + ([("the tiny GPT", "gpt_")] if "gpt_unit_fixed1_mean" in numbers else [])
+    unit_mean, delayed = numbers["unit_fixed1_mean"], numbers["delayed_mean"]
     if numbers["steps"] < 100:
         return "partly", (f"after {int(numbers['steps'])} steps unit-scaled fp8 at scale 1 is at {unit_mean:.3f}x its "
                           f"float32 loss against fp8-delayed's {delayed:.3f}x; the claim is about whole trainings")
-    if not unit_worst <= 1.5:
-        return "not at this scale", f"unit-scaled fp8 at scale 1 fails to train on some seed ({unit_worst:.3f}x)"
-    if unit_mean <= delayed and unit_worst <= numbers["delayed_max"]:
-        return "reproduced", (f"unit-scaled fp8 at fixed scale 1 ends {unit_mean:.3f}x its float32 loss (worst seed "
-                              f"{unit_worst:.3f}x), as close as per-tensor delayed scaling ({delayed:.3f}x) and closer "
-                              f"than a scale-1 start without unit scaling ({start:.3f}x)")
-    return "partly", (f"unit-scaled fp8 trains at fixed scale 1 ({unit_mean:.3f}x its float32 loss, worst seed "
-                      f"{unit_worst:.3f}x) but not as close as fp8-delayed ({delayed:.3f}x)")
+    said = "; ".join(f"{m}: unit-scaled fp8 at fixed scale 1 {numbers[f'{p}unit_fixed1_mean']:.3f}x its float32 loss "
+                     f"(worst seed {numbers[f'{p}unit_fixed1_max']:.3f}x), fp8-delayed {numbers[f'{p}delayed_mean']:.3f}x "
+                     f"(worst {numbers[f'{p}delayed_max']:.3f}x)" for m, p in models)
+    trains = all(numbers[f"{p}unit_fixed1_max"] <= 1.5 for _, p in models)
+    holds = all(numbers[f"{p}unit_fixed1_mean"] <= numbers[f"{p}delayed_mean"]
+                and numbers[f"{p}unit_fixed1_max"] <= numbers[f"{p}delayed_max"] for _, p in models)
+    if not trains:
+        return "not at this scale", f"unit-scaled fp8 at scale 1 fails to train on some seed ({said})"
+    if holds:
+        return "reproduced", (f"{said}: with unit scaling no per-tensor scale is needed (a scale-1 start without it: "
+                              f"{numbers['scale1_start_mean']:.3f}x)")
+    return "partly", f"unit-scaled fp8 trains at fixed scale 1 but not as close as delayed scaling ({said})"
 
 
 def _draw(ax, curves: dict) -> None:
@@ -157,4 +216,4 @@ FINDING = Finding(
           "at scale 1, with no delayed or current scaling.",
     "arXiv 2303.11257 (Graphcore); u-muP",
     "BERT-Large trained in fp8 at scale 1 with no degradation; fpsim before the BLAS pin: fp8-delayed 1.099x fp32, "
-    "scale-1 start without unit scaling 1.130x (8 seeds)", (20.0, 400.0), run, verdict)
+    "scale-1 start without unit scaling 1.130x (8 seeds)", (20.0, 350.0), run, verdict)
