@@ -155,4 +155,4 @@ FINDING = Finding(
     NAME, "Post-training quantization degrades a model more the longer it has trained.",
     "arXiv 2411.04330 (Scaling Laws for Precision)",
     "the loss increase from post-training quantization grows with the tokens seen during pretraining",
-    (10.0, 200.0), run, verdict)
+    (12.0, 75.0), run, verdict)
