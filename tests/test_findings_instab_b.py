@@ -360,10 +360,11 @@ def test_ptq_losses_restore_the_weights():
     assert len(ptq.linear_weights(model)) == 6 * task.n_layers + 1  # q, k, v, proj, 2 MLP per layer; the head
 
 
-def _ptq(rise, share, steps=250.0):
+def _ptq(rise, share, steps=250.0, early=(0.02, 0.03, 0.01), early_share=(1.0, 1.0, 1.0)):
     n = {"steps": steps, "seeds": 8.0}
-    for f, r, s in zip(ptq.FORMATS, rise, share):
+    for f, r, s, e, es in zip(ptq.FORMATS, rise, share, early, early_share):
         n[f"{f}_late_rise"], n[f"{f}_late_rise_share"] = r, s
+        n[f"{f}_early_rise"], n[f"{f}_early_rise_share"] = e, es
     return n
 
 
@@ -371,7 +372,8 @@ def _ptq(rise, share, steps=250.0):
     (_ptq((0.01, 0.02, 0.0), (1.0, 1.0, 0.5)), "reproduced"),
     (_ptq((0.01, -0.02, -0.01), (1.0, 0.0, 0.2)), "partly"),
     (_ptq((0.01, 0.02, 0.01), (0.75, 0.875, 1.0)), "partly"),
-    (_ptq((-0.01, -0.02, 0.0), (0.0, 0.0, 0.5)), "not at this scale"),
+    (_ptq((-0.01, -0.02, 0.0), (0.0, 0.0, 0.5)), "partly"),
+    (_ptq((-0.01, -0.02, 0.0), (0.0, 0.0, 0.5), early_share=(1.0, 0.875, 0.5)), "not at this scale"),
     (_ptq((0.01, 0.02, 0.01), (1.0, 1.0, 1.0), steps=20.0), "partly"),
 ])
 def test_ptq_verdict(numbers, verdict):
@@ -382,5 +384,7 @@ def test_ptq_verdict(numbers, verdict):
 def test_ptq_quick_run():
     r = ptq.run(quick=True, seeds=(0,))
     assert r.verdict == "partly" and list(r.series["steps"]) == [0, 5, 10, 15, 20]
+    # the summary from the per-seed curves: early rise = increase at the middle less that at step 5
+    assert r.numbers["mxfp4_early_rise"] == pytest.approx(r.series["mxfp4"][0, 2] - r.series["mxfp4"][0, 1])
     assert r.numbers["fp32_loss_at_20"] < r.numbers["fp32_loss_at_0"]
     assert all(math.isfinite(v) for v in r.numbers.values())

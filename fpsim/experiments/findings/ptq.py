@@ -12,9 +12,9 @@ MLP and output head; embeddings and LayerNorms stay float32) are quantized after
 
 and evaluated (cross-entropy on the task's fixed evaluation batch, float32 activations).  The
 loss increase is the quantized checkpoint's loss minus the float32 checkpoint's; the numbers are
-its seed mean at every checkpoint, and per format the mean over the second half of training
-against the checkpoint in the middle (``*_late_rise``: how much the increase still grows once the
-model has learned the task), with the share of seeds on which it grows.
+its seed mean at every checkpoint and, per format, how it grows in the first half of training
+(``*_early_rise``, while the model learns the task) and in the second (``*_late_rise``), each with
+the share of seeds on which it grows (:func:`summarize`).
 """
 
 from __future__ import annotations
@@ -101,41 +101,62 @@ def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
         at, losses = train_and_measure(task, seed, steps, progress, checkpoints)
         per_seed.append({f: np.asarray(losses[f]) - np.asarray(losses["fp32"]) for f in FORMATS} |
                         {"fp32": np.asarray(losses["fp32"])})
-    numbers = {"steps": float(steps), "seeds": float(len(seeds))}
-    mid = len(at) // 2
-    for f in ("fp32", *FORMATS):
-        curve = np.mean([s[f] for s in per_seed], axis=0)
-        for step, v in zip(at, curve):
-            numbers[f"{f}_{'loss' if f == 'fp32' else 'increase'}_at_{step}"] = float(v)
-        if f != "fp32":
-            rises = [float(np.mean(s[f][mid + 1:]) - s[f][mid]) for s in per_seed]
-            numbers[f"{f}_late_rise"] = float(np.mean(rises))
-            numbers[f"{f}_late_rise_share"] = float(np.mean([r > 0 for r in rises]))
+    numbers, measured = summarize(at, per_seed, steps)
     v, reason = verdict(numbers)
-    last = at[-1]
-    measured = (f"loss increase at step {at[mid]} / {last} (seed mean, {len(seeds)} seed{'s' * (len(seeds) > 1)}): " +
-                ", ".join(f"{f} {numbers[f'{f}_increase_at_{at[mid]}']:+.3g} / {numbers[f'{f}_increase_at_{last}']:+.3g}"
-                          for f in FORMATS) + f"; float32 loss {numbers[f'fp32_loss_at_{last}']:.3g} at the end")
     series = {f: np.asarray([s[f] for s in per_seed]) for f in FORMATS} | {"steps": np.asarray(at)}
     return FindingResult(NAME, numbers, measured, v, reason, quick, seeds, time.perf_counter() - t0,
                          draw=lambda ax: _draw(ax, series), series=series)
 
 
+def summarize(at: list, per_seed: list, steps: int) -> tuple[dict, str]:
+    """The numbers (module docstring) and the one-line measurement from the checkpoint steps ``at``
+    and, per seed, {"fp32": float32 losses, fmt: loss increases} at those steps.  ``early_rise``:
+    the increase at the middle checkpoint less that at the first after step 0; ``late_rise``: the
+    mean increase over the checkpoints after the middle less that at the middle."""
+    numbers = {"steps": float(steps), "seeds": float(len(per_seed))}
+    mid = len(at) // 2
+    for f in ("fp32", *FORMATS):
+        curve = np.mean([s[f] for s in per_seed], axis=0)
+        for step, v in zip(at, curve):
+            numbers[f"{f}_{'loss' if f == 'fp32' else 'increase'}_at_{step}"] = float(v)
+        if f == "fp32":
+            continue
+        for key, rises in (("early", [float(s[f][mid] - s[f][1]) for s in per_seed]),
+                           ("late", [float(np.mean(s[f][mid + 1:]) - s[f][mid]) for s in per_seed])):
+            numbers[f"{f}_{key}_rise"] = float(np.mean(rises))
+            numbers[f"{f}_{key}_rise_share"] = float(np.mean([r > 0 for r in rises]))
+    n, last = len(per_seed), at[-1]
+    measured = (f"loss increase at step {at[1]} / {at[mid]} / {last} (seed mean, {n} seed{'s' * (n > 1)}): " +
+                ", ".join(f"{f} " + " / ".join(f"{numbers[f'{f}_increase_at_{t}']:+.3g}" for t in (at[1], at[mid], last))
+                          for f in FORMATS) +
+                f"; float32 loss {numbers[f'fp32_loss_at_{at[1]}']:.3g} / {numbers[f'fp32_loss_at_{at[mid]}']:.3g} / "
+                f"{numbers[f'fp32_loss_at_{last}']:.3g}")
+    return numbers, measured
+
+
 def verdict(numbers: dict) -> tuple[str, str]:
-    grows = [f for f in FORMATS if numbers[f"{f}_late_rise"] > 0 and numbers[f"{f}_late_rise_share"] == 1.0]
-    some = [f for f in FORMATS if numbers[f"{f}_late_rise"] > 0]
-    n = int(numbers["seeds"])
+    """``reproduced`` when, for at least two formats, the increase still grows over the second half
+    of training on every seed; ``partly`` when it grows on every seed while the model learns (the
+    first half) but not after; else ``not at this scale``."""
     if numbers["steps"] < 100:
         return "partly", (f"after {int(numbers['steps'])} steps the model has barely learned the task; the claim is "
                           "about long training")
-    rises = ", ".join(f"{f} {numbers[f'{f}_late_rise']:+.3g}" for f in FORMATS)
-    if len(grows) >= 2:
-        return "reproduced", (f"over the second half of training the loss increase from quantization still grows on "
-                              f"every seed for {', '.join(grows)} (mean rise {rises})")
-    if some:
-        return "partly", (f"the increase grows in the second half on average for {', '.join(some)} but not on all "
-                          f"{n} seeds for two formats (mean rise {rises})")
-    return "not at this scale", f"the increase does not grow over the second half of training (mean rise {rises})"
+    n = int(numbers["seeds"])
+
+    def grows(key):
+        return [f for f in FORMATS if numbers[f"{f}_{key}_rise"] > 0 and numbers[f"{f}_{key}_rise_share"] == 1.0]
+
+    said = "; ".join(f"{key} rise (seed mean) " + ", ".join(f"{f} {numbers[f'{f}_{key}_rise']:+.3g} "
+                                                           f"({numbers[f'{f}_{key}_rise_share']:.0%} of seeds)"
+                                                           for f in FORMATS) for key in ("early", "late"))
+    if len(grows("late")) >= 2:
+        return "reproduced", (f"the loss increase from quantization still grows over the second half of training on "
+                              f"all {n} seeds for {', '.join(grows('late'))} ({said})")
+    if len(grows("early")) >= 2:
+        return "partly", (f"the increase grows on every seed while the model learns the task ({', '.join(grows('early'))}) "
+                          f"but not over the second half of training, where the cosine schedule has the rate near 0 "
+                          f"({said})")
+    return "not at this scale", f"the increase does not grow with training on every seed for two formats ({said})"
 
 
 def _draw(ax, series: dict) -> None:
