@@ -10,9 +10,8 @@ the output multiplied by it, ``nn.unit_mse_loss``): ``fp32`` and ``fp8-fixed1``.
 final loss is set over its own model's fp32 final loss, seed by seed; the numbers are the seed
 mean, min and max of that ratio.  Full runs add the tiny GPT (:class:`UnitTinyGPTTask`): ``fp32``
 and ``fp8-delayed`` as it is, ``fp32`` and ``fp8-fixed1`` unit-scaled; quick runs leave it out.
-At initialisation
-:func:`scale1_casts` counts, per kind of tensor cast, the share of values fp8 at scale 1 flushes
-to zero or saturates in each model.
+At initialisation :func:`scale1_casts` counts, per kind of tensor cast, the share of values fp8
+at scale 1 flushes to zero or saturates in each model.
 """
 
 from __future__ import annotations
