@@ -154,7 +154,7 @@ def verdict(numbers: dict) -> tuple[str, str]:
                               f"all {n} seeds for {', '.join(grows('late'))} ({said})")
     if len(grows("early")) >= 2:
         return "partly", (f"the increase grows on every seed while the model learns the task ({', '.join(grows('early'))}) "
-                          f"but not over the second half of training, where the cosine schedule has the rate near 0 "
+                          f"but not over the second half of the run, where the cosine schedule winds the rate down "
                           f"({said})")
     return "not at this scale", f"the increase does not grow with training on every seed for two formats ({said})"
 
