@@ -190,6 +190,9 @@ def test_scale1_casts_show_why_unit_scaling_matters():
     assert plain["grad_output_flushed"] > 0.3
     assert unit["grad_output_flushed"] < 1e-4 and unit["input_flushed"] < 1e-2
     assert all(v == 0 for k, v in unit.items() if k.endswith("saturated"))
+    gpt = unitscaling.scale1_casts(TinyGPTTask())  # the mean over 512 answer tokens: a half flushes
+    unit_gpt = unitscaling.scale1_casts(unitscaling.UnitTinyGPTTask())
+    assert gpt["grad_output_flushed"] > 0.3 and unit_gpt["grad_output_flushed"] < 1e-3
 
 
 # ---- verdicts on fixed inputs --------------------------------------------------------------------

@@ -29,7 +29,7 @@ from ...nn import unit
 from ..recipes import Recipe
 from ..tasks import ReferenceTask
 from ..tinygpt import TinyGPTTask
-from .base import Finding, FindingResult, say
+from .base import Finding, FindingResult, pct, say
 from .fp8scale import SCALE1
 from .runs import train_recipes
 
@@ -113,11 +113,15 @@ def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
                 f"fp8 at scale 1 {_span(numbers, 'unit_fixed1')}; fp8-delayed {_span(numbers, 'delayed')}; "
                 f"scale-1 start {_span(numbers, 'scale1_start')}; fixed scale 1 without unit scaling "
                 f"{_span(numbers, 'fixed1')}; fp32 losses {numbers['fp32_loss']:.3g} (plain), "
-                f"{numbers['unit_fp32_loss']:.3g} (unit-scaled)")
+                f"{numbers['unit_fp32_loss']:.3g} (unit-scaled); at initialisation scale 1 flushes "
+                f"{pct(numbers['plain_grad_output_flushed'])} of the output gradients (unit-scaled: "
+                f"{pct(numbers['unit_grad_output_flushed'], 4)})")
     if not quick:
         measured += (f"; tiny GPT: unit-scaled fp8 at scale 1 {_span(numbers, 'gpt_unit_fixed1')}, fp8-delayed "
                      f"{_span(numbers, 'gpt_delayed')} (eval losses {numbers['gpt_fp32_loss']:.3g} plain, "
-                     f"{numbers['gpt_unit_fp32_loss']:.3g} unit-scaled, fp32)")
+                     f"{numbers['gpt_unit_fp32_loss']:.3g} unit-scaled, fp32; scale 1 flushes "
+                     f"{pct(numbers['gpt_plain_grad_output_flushed'])} / {pct(numbers['gpt_unit_grad_output_flushed'], 4)} "
+                     "of the output gradients at initialisation)")
     return FindingResult(NAME, numbers, measured, v, reason, quick, seeds, time.perf_counter() - t0,
                          draw=lambda ax: _draw(ax, curves), series=curves)
 
@@ -149,9 +153,11 @@ def _tinygpt(seeds: tuple, progress) -> dict:
     runs = train_recipes(("fp32", "fp8-delayed"), TinyGPTTask(), TinyGPTTask.steps, seeds, progress, measure_at=())
     say(progress, "the tiny GPT unit-scaled")
     uruns = train_recipes(UNIT, UnitTinyGPTTask(), TinyGPTTask.steps, seeds, progress, measure_at=())
+    casts = {f"gpt_{name}_{k}": v for name, task in (("plain", TinyGPTTask()), ("unit", UnitTinyGPTTask()))
+             for k, v in scale1_casts(task, seeds[0]).items()}
     return (_spread("gpt_delayed", _ratios(runs, "fp8-delayed")) | _spread("gpt_unit_fixed1", _ratios(uruns, FIXED1.name))
             | {"gpt_fp32_loss": float(np.mean([r.final_loss for r in runs["fp32"]])),
-               "gpt_unit_fp32_loss": float(np.mean([r.final_loss for r in uruns["fp32"]]))})
+               "gpt_unit_fp32_loss": float(np.mean([r.final_loss for r in uruns["fp32"]]))} | casts)
 
 
 def _spread(key: str, ratios: list) -> dict:
