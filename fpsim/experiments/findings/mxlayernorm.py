@@ -86,12 +86,18 @@ def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
         numbers[f"{arm}_final_loss"] = float(np.mean([r[-1] for r in runs]))
         curves[arm] = np.asarray(runs, np.float64)
     v, reason = verdict(numbers)
-    measured = (f"width {size['width']}, depth {size['depth']}, batch {size['batch']}, {size['steps']} steps, "
-                f"{len(seeds)} seed{'s' * (len(seeds) > 1)}: seeds with a spike " +
-                ", ".join(f"{a} {int(numbers[f'{a}_seeds_spiking'])}" for a in ARMS) +
-                "; final loss " + ", ".join(f"{a} {numbers[f'{a}_final_loss']:.3g}" for a in ARMS))
+    measured = describe(numbers, size)
     return FindingResult(NAME, numbers, measured, v, reason, quick, seeds, time.perf_counter() - t0,
                          draw=lambda ax: _draw(ax, curves), series=curves)
+
+
+def describe(numbers: dict, size: dict) -> str:
+    """fpsim's number in one line: the proxy's size, per arm the seeds with a spike and the final loss."""
+    n = int(numbers["seeds"])
+    return (f"width {size['width']}, depth {size['depth']}, batch {size['batch']}, {size['steps']} steps, "
+            f"{n} seed{'s' * (n > 1)}: seeds with a spike " +
+            ", ".join(f"{a} {int(numbers[f'{a}_seeds_spiking'])}" for a in ARMS) +
+            "; final loss " + ", ".join(f"{a} {numbers[f'{a}_final_loss']:.3g}" for a in ARMS))
 
 
 def verdict(numbers: dict) -> tuple[str, str]:

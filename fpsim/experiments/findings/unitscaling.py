@@ -109,21 +109,26 @@ def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
     if not quick:
         numbers.update(_tinygpt(seeds, progress))
     v, reason = verdict(numbers)
-    measured = (f"final loss / own fp32 (mean, min-max over {len(seeds)} seed{'s' * (len(seeds) > 1)}): unit-scaled "
-                f"fp8 at scale 1 {_span(numbers, 'unit_fixed1')}; fp8-delayed {_span(numbers, 'delayed')}; "
-                f"scale-1 start {_span(numbers, 'scale1_start')}; fixed scale 1 without unit scaling "
-                f"{_span(numbers, 'fixed1')}; fp32 losses {numbers['fp32_loss']:.3g} (plain), "
-                f"{numbers['unit_fp32_loss']:.3g} (unit-scaled); at initialisation scale 1 flushes "
-                f"{pct(numbers['plain_grad_output_flushed'])} of the output gradients (unit-scaled: "
-                f"{pct(numbers['unit_grad_output_flushed'], 4)})")
-    if not quick:
-        measured += (f"; tiny GPT: unit-scaled fp8 at scale 1 {_span(numbers, 'gpt_unit_fixed1')}, fp8-delayed "
-                     f"{_span(numbers, 'gpt_delayed')} (eval losses {numbers['gpt_fp32_loss']:.3g} plain, "
-                     f"{numbers['gpt_unit_fp32_loss']:.3g} unit-scaled, fp32; scale 1 flushes "
-                     f"{pct(numbers['gpt_plain_grad_output_flushed'])} / {pct(numbers['gpt_unit_grad_output_flushed'], 4)} "
-                     "of the output gradients at initialisation)")
+    measured = describe(numbers, len(seeds))
     return FindingResult(NAME, numbers, measured, v, reason, quick, seeds, time.perf_counter() - t0,
                          draw=lambda ax: _draw(ax, curves), series=curves)
+
+
+def describe(numbers: dict, n: int) -> str:
+    """fpsim's number in one line, from the numbers of ``n`` seeds (the tiny GPT's where present)."""
+    out = (f"final loss / own fp32 (mean, min-max over {n} seed{'s' * (n > 1)}): unit-scaled fp8 at scale 1 "
+           f"{_span(numbers, 'unit_fixed1')}; fp8-delayed {_span(numbers, 'delayed')}; scale-1 start "
+           f"{_span(numbers, 'scale1_start')}; fixed scale 1 without unit scaling {_span(numbers, 'fixed1')}; fp32 "
+           f"losses {numbers['fp32_loss']:.3g} (plain), {numbers['unit_fp32_loss']:.3g} (unit-scaled); at "
+           f"initialisation scale 1 flushes {pct(numbers['plain_grad_output_flushed'])} of the output gradients "
+           f"(unit-scaled: {pct(numbers['unit_grad_output_flushed'], 4)})")
+    if "gpt_unit_fixed1_mean" in numbers:
+        out += (f"; tiny GPT: unit-scaled fp8 at scale 1 {_span(numbers, 'gpt_unit_fixed1')}, fp8-delayed "
+                f"{_span(numbers, 'gpt_delayed')} (eval losses {numbers['gpt_fp32_loss']:.3g} plain, "
+                f"{numbers['gpt_unit_fp32_loss']:.3g} unit-scaled, fp32; scale 1 flushes "
+                f"{pct(numbers['gpt_plain_grad_output_flushed'])} / {pct(numbers['gpt_unit_grad_output_flushed'], 4)} "
+                "of the output gradients at initialisation)")
+    return out
 
 
 def _reference(quick: bool, seeds: tuple, progress) -> tuple[dict, dict]:
