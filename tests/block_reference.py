@@ -103,6 +103,9 @@ def mx_block(vals: list[float], elem: str, mode: str) -> Block:
         e = ceil_log2(amax) - emax
     elif mode == "even":  # amax rounded to the element's precision (exponent unbounded) first
         e = floor_log2(rne(amax, m, -(10**6))) - emax
+    elif mode == "bump":  # floor, plus one where the block max lies beyond the element's largest significand
+        k = floor_log2(amax)
+        e = k - emax + (amax > vmax / Q(2) ** emax * Q(2) ** k)
     else:  # rceil: amax * (1 / max) in float32, up to a power of two
         d = f32(amax * f32(1 / vmax))
         e = ceil_log2(d) if d > 0 else -127

@@ -192,7 +192,7 @@ def test_torchao_mx_reference_agrees(fmt):
     adv = adversarial_rows(MX_ELEM[fmt])
     adv = adv[: adv.shape[0] // 2 * 2].reshape(-1, 64)  # two blocks a row
     x = np.concatenate([random_rows(5, 16, 64), adv, np.tile(NONFINITE, (1, 2))])
-    for mode in SCALE_ROUNDINGS:
+    for mode in (m for m in SCALE_ROUNDINGS if m != "bump"):  # torchao has no bump rule
         ours = quantize(x, fmt, scale_rounding=mode)
         scale, data = mx.to_mx(torch.from_numpy(x), elem, 32, getattr(config.ScaleCalculationMode, mode.upper()))
         theirs = mx.to_dtype(data, scale, elem, 32, torch.float32).numpy()

@@ -289,7 +289,8 @@ def quantize(x, fmt, axis: int = -1, *, block=None, scale_rounding: str | None =
     ``fp8_blockwise``, ``deepseek_fp8``).  ``block``: elements per block along ``axis`` (default
     32 for MX, 16 for NVFP4, 128 for fp8_block), or a pair (rows, cols) for 2-D tiles over the last
     two axes (NVFP4 weights: (16, 16); DeepSeek weights: (128, 128)).  ``scale_rounding`` (MX
-    only): ``floor`` (the default, the spec), ``ceil``, ``even``, ``rceil``.  ``rounding`` of the
+    only): ``floor`` (the default, the spec), ``ceil``, ``even``, ``rceil``, ``bump`` (floor, one up
+    where floor would saturate the block's max; :mod:`.block_scales`).  ``rounding`` of the
     elements: any of ``fpsim.ROUNDING_MODES`` (``nearest``, ties to even, by default;
     ``stochastic`` seeded by ``seed`` or ``rng``); elements beyond the element's max saturate to it.  ``pow2_scales``
     (fp8_block only): round each decode scale up to a power of two.  ``seed`` (an integer >= 0)

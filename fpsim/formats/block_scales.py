@@ -10,7 +10,10 @@ multiplied by before rounding, and the float32 decode factor per block.
   ``floor`` (the spec: floor(log2 amax) - emax_elem), ``ceil`` (ceil(log2 amax) - emax_elem),
   ``even`` (amax first rounded to the element's precision, ties to even, then floor) and ``rceil``
   (NVIDIA's rule, as cuBLAS's block quantization and torchao compute it: d = amax * (1 / max_elem)
-  in float32, rounded up to a power of two).  E is clamped to e8m0's range [-127, 127].
+  in float32, rounded up to a power of two), and ``bump`` (floor, plus one when the amax lies
+  beyond the element's largest significand times 2**floor(log2 amax) - 1.75 for e4m3 - that is,
+  exactly when floor would saturate the block's max: the "bump up overflow exponent" of
+  arXiv 2506.20752, Hither1/systems-scaling).  E is clamped to e8m0's range [-127, 127].
 - NVFP4 (NVIDIA Transformer Engine, "Using FP8 and FP4 with Transformer Engine", NVFP4 recipe;
   arXiv 2509.25149): per tensor S_enc = 448 * 6 / amax; per block the e4m3 decode scale
   s = e4m3(amax_b * (S_enc * (1/6))); elements e2m1(x * (1 / (s * (1 / S_enc)))), saturating;
@@ -36,7 +39,7 @@ from .table import Format, get_format
 __all__ = ["SCALE_ROUNDINGS", "mx_exponents", "mx_scales", "nvfp4_tensor_scale", "nvfp4_scales",
            "fp8_block_scales", "decode_factors", "NVFP4_AMAX_DIVISOR"]
 
-SCALE_ROUNDINGS = ("floor", "ceil", "even", "rceil")
+SCALE_ROUNDINGS = ("floor", "ceil", "even", "rceil", "bump")
 _F32 = np.float32
 _FLT_MAX = _F32(np.finfo(np.float32).max)
 _E4M3 = get_format("float8_e4m3fn")
@@ -61,7 +64,10 @@ def mx_exponents(amax: np.ndarray, elem: Format, mode: str) -> np.ndarray:
     e = field - 127
     if mode == "ceil":
         e = e + ((b & 0x7FFFFF) != 0)
-    if mode in ("floor", "ceil", "even"):
+    if mode == "bump":  # the significand 1.f beyond max / 2**emax (exact: max has few significand bits)
+        top = int(round((elem.max / 2.0**elem.emax - 1) * 2**23))
+        e = e + ((field > 0) & ((b & 0x7FFFFF) > top))
+    if mode in ("floor", "ceil", "even", "bump"):
         return e - elem.emax
     # rceil: d = amax * (1 / max) in float32, then up to a power of two: ceil(log2 d).  A subnormal d
     # lies in (0, 2**-126): -126 if above 2**-127, else -127 or less (clamped to -127 by the caller).

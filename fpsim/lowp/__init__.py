@@ -25,10 +25,10 @@ from .block import BlockLinear, BlockScaling, block_linear, hadamard_matrix, had
 from .convert import convert
 from .linear import Fp8Linear, LinearScaling, fp8_linear
 from .quant import Fp8Tensor, qdq, quantize_fp8
-from .recipes import AMAX_ALGOS, CurrentScaling, DelayedScaling, compute_scale
+from .recipes import AMAX_ALGOS, CurrentScaling, DelayedScaling, FixedScaling, compute_scale
 from .scaling import ScalingGroup, ScalingState, format_scaling_table
 
-__all__ = ["DelayedScaling", "CurrentScaling", "ScalingState", "ScalingGroup", "Fp8Tensor", "LinearScaling",
+__all__ = ["DelayedScaling", "CurrentScaling", "FixedScaling", "ScalingState", "ScalingGroup", "Fp8Tensor", "LinearScaling",
            "Fp8Linear", "compute_scale", "quantize_fp8", "qdq", "fp8_linear", "convert", "f32_to_fp8",
            "format_scaling_table", "FP8_FORMATS", "AMAX_ALGOS", "BlockScaling", "BlockLinear", "block_linear",
            "hadamard_matrix", "hadamard_transform"]

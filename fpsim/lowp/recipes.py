@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import is_integer
+from ..checks import is_integer, is_real
 from ..formats import FP8_FORMATS, get_format
 from ..tensorcore import instruction
 
-__all__ = ["AMAX_ALGOS", "DelayedScaling", "CurrentScaling", "compute_scale"]
+__all__ = ["AMAX_ALGOS", "DelayedScaling", "CurrentScaling", "FixedScaling", "compute_scale"]
 
 AMAX_ALGOS = ("max", "most_recent")
 # The scale and its inverse stay normal float32 numbers: 2^-126 <= scale <= 2^126.
@@ -104,6 +104,31 @@ class CurrentScaling(DelayedScaling):
     def __str__(self) -> str:
         return (f"current scaling: {self.fwd_format} forward, {self.bwd_format} gradients, margin {self.margin}"
                 + ("" if self.power_2_scale else ", scale fmt.max / amax (not a power of two)"))
+
+
+@dataclass(frozen=True)
+class FixedScaling(DelayedScaling):
+    """Every cast of every tensor at one fixed ``scale`` (default 1: the numbers go into fp8 as
+    they are), never changed by an amax - what unit scaling (arXiv 2303.11257) makes safe.  The
+    amax history is still recorded (length ``amax_history_len``, default 1) for the tables.
+    ``scale``: a power of two in [2^-126, 2^126], so scaling and unscaling are exact."""
+
+    amax_history_len: int = 1
+    scale: float = 1.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        s = self.scale
+        if not (is_real(s) and math.isfinite(s) and s > 0 and math.frexp(s)[0] == 0.5
+                and -_MAX_EXP <= math.frexp(s)[1] - 1 <= _MAX_EXP):
+            raise ValueError(f"FixedScaling: scale must be a power of two in [2^-126, 2^126], got {s!r}")
+        if self.amax_init:
+            raise ValueError("FixedScaling: amax_init must be False (the scale never comes from an amax)")
+        object.__setattr__(self, "scale", float(s))
+
+    def __str__(self) -> str:
+        return (f"fixed scale {self.scale:g}: {self.fwd_format} forward, {self.bwd_format} gradients, "
+                "no amax-driven scaling")
 
 
 def compute_scale(amax: float, fmt, margin: int = 0, previous: float = 1.0, power_2: bool = True) -> np.float32:

@@ -20,7 +20,7 @@ from ..statedict import Problems, all_or_nothing
 from ..tensor import round_result
 from ..textable import percent, text_table
 from .quant import Fp8Tensor
-from .recipes import CurrentScaling, DelayedScaling, compute_scale
+from .recipes import CurrentScaling, DelayedScaling, FixedScaling, compute_scale
 
 __all__ = ["ScalingState", "ScalingGroup", "format_scaling_table"]
 
@@ -49,7 +49,7 @@ class ScalingState:
         self.name = name
         self.fmt: Format = f
         self.recipe = recipe
-        self.scale = np.float32(init_scale)
+        self.scale = np.float32(recipe.scale if isinstance(recipe, FixedScaling) else init_scale)
         # amax_init: pending until a non-zero finite amax is seen (current scaling needs none)
         self._init_pending = bool(recipe.amax_init) and not isinstance(recipe, CurrentScaling)
         self.amax_history: list[float] = []
@@ -131,7 +131,8 @@ class ScalingState:
             return
         self.amax_history.append(self.step_amax)
         del self.amax_history[:-self.recipe.amax_history_len]
-        self.scale = compute_scale(self.amax, self.fmt, self.recipe.margin, self.scale, self.recipe.power_2_scale)
+        if not isinstance(self.recipe, FixedScaling):  # a fixed scale never follows the amax
+            self.scale = compute_scale(self.amax, self.fmt, self.recipe.margin, self.scale, self.recipe.power_2_scale)
         self.step_amax = None
         self.steps += 1
         self.last = self._current

@@ -17,10 +17,12 @@ from ..tensor import Tensor
 from . import utils
 from .modules import ACTIVATIONS, GELU, MLP, Identity, Linear, Module, ReLU, Sequential, Sigmoid, Tanh
 from .transformer import CausalSelfAttention, Embedding, LayerNorm, TinyGPT, TransformerBlock
+from .unit import UnitActivation, UnitLinear, UnitMLP, unit_mse_loss
 
 __all__ = ["Module", "Linear", "Sequential", "MLP", "ReLU", "Tanh", "Sigmoid", "GELU", "Identity",
            "mse_loss", "cross_entropy", "softmax", "log_softmax", "utils", "ACTIVATIONS",
-           "Embedding", "LayerNorm", "CausalSelfAttention", "TransformerBlock", "TinyGPT"]
+           "Embedding", "LayerNorm", "CausalSelfAttention", "TransformerBlock", "TinyGPT",
+           "UnitLinear", "UnitActivation", "UnitMLP", "unit_mse_loss"]
 
 
 # ------------------------------------------------------------------------------------ losses

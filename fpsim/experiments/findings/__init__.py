@@ -16,13 +16,16 @@ from . import (
     kahan,
     lossscale,
     mismatch,
+    mxlayernorm,
     mxscale,
     nvfp4round,
     outliers,
     overflow,
     promotion,
     proxies,
+    ptq,
     sqrt3,
+    unitscaling,
 )
 from .base import VERDICTS, Finding, FindingResult
 
@@ -32,6 +35,7 @@ FINDINGS: dict[str, Finding] = {m.FINDING.name: m.FINDING for m in (
     lossscale, overflow, kahan, fp8scale,  # what fpsim reproduced before the catalogue
     mismatch, promotion, mxscale, fouroversix, nvfp4round, sqrt3,  # issue 30's findings 1-5
     proxies, outliers,  # issue 31's findings 1 and 4
+    unitscaling, mxlayernorm, ptq,  # issue 31's findings 2, 3, 5
 )}
 
 
