@@ -63,3 +63,22 @@ def test_the_cli_runs_every_finding_and_writes_the_table(two_findings, tmp_path,
     afile.write_text("x")
     assert reproduce.main(_args(all=True, figure=str(afile))) == 2
     assert "is a file; with --all it names a folder" in capsys.readouterr().err
+
+
+def test_a_full_run_uses_the_findings_own_seeds():
+    """The training-dynamics findings decide from several seeds unless told otherwise; a quick run
+    uses seed 0; seeds given are used as given."""
+    import dataclasses
+
+    got = []
+
+    def run(quick, seeds, progress):
+        got.append((quick, seeds))
+        return findings.FindingResult("unit-scaling", {}, "m", "partly", "r", quick, seeds)
+
+    f = dataclasses.replace(findings.FINDINGS["unit-scaling"], run=run)
+    f.reproduce(False), f.reproduce(True), f.reproduce(False, [4])
+    assert got == [(False, (0, 1, 2)), (True, (0,)), (False, (4,))]
+    dynamics = ("small-scale-proxies", "outliers-and-kurtosis", "unit-scaling", "mx-layernorm-instability",
+                "ptq-degrades-with-training")
+    assert all(len(findings.FINDINGS[n].seeds) >= 3 for n in dynamics)

@@ -64,14 +64,14 @@ def _one(name: str, quick: bool, seeds: tuple, folder, blas: int | None = None, 
     return dataclasses.replace(result, draw=None)
 
 
-def run_every(quick: bool, seeds, jobs: int = 1, folder=None, progress=None, on_done=None) -> dict:
+def run_every(quick: bool, seeds=None, jobs: int = 1, folder=None, progress=None, on_done=None) -> dict:
     """{name: FindingResult, or None where the finding cannot run here} for every finding, in the
-    catalogue's order.  ``jobs``: findings run at once (worker processes when > 1); ``folder``: where
+    catalogue's order.  ``seeds``: None for each finding's own (see ``Finding.reproduce``); ``jobs``: findings run at once (worker processes when > 1); ``folder``: where
     each figure is drawn (None: none); ``progress(line)`` hears each start and finish;
     ``on_done(result)`` is called in this process as each finding finishes."""
     from ..experiments.findings import FINDINGS
 
-    seeds = tuple(seeds)
+    seeds = None if seeds is None else tuple(seeds)
     names = [n for n, f in FINDINGS.items() if f.available()]
     results: dict = {n: None for n in FINDINGS}
     main = threading.current_thread() is threading.main_thread()

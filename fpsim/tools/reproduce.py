@@ -27,7 +27,9 @@ def add_arguments(p) -> None:
     p.add_argument("name", nargs="?", help="the finding to run (see --list)")
     p.add_argument("--list", action="store_true", help="one line per finding: name, claim, source, running time here")
     p.add_argument("--quick", action="store_true", help="shorter runs (about 15 s each; what the tests run)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds of the runs (default: 0)")
+    p.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help="seeds of the runs (default: the finding's own - 0 1 2 for the training-dynamics findings, "
+                        "0 for the others - and 0 with --quick)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--figure", metavar="PATH",
                    help="where to draw the figure (default figures/findings/NAME.png; with --all a folder, "

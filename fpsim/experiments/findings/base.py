@@ -31,7 +31,9 @@ class Finding:
     training findings run every seed and report seed means, the sampling ones draw with the first
     seed, and the result's ``seeds`` says which were used; ``progress`` is called with one line of
     text as each stage starts, or is None); ``verdict(numbers)`` -> (verdict, reason); ``needs``
-    names a module the finding cannot run without ("" when it runs anywhere).
+    names a module the finding cannot run without ("" when it runs anywhere); ``seeds``: the seeds
+    a full run uses when none are given - several where the claim is about training dynamics,
+    which one seed can show by chance (the verdict reads what holds across them).
     """
 
     name: str
@@ -42,11 +44,13 @@ class Finding:
     run: Callable
     verdict: Callable
     needs: str = ""
+    seeds: tuple = (0,)
 
-    def reproduce(self, quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
-        """Run the finding (``run`` after the checks): ``seeds`` distinct integers, at least one;
-        a RuntimeError naming what is missing when the finding cannot run here."""
-        seeds = tuple(seeds)
+    def reproduce(self, quick: bool = True, seeds=None, progress=None) -> FindingResult:
+        """Run the finding (``run`` after the checks): ``seeds`` distinct integers, at least one
+        (None: seed 0 for a quick run, the finding's own ``seeds`` for a full one); a RuntimeError
+        naming what is missing when the finding cannot run here."""
+        seeds = ((0,) if quick else self.seeds) if seeds is None else tuple(seeds)
         if not seeds or not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in seeds) \
                 or len(set(seeds)) != len(seeds):
             raise ValueError(f"seeds must be distinct integers, at least one; got {seeds!r}")

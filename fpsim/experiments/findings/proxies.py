@@ -203,4 +203,5 @@ FINDING = Finding(
           "qk-layernorm stops the growth and flattens the loss-against-LR curve (z-loss guards the output logits).",
     "arXiv 2309.14322 (Wortsman et al.)",
     "attention logits grow without bound at high LR in models from 9.4M parameters; qk-layernorm and z-loss "
-    "(1e-4 log^2 Z) lower the LR sensitivity (AdamW, beta2 0.95, eps 1e-8, wd 1e-4)", (5.0, 440.0), run, verdict)
+    "(1e-4 log^2 Z) lower the LR sensitivity (AdamW, beta2 0.95, eps 1e-8, wd 1e-4)", (5.0, 440.0), run, verdict,
+    seeds=(0, 1, 2))

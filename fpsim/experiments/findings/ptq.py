@@ -176,4 +176,5 @@ FINDING = Finding(
     NAME, "Post-training quantization degrades a model more the longer it has trained.",
     "arXiv 2411.04330 (Scaling Laws for Precision)",
     "the loss increase from post-training quantization grows with the tokens seen during pretraining",
-    (12.0, 75.0), run, verdict)
+    (12.0, 75.0), run, verdict,
+    seeds=(0, 1, 2))

@@ -22,14 +22,16 @@ def _cell(text: str) -> str:
 
 def markdown(results: dict, quick: bool, seeds=(0,)) -> str:
     """The page: a header saying how it was made, then one row per finding - name, claim, source,
-    the source's number, fpsim's number, verdict and reason, and the seconds it took."""
+    the source's number, fpsim's number, verdict and reason, and the seconds it took.  ``seeds``
+    None: each finding ran on its own seeds (``Finding.seeds``; seed 0 when quick)."""
     mode = ("`--quick` runs (shorter trainings and smaller samples than the full runs: numbers and verdicts "
             "can differ from a full run's)" if quick else "full runs")
     lines = [
         "# Published numerical findings, reproduced in miniature",
         "",
-        f"Written by `fpsim reproduce --table docs/findings.md{' --quick' if quick else ''} --seeds "
-        f"{' '.join(map(str, seeds))}` from {mode}, on {platform.machine()} with Python "
+        f"Written by `fpsim reproduce --table docs/findings.md{' --quick' if quick else ''}"
+        f"{'' if seeds is None else ' --seeds ' + ' '.join(map(str, seeds))}` from {mode}"
+        f"{' (each finding on its own seeds)' if seeds is None else ''}, on {platform.machine()} with Python "
         f"{platform.python_version()}, {time.strftime('%Y-%m-%d', time.gmtime())}.  Each row: a claim from a named "
         "source, the number the source reports, the number fpsim measures in its miniature, and the verdict "
         "(`reproduced`, `partly`, or `not at this scale`) with its reason.  `fpsim reproduce NAME` runs one "
