@@ -36,7 +36,8 @@ def markdown(results: dict, quick: bool, seeds=(0,)) -> str:
         "source, the number the source reports, the number fpsim measures in its miniature, and the verdict "
         "(`reproduced`, `partly`, or `not at this scale`) with its reason.  `fpsim reproduce NAME` runs one "
         "finding and draws its figure; `fpsim reproduce --all --jobs 2` runs every one, two at a time, with the "
-        "same numbers as one at a time; `fpsim reproduce --list` lists them.",
+        "same numbers as one at a time; `fpsim reproduce --list` lists them.  Full runs over several seeds: "
+        "[findings_full.md](findings_full.md).",
         "",
         "| finding | claim | source | the source's number | fpsim's number | verdict | seconds |",
         "|---|---|---|---|---|---|---|",
