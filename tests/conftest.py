@@ -33,15 +33,3 @@ def default_backend(request, monkeypatch):
         pytest.skip("about numpy's real storage dtypes; numpy-f32 holds the values in float32")
     return name
 
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items):
-    """Under ``pytest -n`` (pytest-xdist, ``--dist loadgroup``) each module runs in one worker, so
-    its module-scoped fixtures are computed once; the modules that share the reference task's runs
-    (``support/reference_runs.py``) run in one worker together.  Without xdist the marks do nothing."""
-    from support.reference_runs import SHARING_MODULES
-
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            module = item.module.__name__.rsplit(".", 1)[-1] if item.module else item.nodeid.split("::")[0]
-            item.add_marker(pytest.mark.xdist_group("reference-runs" if module in SHARING_MODULES else module))

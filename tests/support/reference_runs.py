@@ -4,8 +4,9 @@
 runs of the reference task (seed 0, the defaults of ``fpsim compare``).  Each recipe is trained
 once per process here, by the same ``compare`` the command calls; a recipe trains alone exactly as
 it trains beside others (every run starts from the same weights and data; ``test_determinism``
-checks that serial and parallel sweeps give the same bits).  ``conftest.py`` puts the three
-modules in one pytest-xdist group, so they share one process under ``pytest -n``.
+checks that serial and parallel sweeps give the same bits).  Under ``pytest -n`` the modules
+share the runs where pytest-xdist gives them the same worker process; each module's tests run in
+one worker (``--dist loadscope``), so a module never trains a run twice.
 
 The runs are shared objects: tests read them and never change them.
 """
@@ -16,9 +17,7 @@ import functools
 
 from fpsim.experiments import compare
 
-__all__ = ["reference_runs", "SHARING_MODULES"]
-
-SHARING_MODULES = ("test_experiments", "test_bf16_updates", "test_quoted_numbers")
+__all__ = ["reference_runs"]
 
 
 @functools.cache
