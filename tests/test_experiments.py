@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from support.documentation import documentation, row
 from support.reference_runs import reference_runs
 
 from fpsim import experiments as ex
@@ -229,3 +230,23 @@ def test_the_default_comparison_is_the_one_before_the_pipeline(results):
 
     assert numbers(results, REF_FIELDS) == "8f00da27dc5e6abf"
     assert table(ex.format_table(results)) == "9861318931b57fc6"
+
+
+# The first cell of each default recipe's row in the README's table.
+ROWS = {"fp32": "fp32", "fp16-master": "fp16-master", "fp16-static": "fp16-static (S = 1024)",
+        "fp16-dynamic": "fp16-dynamic", "bf16-pure": "bf16-pure", "bf16-master": "bf16-master"}
+
+
+@pytest.mark.slow
+def test_the_default_comparison_table_is_what_fpsim_compare_prints(results):
+    """`fpsim compare`'s table (150 steps, seed 0): the final losses and ratios quoted.  The runs are
+    the ones ``fpsim compare`` makes (the same ``compare``, the same defaults), shared with the tests
+    above; test_determinism runs the command itself in fresh processes."""
+    runs = {name: results[name] for name in ROWS}
+    doc = documentation()
+    fp32 = runs["fp32"].final_loss
+    for name, first_cell in ROWS.items():
+        loss = runs[name].final_loss
+        quoted = row(doc, first_cell)
+        assert f"{loss:.4e}" in quoted, f"{name}: the run ends at {loss:.4e}; the table says {quoted}"
+        assert f"{loss / fp32:.3f}x" in quoted, f"{name}: the run's ratio is {loss / fp32:.3f}x; the table says {quoted}"
