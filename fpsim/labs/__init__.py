@@ -77,63 +77,26 @@ def slider(fn, *, default, values, name="value", description=None):
     return None
 
 
-def _openblas_libraries():
-    """ctypes handles of the OpenBLAS libraries loaded in this process (Linux; else none)."""
-    import ctypes
-
-    try:
-        with open("/proc/self/maps") as f:
-            paths = sorted({line.split()[-1] for line in f if "openblas" in line.lower() and "/" in line})
-    except OSError:
-        return []
-    libs = []
-    for path in paths:
-        try:
-            libs.append(ctypes.CDLL(path))
-        except OSError:
-            continue
-    return libs
-
-
-def _symbol(lib, names):
-    return next((getattr(lib, n) for n in names if getattr(lib, n, None) is not None), None)
-
-
-_SET = ("openblas_set_num_threads", "scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_",
-        "scipy_openblas_set_num_threads")
-_GET = ("openblas_get_num_threads", "scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_",
-        "scipy_openblas_get_num_threads")
-
-
 def blas_threads(n: int = 1) -> None:
-    """Limit numpy's BLAS (OpenBLAS) to ``n`` threads in this process.
+    """Limit numpy's BLAS to ``n`` threads in this process (threadpoolctl).
 
     The labs multiply matrices of a few thousand numbers.  At that size a second BLAS thread
     only adds synchronisation, and on a busy two-core machine, where the threads wait for each
     other, it made the labs' training loops about 20 times slower (measured: 51 ms against
-    2.3 ms per step of the reference task).  Uses threadpoolctl when it is installed, else
-    OpenBLAS's own setter found among the loaded libraries (Linux); elsewhere it does nothing.
-    :func:`blas_thread_count` tells what came of it.
+    2.3 ms per step of the reference task).  fpsim's own products already run on the count it
+    pins (``fpsim.set_blas_threads``); this sets the count of everything else numpy multiplies in
+    the lab.  :func:`blas_thread_count` tells what came of it.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
-    try:
-        import threadpoolctl
+    import threadpoolctl
 
-        threadpoolctl.threadpool_limits(n, user_api="blas")
-        return
-    except ImportError:
-        pass
-    for lib in _openblas_libraries():
-        setter = _symbol(lib, _SET)
-        if setter is not None:
-            setter(int(n))
+    threadpoolctl.threadpool_limits(n, user_api="blas")
 
 
 def blas_thread_count() -> int | None:
-    """The number of threads OpenBLAS uses now, or None where that cannot be read."""
-    for lib in _openblas_libraries():
-        getter = _symbol(lib, _GET)
-        if getter is not None:
-            return int(getter())
-    return None
+    """The number of threads numpy's BLAS uses now, or None where no BLAS library is found."""
+    import threadpoolctl
+
+    blas = [i for i in threadpoolctl.threadpool_info() if i.get("user_api") == "blas"]
+    return int(blas[0]["num_threads"]) if blas else None

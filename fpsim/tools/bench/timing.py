@@ -19,7 +19,7 @@ import numpy as np
 
 from ... import backend as _backend
 
-__all__ = ["time_interleaved", "median_ratio", "blas_threads", "machine_info"]
+__all__ = ["time_interleaved", "median_ratio", "process_blas_threads", "machine_info"]
 
 
 def _calls_per_sample(fn, min_time: float) -> int:
@@ -100,23 +100,20 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def blas_threads() -> tuple[int, str]:
-    """(threads numpy's BLAS uses, how that was found).  threadpoolctl is asked when it is
-    importable (it is not a dependency); otherwise the usual environment variables, else the
-    usable cores (OpenBLAS's and MKL's default)."""
-    try:
-        from threadpoolctl import threadpool_info
+def process_blas_threads() -> tuple[int, str]:
+    """(threads numpy's BLAS uses in this process, how that was found), asked of threadpoolctl;
+    where it finds no BLAS library, the usual environment variables, else the usable cores
+    (OpenBLAS's and MKL's default).  Not fpsim's pinned count: that is ``fpsim.state.blas_threads``."""
+    from threadpoolctl import threadpool_info
 
-        blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
-        if blas:
-            return int(blas[0]["num_threads"]), f"threadpoolctl ({blas[0].get('internal_api', '?')})"
-    except ImportError:
-        pass
+    blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    if blas:
+        return int(blas[0]["num_threads"]), f"threadpoolctl ({blas[0].get('internal_api', '?')})"
     for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
         v = os.environ.get(var, "")
         if v.isdigit() and int(v) > 0:
             return int(v), f"${var}"
-    return _usable_cores(), "usable cores (threadpoolctl not installed; OpenBLAS default)"
+    return _usable_cores(), "usable cores (no BLAS library found by threadpoolctl)"
 
 
 def _usable_cores() -> int:
@@ -128,7 +125,7 @@ def _usable_cores() -> int:
 
 def machine_info() -> dict:
     """The machine and library versions a run was measured on."""
-    threads, how = blas_threads()
+    threads, how = process_blas_threads()
     info = {
         "cpu": _cpu_model(),
         "cores": os.cpu_count(),
