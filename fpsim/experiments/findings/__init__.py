@@ -33,9 +33,8 @@ __all__ = ["FINDINGS", "Finding", "FindingResult", "VERDICTS", "get_finding"]
 
 FINDINGS: dict[str, Finding] = {m.FINDING.name: m.FINDING for m in (
     lossscale, overflow, kahan, fp8scale,  # what fpsim reproduced before the catalogue
-    mismatch, promotion, mxscale, fouroversix, nvfp4round, sqrt3,  # issue 30's findings 1-5
-    proxies, outliers,  # issue 31's findings 1 and 4
-    unitscaling, mxlayernorm, ptq,  # issue 31's findings 2, 3, 5
+    mismatch, promotion, mxscale, fouroversix, nvfp4round, sqrt3,  # numerical findings: accumulation, block formats, RL
+    proxies, outliers, unitscaling, mxlayernorm, ptq,  # training dynamics, over seeds
 )}
 
 
