@@ -99,7 +99,7 @@ def test_matmul_rows(quick):
 def _step_expected(quick) -> dict:
     """(name, peer) -> (target, limit) of every step row, in the order of the table."""
     mlp = f"MLP {'-'.join(map(str, MLP_SIZES))} batch {quick['settings']['batch']} SGD step"
-    gpt = benchrows.gpt_label(TinyGPTTask())
+    gpt = benchrows.gpt_label(benchrows.gpt_task(bench.BenchSettings.quick_settings()))
     fp16 = ("<= 2.0x (stretch 1.5x)", 2.0)
     torch16 = (">= 6x faster (<= 0.167x; stretch 10x)", 1 / 6)
     return {
@@ -165,7 +165,10 @@ def test_step_rows_share_their_peer_samples(quick):
 
 def test_step_rows_run_on_the_backends_they_name(monkeypatch):
     """What each step row times: the recipe and backend its name says, the tiny GPT with the
-    task's defaults (no timing: the steps are stand-ins)."""
+    task's defaults (a smaller one with --quick; no timing: the steps are stand-ins)."""
+    assert benchrows.gpt_task(bench.BenchSettings()) == TinyGPTTask()
+    assert benchrows.gpt_task(bench.BenchSettings.quick_settings()) == TinyGPTTask(
+        n_digits=4, batch=8, d_model=32, n_layers=1, n_heads=2)
     built = []
 
     def mlp(recipe, batch, backend=None):
@@ -173,7 +176,7 @@ def test_step_rows_run_on_the_backends_they_name(monkeypatch):
         return lambda: None
 
     def gpt(recipe, task, backend=None):
-        assert task == TinyGPTTask()
+        assert task == benchrows.gpt_task(bench.BenchSettings.quick_settings())
         built.append(("gpt", recipe, backend))
         return lambda: None
 

@@ -198,15 +198,16 @@ def _matmul_rows(s: BenchSettings, tick) -> list[Row]:
 def _tensorcore_row(s: BenchSettings, tick) -> Row:
     """fpsim's bit-accurate model of Hopper's fp8 tensor cores (``fpsim.tensorcore.matmul``: exact
     products aligned, truncated to 13 fraction bits and summed per 32-element slice of K) on a
-    256 x 4096 x 256 product, against float32 BLAS on the same values."""
+    256 x 4096 x 256 product (32 x 512 x 32 with --quick), against float32 BLAS on the same values."""
     from ... import tensorcore
 
+    m, k, n = (32, 512, 32) if s.quick else (256, 4096, 256)
     rng = np.random.default_rng(2)
-    a = rng.standard_normal((256, 4096)).astype(get_format("float8_e4m3fn").dtype)
-    b = rng.standard_normal((4096, 256)).astype(get_format("float8_e4m3fn").dtype)
+    a = rng.standard_normal((m, k)).astype(get_format("float8_e4m3fn").dtype)
+    b = rng.standard_normal((k, n)).astype(get_format("float8_e4m3fn").dtype)
     a32, b32 = a.astype(np.float32), b.astype(np.float32)
     tick("matmul tensorcore.matmul")
-    return compare_row("matmul", "tensorcore.matmul(arch='hopper'), e4m3 256 x 4096 x 256",
+    return compare_row("matmul", f"tensorcore.matmul(arch='hopper'), e4m3 {m} x {k} x {n}",
                     lambda: tensorcore.matmul(a, b, arch="hopper"), "np.matmul float32 (BLAS)",
                     lambda: state.blas_call(np.matmul, a32, b32), s, repeats=3, target="<= 20x", limit=20.0,
                     note="numpy passes over M x N x K: alignment, truncation, an exact sum")

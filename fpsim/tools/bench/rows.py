@@ -121,6 +121,15 @@ def _mlp_rows(s, tick, threads: int) -> list[Row]:
     ]
 
 
+QUICK_GPT = {"n_digits": 4, "batch": 8, "d_model": 32, "n_layers": 1, "n_heads": 2}  # --quick: a smoke run
+
+
+def gpt_task(s) -> TinyGPTTask:
+    """The tiny GPT the step rows time: ``fpsim compare --task tinygpt``'s defaults, or with
+    ``--quick`` a one-layer model on 4 digits (:data:`QUICK_GPT`), where only the plumbing is tested."""
+    return TinyGPTTask(**QUICK_GPT) if s.quick else TinyGPTTask()
+
+
 def gpt_label(task: TinyGPTTask) -> str:
     return (f"tiny GPT ({task.n_layers} layers, d_model {task.d_model}, context {task.context}) "
             f"batch {task.batch} Adam step")
@@ -141,7 +150,7 @@ def _gpt_rows(s, tick, threads: int) -> list[Row]:
     """fpsim's fp32 step against PyTorch CPU's (``torch.nn``, same sizes and Adam, same threads);
     each recipe's step against fpsim's fp32 step; fp16-amp once more on numpy-f32."""
     torch = torchref.import_torch()
-    task = TinyGPTTask()
+    task = gpt_task(s)
     label = gpt_label(task)
     tick(f"step {label}")
     fns = {"fp32": training_step("fp32", task, backend="numpy")}
