@@ -57,7 +57,7 @@ from .. import torchref
 from ..jsonout import dumps, finite
 from .blockrows import block_rows
 from .profile import format_profile, profile_gpt, profile_recipes
-from .rows import Row, compare_row, step_rows
+from .rows import Row, compare_row, gpt_task, step_rows
 from .steps import fpsim_step, torch_step
 from .timing import machine_info, median_ratio, time_interleaved
 
@@ -460,7 +460,7 @@ def main(args) -> int:
         return print_lab_times(args.labs or None, as_json=args.json)
     if getattr(args, "profile", False):
         prof = profile_recipes(batch=s.batch, steps=5 if s.quick else 50, warmup=s.warmup)
-        prof["gpt"] = profile_gpt(steps=1 if s.quick else 10, warmup=1 if s.quick else 2)
+        prof["gpt"] = profile_gpt(steps=1 if s.quick else 10, warmup=1 if s.quick else 2, task=gpt_task(s))
         print(dumps(finite(prof), indent=1) if args.json else format_profile(prof))
         return 0
     if not args.json:

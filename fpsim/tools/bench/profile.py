@@ -167,10 +167,10 @@ def profile_recipes(recipes=COLUMNS, batch: int = 128, steps: int = 50, warmup: 
     return {"model": f"MLP {'-'.join(map(str, MLP_SIZES))} batch {batch} SGD step", "recipes": out}
 
 
-def profile_gpt(recipes=GPT_COLUMNS, steps: int = 10, warmup: int = 2) -> dict:
-    """``profile_step`` of one tiny-GPT Adam step (``experiments.tinygpt.training_step``, the
-    task's defaults, numpy) for each recipe."""
-    task = TinyGPTTask()
+def profile_gpt(recipes=GPT_COLUMNS, steps: int = 10, warmup: int = 2, task: TinyGPTTask | None = None) -> dict:
+    """``profile_step`` of one tiny-GPT Adam step (``experiments.tinygpt.training_step`` on
+    numpy; ``task``, by default the task's defaults) for each recipe."""
+    task = task if task is not None else TinyGPTTask()
     out = {}
     with np.errstate(all="ignore"):
         for r in recipes:
