@@ -647,3 +647,29 @@ def test_fp8_delayed_within_ten_percent_of_fp32(runs):
     and over seeds 0-7 it ends between 1.086x and 1.116x (mean 1.099x).  fp8 costs about 10% on
     this task; with Transformer Engine's scale-1 start (fp8-te-start above) it is 1.106x."""
     assert runs["fp8-delayed"].final_loss <= 1.10 * runs["fp32"].final_loss
+
+
+@pytest.mark.real_storage  # reads the fp8 codes' bytes
+def test_to_fp8_widened_values_amax_and_flush_count_follow_the_stored_numbers():
+    """``to_fp8`` hands back the fp8 numbers widened to float32 (ml_dtypes' exact widening of the
+    stored bytes); the amax is max |x| (NaN when x holds one); a flush is a non-zero input whose
+    stored fp8 number is zero - also where the engine's rounding mode rounds a tiny value up to
+    the smallest subnormal instead (then it is not counted), and -0.0 counts as zero."""
+    be = fpsim.backend.get_backend(None)
+    x = np.float32([3.0, -448.0, 1e-9, -1e-9, -0.0, 0.0, 2.0**-10, -(2.0**-11), 7.5])
+    st = fp8.ScalingState("t", "e4m3", fp8.DelayedScaling(amax_history_len=1))
+    q = st.to_fp8(x, be)
+    assert st.step_amax == 448.0 and float(q.scale) == 1.0
+    np.testing.assert_array_equal(q.codes_f32(), q.codes.astype(np.float32))
+    np.testing.assert_array_equal(q.codes.view(np.uint8), ref_cast(x, 1.0, "float8_e4m3fn").view(np.uint8))
+    # e4m3's smallest subnormal is 2^-9: 1e-9, -1e-9 and -2^-11 flush (2^-10 is the tie: to even, 0)
+    assert st._current["underflow"] == int(np.sum((ref_cast(x, 1.0, "float8_e4m3fn").astype(np.float32) == 0)
+                                                  & (x != 0))) == 4
+    st.update()
+    with fpsim.rounding_mode("toward_positive"):  # 1e-9 and 2^-10 round up to 2^-9: kept, not flushed
+        q = st.to_fp8(x, be)
+    got = q.codes_f32()
+    assert got[2] == got[6] == 2.0**-9 and st._current["underflow"] == int(np.sum((got == 0) & (x != 0))) == 2
+    st.update()
+    st.to_fp8(np.float32([1.0, np.nan, -2.0]), be)
+    assert np.isnan(st.step_amax)

@@ -8,7 +8,7 @@ they stand for is ``fp8 * (1 / scale)``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -39,6 +39,7 @@ class Fp8Tensor:
     fmt: Format
     scale: np.float32
     backend: Backend
+    widened: object = field(default=None, repr=False, compare=False)  # codes_f32(), when the cast made it
 
     @property
     def scale_inv(self) -> np.float32:
@@ -50,7 +51,7 @@ class Fp8Tensor:
 
     def codes_f32(self):
         """The fp8 numbers themselves (x * scale, rounded), widened exactly to float32."""
-        return _widen(self.codes, self.fmt, self.backend)
+        return self.widened if self.widened is not None else _widen(self.codes, self.fmt, self.backend)
 
     def f32(self):
         """The values they stand for, ``codes * (1/scale)`` in float32 (exact for a power-of-two

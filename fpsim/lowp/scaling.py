@@ -19,7 +19,7 @@ from ..formats import FP8_FORMATS, Format, get_format
 from ..statedict import Problems, all_or_nothing
 from ..tensor import round_result
 from ..textable import percent, text_table
-from .quant import Fp8Tensor
+from .quant import Fp8Tensor, _widen
 from .recipes import CurrentScaling, DelayedScaling, FixedScaling, compute_scale
 
 __all__ = ["ScalingState", "ScalingGroup", "format_scaling_table"]
@@ -73,19 +73,28 @@ class ScalingState:
             return self.amax_history[-1]
         return float(np.max(self.amax_history))  # NaN-propagating, unlike max()
 
-    @np.errstate(over="ignore", invalid="ignore")  # x * scale overflowing is a result: it saturates (counted)
     def round_scaled(self, x32, backend: Backend, op: str = "fp8.cast", direction: str = "forward",
                      target: str = ""):
         """Round ``x32 * scale`` (float32) into the fp8 format with saturation - the one rounding
         - record this step's amax and counts, and return the stored fp8 array.  With
         ``recipe.amax_init`` the first cast with a non-zero finite amax first sets the scale from
         it (read ``scale`` after the call, or use :meth:`to_fp8`)."""
+        return self._cast(x32, backend, op, direction, target)[0]
+
+    def to_fp8(self, x32, backend: Backend, direction: str = "forward", target: str = "") -> Fp8Tensor:
+        """:meth:`round_scaled`, wrapped with the scale it used (and the fp8 numbers widened to
+        float32, which the cast computed to count the flushes)."""
+        codes, codes32 = self._cast(x32, backend, "fp8.cast", direction, target or self.name)
+        return Fp8Tensor(codes, self.fmt, self.scale, backend, widened=codes32)
+
+    @np.errstate(over="ignore", invalid="ignore")  # x * scale overflowing is a result: it saturates (counted)
+    def _cast(self, x32, backend: Backend, op: str, direction: str, target: str):
+        """round_scaled's work: (the stored fp8 array, its exact float32 values)."""
         if getattr(x32, "dtype", None) != np.float32:  # before any state changes
             raise TypeError(f"ScalingState {self.name!r}: round_scaled() takes a float32 array, got "
                             f"{getattr(x32, 'dtype', type(x32).__name__)}")
         xp = backend.xp
-        a = xp.abs(x32)
-        amax = float(a.max()) if a.size else 0.0
+        amax = _amax(x32)
         if isinstance(self.recipe, CurrentScaling):  # this tensor's own amax, every cast
             self.scale = compute_scale(amax, self.fmt, self.recipe.margin, self.scale, self.recipe.power_2_scale)
         elif self._init_pending and math.isfinite(amax) and amax > 0:
@@ -96,33 +105,26 @@ class ScalingState:
         self.step_amax = amax if self.step_amax is None else float(np.max([self.step_amax, amax]))
         s = xp.float32(self.scale)
         codes = round_result(x32 * s, self.fmt, backend, op, direction, target, saturate=True)
+        codes32 = _widen(codes, self.fmt, backend)
         sat = 0
         # The cast rounds x * scale in float32, so the early-out must too (an exact product just
         # below the threshold can round up onto it when the scale is not a power of two).
         with np.errstate(over="ignore", invalid="ignore"):
             top = float(np.float32(amax) * np.float32(self.scale))
         if not top < _beyond_threshold(self.fmt):
-            a_s = a * s
+            a_s = xp.abs(x32) * s
             thr = self.fmt.overflow_threshold
             beyond = (a_s >= thr) if self.fmt.has_inf else (a_s > thr)  # e4m3fn rounds the tie itself to max
             sat = int(xp.count_nonzero(beyond & xp.isfinite(x32)))
-        # To nearest, |v| <= half the smallest subnormal becomes 0 (the tie goes to 0, the even side).
-        # A power-of-two scale: compared unscaled (dividing by it is exact), one pass fewer over the
-        # data; any other scale: compared on the scaled products the cast rounded.
-        if _is_power_of_two(self.scale):
-            under = int(xp.count_nonzero(a <= xp.float32(self.fmt.flush_threshold / float(self.scale))))
-        else:
-            under = int(xp.count_nonzero(a * s <= xp.float32(self.fmt.flush_threshold)))
-        under -= int(x32.size) - int(xp.count_nonzero(x32))
+        # Flushed: the non-zero inputs whose fp8 number is 0 (NaN stays NaN, overflow saturates,
+        # -0.0 counts as zero on both sides).
+        # (Counting the zeros by a comparison: numpy's count_nonzero of a float32 array is not
+        # vectorised and costs 4x the comparison and the count of its booleans together.)
+        under = int(xp.count_nonzero(codes32 == 0)) - int(xp.count_nonzero(x32 == 0))
         for k, v in (("n", int(x32.size)), ("saturated", sat), ("underflow", under)):
             self.counts[k] += v
             self._current[k] += v
-        return codes
-
-    def to_fp8(self, x32, backend: Backend, direction: str = "forward", target: str = "") -> Fp8Tensor:
-        """:meth:`round_scaled`, wrapped with the scale it used."""
-        codes = self.round_scaled(x32, backend, direction=direction, target=target or self.name)
-        return Fp8Tensor(codes, self.fmt, self.scale, backend)
+        return codes, codes32
 
     def update(self) -> None:
         """End of a step: push this step's amax into the history and recompute the scale.
@@ -212,6 +214,15 @@ class ScalingState:
         return (f"ScalingState({self.name!r}, {self.fmt.name}, scale={_scale_str(self.scale)}, "
                 f"amax={self.amax:.4g}, history={len(self.amax_history)}/{self.recipe.amax_history_len}, "
                 f"saturated={self.counts['saturated']}, underflow={self.counts['underflow']})")
+
+
+def _amax(x32) -> float:
+    """max |x32| as a float (0.0 for an empty array, NaN when x32 holds one): the largest and the
+    smallest value, two reductions and no array of magnitudes."""
+    if not x32.size:
+        return 0.0
+    hi, lo = float(x32.max()), float(x32.min())
+    return hi if math.isnan(hi) else max(hi, -lo)
 
 
 def _is_power_of_two(scale) -> bool:
