@@ -11,13 +11,10 @@ each final loss over fp32's.
 
 from __future__ import annotations
 
-import time
-
 from ...lowp import DelayedScaling
 from ..recipes import Recipe
-from ..tasks import ReferenceTask
 from .base import Finding, FindingResult
-from .runs import draw_ratio_curves, final_ratio, train_recipes
+from .runs import final_ratio, reference_runs
 
 NAME = "fp8-scaling"
 SCALE1 = Recipe("fp8-scale1-start", "float32", fp8=DelayedScaling(margin=0, amax_history_len=16),
@@ -27,17 +24,12 @@ NAMES = ("fp8-delayed", "fp8-current", "fp8-scale1-start")
 
 
 def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
-    t0 = time.perf_counter()
-    task = ReferenceTask()
-    steps = 10 if quick else task.steps
-    seeds = tuple(seeds)
-    runs = train_recipes(RECIPES, task, steps, seeds, progress, measure_at=())
+    rr = reference_runs(RECIPES, quick, 10, seeds, progress, measure_at=())
+    runs, steps, seeds = rr.runs, rr.steps, rr.seeds
     numbers = {f"{n}_ratio": final_ratio(runs, n) for n in NAMES}
     numbers["steps"] = float(steps)
-    v, reason = verdict(numbers)
     measured = ", ".join(f"{n} {numbers[f'{n}_ratio']:.3f}x" for n in NAMES) + " fp32's final loss"
-    return FindingResult(NAME, numbers, measured, v, reason, quick, seeds, time.perf_counter() - t0,
-                         draw=lambda ax: draw_ratio_curves(ax, runs, title="fp8 scaling (reference task)"))
+    return rr.result(NAME, numbers, measured, verdict, quick, "fp8 scaling (reference task)")
 
 
 def verdict(numbers: dict) -> tuple[str, str]:

@@ -10,31 +10,23 @@ gap to fp32 each cure closes.
 
 from __future__ import annotations
 
-import time
-
-from ..tasks import ReferenceTask
 from .base import Finding, FindingResult, pct
-from .runs import draw_ratio_curves, final_ratio, train_recipes
+from .runs import final_ratio, reference_runs
 
 NAME = "bf16-kahan-stochastic"
 RECIPES = ("fp32", "bf16-pure", "bf16-kahan", "bf16-stochastic")
 
 
 def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
-    t0 = time.perf_counter()
-    task = ReferenceTask()
-    steps = 15 if quick else task.steps
-    seeds = tuple(seeds)
-    runs = train_recipes(RECIPES, task, steps, seeds, progress)
+    rr = reference_runs(RECIPES, quick, 15, seeds, progress)
+    runs, steps, seeds = rr.runs, rr.steps, rr.seeds
     numbers = {f"{n}_ratio": final_ratio(runs, n) for n in RECIPES[1:]}
     numbers["pure_stalled"] = sum(r.stalled[steps - 1] for r in runs["bf16-pure"]) / len(seeds)
     numbers["steps"] = float(steps)
-    v, reason = verdict(numbers)
     measured = (f"final loss / fp32: bf16-pure {numbers['bf16-pure_ratio']:.3f}x (its last update left "
                 f"{pct(numbers['pure_stalled'])} of the weights unchanged), bf16-kahan "
                 f"{numbers['bf16-kahan_ratio']:.3f}x, bf16-stochastic {numbers['bf16-stochastic_ratio']:.3f}x")
-    return FindingResult(NAME, numbers, measured, v, reason, quick, seeds, time.perf_counter() - t0,
-                         draw=lambda ax: draw_ratio_curves(ax, runs, title="bfloat16 updates (reference task)"))
+    return rr.result(NAME, numbers, measured, verdict, quick, "bfloat16 updates (reference task)")
 
 
 def verdict(numbers: dict) -> tuple[str, str]:

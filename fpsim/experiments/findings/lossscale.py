@@ -10,32 +10,24 @@ gradients float16 flushed to zero at the last step, and each final loss over fp3
 
 from __future__ import annotations
 
-import time
-
-from ..tasks import ReferenceTask
 from .base import Finding, FindingResult, pct
-from .runs import draw_ratio_curves, final_ratio, train_recipes
+from .runs import final_ratio, reference_runs
 
 NAME = "fp16-loss-scaling"
 RECIPES = ("fp32", "fp16-master", "fp16-dynamic")
 
 
 def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
-    t0 = time.perf_counter()
-    task = ReferenceTask()
-    steps = 20 if quick else task.steps
-    seeds = tuple(seeds)
-    runs = train_recipes(RECIPES, task, steps, seeds, progress)
+    rr = reference_runs(RECIPES, quick, 20, seeds, progress)
+    runs, steps, seeds = rr.runs, rr.steps, rr.seeds
     numbers = {"unscaled_flushed": sum(r.act_grad_flushed[steps - 1] for r in runs["fp16-master"]) / len(seeds),
                "scaled_flushed": sum(r.act_grad_flushed[steps - 1] for r in runs["fp16-dynamic"]) / len(seeds),
                "unscaled_ratio": final_ratio(runs, "fp16-master"), "scaled_ratio": final_ratio(runs, "fp16-dynamic"),
                "steps": float(steps)}
-    v, reason = verdict(numbers)
     measured = (f"at step {steps - 1}: fp16 without scaling flushed {pct(numbers['unscaled_flushed'])} of the activation "
                 f"gradients (with GradScaler {pct(numbers['scaled_flushed'], 3)}); final loss / fp32 "
                 f"{numbers['unscaled_ratio']:.3f}x unscaled, {numbers['scaled_ratio']:.3f}x scaled")
-    return FindingResult(NAME, numbers, measured, v, reason, quick, seeds, time.perf_counter() - t0,
-                         draw=lambda ax: draw_ratio_curves(ax, runs, title="fp16: loss scaling (reference task)"))
+    return rr.result(NAME, numbers, measured, verdict, quick, "fp16: loss scaling (reference task)")
 
 
 def verdict(numbers: dict) -> tuple[str, str]:

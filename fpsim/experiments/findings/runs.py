@@ -5,14 +5,45 @@ against a baseline's."""
 from __future__ import annotations
 
 import math
+import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .. import run_recipe
 from ..recipes import get_recipe
-from .base import say
+from ..tasks import ReferenceTask
+from .base import FindingResult, say
 
-__all__ = ["train_recipes", "final_ratio", "draw_ratio_curves"]
+__all__ = ["train_recipes", "final_ratio", "draw_ratio_curves", "ReferenceRuns", "reference_runs"]
+
+
+@dataclass
+class ReferenceRuns:
+    """A recipe finding's runs on the reference task: ``runs`` ({recipe: [RunResult per seed]}),
+    the ``steps`` each trained, the ``seeds``, and when training started (for the result's seconds)."""
+
+    runs: dict
+    steps: int
+    seeds: tuple
+    started: float = field(repr=False)
+
+    def result(self, name: str, numbers: dict, measured: str, verdict, quick: bool, title: str) -> FindingResult:
+        """The finding's result: ``verdict(numbers)``, the time since training started, and the
+        figure of each recipe's loss over fp32's (:func:`draw_ratio_curves`)."""
+        v, reason = verdict(numbers)
+        return FindingResult(name, numbers, measured, v, reason, quick, self.seeds, time.perf_counter() - self.started,
+                             draw=lambda ax: draw_ratio_curves(ax, self.runs, title=title))
+
+
+def reference_runs(recipes, quick: bool, quick_steps: int, seeds, progress=None, measure_at=(-1,)) -> ReferenceRuns:
+    """``recipes`` trained on the reference task over ``seeds``: ``quick_steps`` steps with
+    ``quick``, else the task's full run."""
+    started = time.perf_counter()
+    task = ReferenceTask()
+    steps = quick_steps if quick else task.steps
+    seeds = tuple(seeds)
+    return ReferenceRuns(train_recipes(recipes, task, steps, seeds, progress, measure_at), steps, seeds, started)
 
 
 def train_recipes(recipes, task, steps: int, seeds, progress=None, measure_at=(-1,)) -> dict:
