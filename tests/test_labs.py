@@ -246,10 +246,10 @@ sys.meta_path.insert(0, _NoTorch())
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("lab", [11, 14])
-def test_the_pytorch_labs_skip_cleanly_without_pytorch(tmp_path, lab):
-    """Labs 11 and 14 in a kernel where PyTorch cannot be imported: no error, a printed sentence
-    saying what was skipped, and their exercises still checked (here: not attempted)."""
+@pytest.mark.parametrize(("lab", "exercises"), [(11, 2), (14, 2), (16, 3)])
+def test_the_pytorch_labs_skip_cleanly_without_pytorch(tmp_path, lab, exercises):
+    """Labs 11, 14 and 16 in a kernel where PyTorch cannot be imported: no error, a printed
+    sentence saying what was skipped, and every exercise still checked (here: not attempted)."""
     path = next((p for p in NOTEBOOKS if _lab_number(p) == lab), None)
     if path is None:
         pytest.skip(f"no lab {lab}")
@@ -262,4 +262,4 @@ def test_the_pytorch_labs_skip_cleanly_without_pytorch(tmp_path, lab):
     text = "".join(_outputs_text(c.get("outputs", [])) for c in nb.cells if c.cell_type == "code")
     assert "skipped: PyTorch is not installed here" in text
     assert "PyTorch found" not in text
-    assert text.count("not attempted yet") == 2
+    assert text.count("not attempted yet") == exercises
