@@ -25,6 +25,7 @@ INFO = {
     "float6_e3m2fn": gformats.format_info_ocp_e3m2,
     "float4_e2m1fn": gformats.format_info_ocp_e2m1,
     "ocp_int8": gformats.format_info_ocp_int8,
+    "float8_e8m0fnu": gformats.format_info_ocp_e8m0,
 }
 GMODE = {"nearest": RoundMode.TiesToEven, "nearest_away": RoundMode.TiesToAway,
          "toward_zero": RoundMode.TowardZero, "toward_positive": RoundMode.TowardPositive,

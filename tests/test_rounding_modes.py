@@ -10,6 +10,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from gfloat_reference import GMODE, GSR, as_float32_exact, assert_same, info, probes, round_ref, to_odd_ref
+from support.sr_reference import rounds_up
 
 import fpsim
 from fpsim.formats import ROUNDING_MODES, cast, round_to
@@ -101,19 +102,7 @@ def test_few_bit_stochastic_equals_gfloat_bit_for_bit(name, k, variant):
 def _fewbit_fraction(v: float, ulp: float, k: int, r: int, variant: str) -> float:
     """The P3109 few-bit SR rule in exact rational arithmetic, for a positive v in a binade of spacing ulp."""
     lo = Fraction(v) // Fraction(ulp)
-    delta = Fraction(v) / Fraction(ulp) - lo
-    if variant == "fast":
-        up = math.floor(delta * 2 ** (k + 1)) + 2 * r + 1 >= 2 ** (k + 1)
-    else:
-        d = delta * 2**k
-        fl = math.floor(d)
-        if variant == "fastest" or d - fl < Fraction(1, 2):
-            cut = fl
-        elif d - fl > Fraction(1, 2):
-            cut = fl + 1
-        else:
-            cut = fl + ((fl % 2 == 1) if variant == "rne" else (fl % 2 == 0))
-        up = cut + r >= 2**k
+    up = rounds_up(Fraction(v) / Fraction(ulp) - lo, k, r, variant)
     return float((lo + up) * Fraction(ulp))
 
 

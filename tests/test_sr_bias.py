@@ -7,22 +7,9 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from support.sr_reference import p_up
 
 import fpsim
-
-
-def _p_up(delta: Fraction, k: int, variant: str) -> Fraction:
-    if variant == "fast":
-        return Fraction(sum(math.floor(delta * 2 ** (k + 1)) + 2 * r + 1 >= 2 ** (k + 1) for r in range(2**k)), 2**k)
-    d = delta * 2**k
-    fl = math.floor(d)
-    if variant == "fastest" or d - fl < Fraction(1, 2):
-        cut = fl
-    elif d - fl > Fraction(1, 2):
-        cut = fl + 1
-    else:
-        cut = fl + ((fl % 2 == 1) if variant == "rne" else (fl % 2 == 0))
-    return Fraction(cut, 2**k)
 
 
 @pytest.mark.parametrize("variant", fpsim.formats.SR_VARIANTS)
@@ -34,7 +21,7 @@ def test_bias_equals_the_closed_form(k, variant):
     want = []
     for x in v:
         delta = Fraction(x) / ulp - math.floor(Fraction(x) / ulp)
-        want.append(float(_p_up(delta, k, variant) - delta))
+        want.append(float(p_up(delta, k, variant) - delta))
     assert row["mean_bias_ulp"] == pytest.approx(np.mean(want), rel=1e-9, abs=1e-15)
     assert row["max_abs_bias_ulp"] == pytest.approx(np.max(np.abs(want)), rel=1e-9)
 
