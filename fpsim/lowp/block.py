@@ -35,6 +35,7 @@ import numpy as np
 from .. import nn, state, tensorcore
 from ..checks import is_integer
 from ..formats import SCALE_ROUNDINGS, get_block_format, get_format, quantize, round_to
+from ..formats.blockfast import fake_quantize
 from ..state import blas_call
 from ..tensor import Tensor, promote, round_result
 from ..tensorcore import instruction
@@ -89,12 +90,12 @@ class BlockScaling:
         pair (fp8 elements, float32 decode factor of each element)."""
         fmt = get_block_format(self.grad_format if grad and self.grad_format else self.format)
         block = block if block is not None else self.block if self.block is not None else fmt.block
-        q = quantize(a32, fmt, axis, block=block,
-                     scale_rounding=_scale_rule(self, fmt),
-                     pow2_scales=self.pow2_scales and fmt.family == "fp8_block",
-                     rounding=self.grad_rounding if grad else "nearest")
+        kw = dict(block=block, scale_rounding=_scale_rule(self, fmt),
+                  pow2_scales=self.pow2_scales and fmt.family == "fp8_block",
+                  rounding=self.grad_rounding if grad else "nearest")
         if self.tensor_core is None:
-            return q.dequantize()
+            return fake_quantize(a32, fmt, axis, **kw)  # quantize(...).dequantize(), bit for bit
+        q = quantize(a32, fmt, axis, **kw)
         return q.elements, replace(q, elements=np.ones_like(q.elements)).dequantize()
 
     def k_block(self) -> int:
