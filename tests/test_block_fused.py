@@ -221,3 +221,25 @@ def test_block_scaling_q_is_quantize_dequantize(recipe):
                         pow2_scales=recipe.pow2_scales).dequantize()
         assert np.array_equal(bits(got), bits(want))
     assert math.isfinite(float(np.abs(got[np.isfinite(got)]).max()))
+
+
+# ---------------------------------------------------------------------------- the element kernels
+
+
+@pytest.mark.parametrize("elem", ["float8_e4m3fn", "float8_e5m2", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"])
+def test_element_kernels_on_float32_patterns(elem):
+    """The two roundings fake_quantize runs, on a spread of all float32 patterns (NaN left out:
+    NaN blocks are NaN whatever the kernel gives), against cast's saturating rounding, widened by
+    ml_dtypes: to nearest even, and stochastic with the same uniforms."""
+    from fpsim.formats import blockfast, cast, get_format
+
+    f = get_format(elem)
+    x = (np.arange(0, 2**32, 4099, dtype=np.uint64).astype(np.uint32)).view(np.float32)
+    x = x[~np.isnan(x)]
+    want = cast(x, f, saturate=True).astype(np.float32)
+    got = blockfast._nearest_table(f).take(blockfast._round_to_odd16(x))
+    assert np.array_equal(bits(got), bits(want))
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = cast(x, f, "stochastic", saturate=True, rng=np.random.default_rng(1)).astype(np.float32)
+        got = blockfast._stochastic(x.copy(), f, np.random.default_rng(1).random(x.size))
+    assert np.array_equal(bits(got), bits(want))

@@ -112,8 +112,15 @@ class _Blocks:
 
     def amax(self) -> np.ndarray:
         """float32 max |x| per block, ordered on the bit patterns (NaN wins over inf, inf over finite)."""
-        parts = [np.bitwise_and(self.xb[sl].view(_U32), _ABS).max(axis=self.axes) for sl in self.slices()]
+        parts = [self._max(np.bitwise_and(self.xb[sl].view(_U32), _ABS)) for sl in self.slices()]
         return np.concatenate(parts).view(_F32)
+
+    def _max(self, mag: np.ndarray) -> np.ndarray:
+        if mag.ndim != 2:
+            return mag.max(axis=self.axes)
+        # rows of k: reduceat walks the flat array once (a max over each short row costs twice that)
+        flat = mag.reshape(-1)
+        return np.maximum.reduceat(flat, np.arange(0, flat.size, mag.shape[1]))
 
     def draws(self, rng: np.random.Generator):
         """Stochastic rounding's uniforms in ``quantize``'s order (the blocked layout with the block
@@ -161,8 +168,10 @@ def _round_to_odd16(x32: np.ndarray) -> np.ndarray:
     """The top 16 bits of each float32 pattern, the lowest of them or-ed with the 16 cut off (a
     sticky bit): x rounded to odd at bfloat16's precision, as a bfloat16 bit pattern."""
     bits = x32.view(_U32)
+    low = np.bitwise_and(bits, _U32(0xFFFF))
+    np.minimum(low, _U32(1), out=low)  # the sticky bit
     hi = bits >> _U32(16)
-    hi |= np.bitwise_and(bits, _U32(0xFFFF)) != 0
+    hi |= low
     return hi
 
 
@@ -177,19 +186,19 @@ def _nearest_table(elem: Format) -> np.ndarray:
 
 def _stochastic(scaled: np.ndarray, elem: Format, u: np.ndarray) -> np.ndarray:
     """``cast(scaled, elem, "stochastic", saturate=True)`` widened to float32, with the uniforms
-    ``u`` (float64, one per element): ``modekernels``' exact kernel - |x| clamped to
-    2**(emax + 2), v = |x| / ulp exact, up where u < v - floor(v) - then min(., max) and x's sign."""
+    ``u`` (float64, one per element): ``modekernels``' exact kernel - v = |x| / ulp exact, up where
+    u < v - floor(v) - then min(., max) and x's sign.  (That kernel first clamps |x| to
+    2**(emax + 2); every |x| beyond max ends at max after the min either way, inf included - its
+    fraction is NaN, never above a draw - and the draws are the same, so the clamp is left out.)"""
     bits = scaled.view(_U32)
     a = np.bitwise_and(bits, _ABS).view(_F32)
-    np.minimum(a, _F32(2.0 ** (elem.emax + 2)), out=a)
     q = np.bitwise_and(a.view(_U32), _EXP)
     np.maximum(q, _U32((elem.emin + 127) << 23), out=q)
     q -= _U32(elem.mantissa_bits << 23)
     v = a
     v *= (_INV - q).view(_F32)
-    r = np.floor(v)
-    v -= r
-    r += u < v
+    frac, r = np.modf(v)  # exact, v >= 0: floor(v) and v - floor(v) in one pass
+    r += u < frac
     r *= q.view(_F32)
     np.minimum(r, _F32(elem.max), out=r)
     out = r.view(_U32)
