@@ -243,3 +243,32 @@ def test_element_kernels_on_float32_patterns(elem):
         want = cast(x, f, "stochastic", saturate=True, rng=np.random.default_rng(1)).astype(np.float32)
         got = blockfast._stochastic(x.copy(), f, np.random.default_rng(1).random(x.size))
     assert np.array_equal(bits(got), bits(want))
+
+
+def test_hadamard_transform_sums_in_index_order():
+    """hadamard_transform against its definition, summed here in Python floats (float64) one term
+    at a time from +0 - including groups whose sums are not exact in float64 (a wide spread of
+    magnitudes), zeros of both signs, float32 subnormals and inf."""
+    rng = np.random.default_rng(12)
+    for spread, shape in ((4, (37, 3)), (20, (32, 4)), (60, (40, 3)), (140, (21, 2))):
+        a = (rng.standard_normal(shape) * 2.0 ** rng.integers(-spread, spread + 1, shape)).astype(np.float32)
+        a[rng.random(shape) < 0.2] = 0.0
+        a[rng.random(shape) < 0.1] = -0.0
+        a[0, 0] = 1e-44
+        for h in (hadamard_matrix(spread), hadamard_matrix(spread).T.copy()):
+            got = hadamard_transform(a, h)
+            n, (t, c) = h.shape[0], a.shape
+            padded = np.zeros((t + (-t % n), c))
+            padded[:t] = a
+            want = np.zeros(padded.shape, np.float32)
+            for g in range(0, padded.shape[0], n):
+                for i in range(n):
+                    for k in range(c):
+                        acc = 0.0
+                        for j in range(n):
+                            acc += float(h[i, j]) * float(padded[g + j, k])
+                        want[g + i, k] = acc
+            assert np.array_equal(bits(got), bits(want)), spread
+    a = np.ones((16, 2), np.float32)
+    a[3, 1] = np.inf
+    assert np.isinf(hadamard_transform(a, hadamard_matrix(0))[:, 1]).all()
