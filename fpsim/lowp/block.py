@@ -207,13 +207,14 @@ def _hadamard(seed: int, size: int) -> np.ndarray:
 def hadamard_transform(a32: np.ndarray, h: np.ndarray) -> np.ndarray:
     """Apply ``h`` (size x size) to every group of ``size`` consecutive rows of ``a32`` (the token
     axis), zero-padding the last group: float32 in and out, each output the float32 rounding of
-    a float64 sum of +-a/4 (exact for all but the rarest inputs), summed in index order from +0.
+    a float64 sum of +-a/4 (exact for all but the rarest inputs).
 
     Where every such sum is exact in float64 - h's entries one power of two in magnitude, the
     inputs finite, and in each group of ``size`` the largest and smallest non-zero magnitudes
     within 2**(29 - log2 size) of each other, so that every partial sum in any order fits in 53
-    bits - the order cannot matter, and BLAS sums them (an all-zero sum made +0, as the index-order
-    sum from +0 gives).  Otherwise numpy's einsum sums in index order, whatever the thread count."""
+    bits - the order cannot matter, and BLAS sums them (an all-zero sum made +0, as einsum's sums,
+    which start from a zeroed output, give).  Otherwise numpy's einsum sums them in its own loops,
+    the same order whatever the thread count."""
     n = h.shape[0]
     t, c = a32.shape
     pad = -t % n
