@@ -131,7 +131,8 @@ class _Blocks:
         ax = self.lay.axis
         lead, n, trail = math.prod(self.shape[:ax]), self.shape[ax], self.xb.shape[2]
         u = rng.random(self.xb.size).reshape(lead, trail, n).transpose(0, 2, 1)
-        return u.reshape(self.xb.shape)
+        # one transposed copy: comparing against the strided view, a chunk at a time, costs several
+        return np.ascontiguousarray(u).reshape(self.xb.shape)
 
     def result(self, outb: np.ndarray) -> np.ndarray:
         if self.padded:
@@ -197,8 +198,9 @@ def _stochastic(scaled: np.ndarray, elem: Format, u: np.ndarray) -> np.ndarray:
     q -= _U32(elem.mantissa_bits << 23)
     v = a
     v *= (_INV - q).view(_F32)
-    frac, r = np.modf(v)  # exact, v >= 0: floor(v) and v - floor(v) in one pass
-    r += u < frac
+    r = np.floor(v)
+    v -= r  # exact: the fraction
+    r += u < v
     r *= q.view(_F32)
     np.minimum(r, _F32(elem.max), out=r)
     out = r.view(_U32)
