@@ -35,6 +35,7 @@ import numpy as np
 
 from .. import state
 from ..checks import check_seed
+from . import block_scales as bs
 from .block import BlockFormat, _as_f32, _check, _check_padding, _Layout, _scales, get_block_format, quantize
 from .kernels import fp8_to_f32, narrow_cast, widening_table
 from .table import Format
@@ -110,10 +111,10 @@ class _Blocks:
         rows = max(1, _CHUNK // max(self.row_size, 1))
         return [slice(i, i + rows) for i in range(0, self.xb.shape[0], rows)]
 
-    def amax(self) -> np.ndarray:
+    def amax(self, slices) -> np.ndarray:
         """float32 max |x| per block, ordered on the bit patterns (NaN wins over inf, inf over finite)."""
-        parts = [self._max(np.bitwise_and(self.xb[sl].view(_U32), _ABS)) for sl in self.slices()]
-        return np.concatenate(parts).view(_F32)
+        parts = [self._max(np.bitwise_and(self.xb[sl].view(_U32), _ABS)) for sl in slices]
+        return (parts[0] if len(parts) == 1 else np.concatenate(parts)).view(_F32)
 
     def _max(self, mag: np.ndarray) -> np.ndarray:
         if mag.ndim != 2:
@@ -144,14 +145,20 @@ def _encode(bf: BlockFormat, blocks: _Blocks, rule, pow2: bool, rng) -> np.ndarr
     """The blocked output: scales from the block maxima, then each chunk of rows scaled, rounded
     into the element format (to nearest even; stochastically from ``rng`` when one is given) and
     multiplied by its decode factor."""
-    amax = blocks.amax()
-    _, factor, dec, _ = _scales(bf, amax, rule, pow2, None, None)
+    slices = blocks.slices()
+    amax = blocks.amax(slices)
     elem = bf.element
+    if bf.family == "mx" and rule == "floor":  # the tables quantize looks up, without the e8m0 codes
+        field = amax.view(_U32) >> _U32(23)  # amax >= 0: no sign bit
+        _, inv, dec = bs._mx_floor_tables(elem)
+        factor, dec = inv.take(field), dec.take(field)
+    else:
+        _, factor, dec, _ = _scales(bf, amax, rule, pow2, None, None)
     u_all = blocks.draws(rng) if rng is not None else None
     outb = np.empty(blocks.xb.shape, np.float32)
     ex = blocks.expand
     with np.errstate(invalid="ignore", over="ignore"):
-        for sl in blocks.slices():
+        for sl in slices:
             scaled = blocks.xb[sl] * ex(factor[sl])
             if rng is None:
                 vals = _nearest_table(elem).take(_round_to_odd16(scaled))
@@ -159,8 +166,8 @@ def _encode(bf: BlockFormat, blocks: _Blocks, rule, pow2: bool, rng) -> np.ndarr
                 u = u_all[sl] if u_all is not None else rng.random(scaled.shape)
                 vals = _stochastic(scaled, elem, u)
             np.multiply(vals, ex(dec[sl]), out=outb[sl])
-    bad = ~np.isfinite(amax)
-    if bad.any():
+    if amax.size and amax.view(_U32).max() >= _EXP:  # a block holding inf or NaN
+        bad = ~np.isfinite(amax)
         outb[np.broadcast_to(ex(bad), outb.shape)] = _nan_block_value(elem, dec[bad][:1])
     return outb
 
