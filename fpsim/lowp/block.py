@@ -218,7 +218,7 @@ def hadamard_transform(a32: np.ndarray, h: np.ndarray) -> np.ndarray:
     n = h.shape[0]
     t, c = a32.shape
     pad = -t % n
-    a32 = np.pad(a32, [(0, pad), (0, 0)]).reshape(-1, n, c)
+    a32 = (np.pad(a32, [(0, pad), (0, 0)]) if pad else np.ascontiguousarray(a32)).reshape(-1, n, c)
     a, h64 = a32.astype(np.float64), h.astype(np.float64)
     if _sums_exact(a32, h):
         out = blas_call(np.matmul, h64, a)
