@@ -8,7 +8,8 @@
   same in float32 bit operations, fast; ``sr.py`` few-bit stochastic rounding, ``srbias.py`` its bias;
 - ``codes.py``   bit patterns: :func:`encode`, :func:`decode`; ``listing.py`` the table of every format;
 - ``block.py``   block-scaled formats (MXFP8 / MXFP6 / MXFP4, NVFP4, DeepSeek-V3 fp8 blocks): one
-  :func:`quantize`; ``block_scales.py`` how each picks its scales.
+  :func:`quantize`; ``block_scales.py`` how each picks its scales; ``blockfast.py``
+  ``fake_quantize``, the float32 values of ``quantize(...).dequantize()`` in one go (training's GEMM operands).
 """
 
 from .block import BLOCK_FORMATS, SCALE_ROUNDINGS, BlockFormat, BlockQuantized, BlockStats, get_block_format, quantize

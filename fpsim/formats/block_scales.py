@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels import fp8_to_f32
+from .kernels import fp8_to_f32, narrow_cast
 from .table import Format, get_format
 
 __all__ = ["SCALE_ROUNDINGS", "mx_exponents", "mx_scales", "nvfp4_tensor_scale", "nvfp4_scales",
@@ -78,7 +78,32 @@ def mx_exponents(amax: np.ndarray, elem: Format, mode: str) -> np.ndarray:
 
 
 def mx_scales(amax: np.ndarray, elem: Format, mode: str):
-    """e8m0 codes (float8_e8m0fnu array), the float32 factor 2**-E and the decode factor 2**E per block."""
+    """e8m0 codes (float8_e8m0fnu array), the float32 factor 2**-E and the decode factor 2**E per block.
+
+    Under ``floor`` E depends on amax's exponent field alone (NaN and inf: field 255): three
+    256-entry tables, made by the general rule below from one amax per field, are looked up."""
+    if mode == "floor":
+        field = np.ascontiguousarray(amax, np.float32).view(np.uint32) >> np.uint32(23)
+        field &= np.uint32(0xFF)
+        codes, inv, dec = _mx_floor_tables(elem)
+        return codes.take(field).view(get_format("float8_e8m0fnu").dtype), inv.take(field), dec.take(field)
+    return _mx_scales(amax, elem, mode)
+
+
+def _mx_floor_tables(elem: Format):
+    """:func:`_mx_scales` under ``floor`` of 0, 2**-126 .. 2**127 and inf: indexed by exponent field."""
+    t = _FLOOR_TABLES.get(elem.name)
+    if t is None:
+        one_per_field = (np.arange(256, dtype=np.uint32) << np.uint32(23)).view(np.float32)
+        codes, inv, dec = _mx_scales(one_per_field, elem, "floor")
+        t = _FLOOR_TABLES[elem.name] = (codes.view(np.uint8), inv, dec)
+    return t
+
+
+_FLOOR_TABLES: dict[str, tuple] = {}
+
+
+def _mx_scales(amax: np.ndarray, elem: Format, mode: str):
     finite = np.isfinite(amax)
     e = np.clip(mx_exponents(np.where(finite, amax, _F32(0)), elem, mode), -127, 127)
     codes = np.where(finite, e + 127, 255).astype(np.uint8)
@@ -114,20 +139,25 @@ def nvfp4_scales(amax: np.ndarray, s_enc: np.float32, top: float = 6.0):
     ``S_dec_b_fp32 == 0 ? 0``: the block's elements become 0 and count as underflowed, as they
     decode); the decode factor s * S_dec.
     """
-    finite = np.isfinite(amax)
-    a = np.where(finite, amax, _F32(0))
+    bad = ~np.isfinite(amax)
+    a = np.array(amax, np.float32)
+    a[bad] = 0
     s_dec = _F32(1) / s_enc
     mult = s_enc * (_F32(1) / _F32(top))  # top: the element value the block's amax maps to (6; 4 in 4/6)
     with np.errstate(over="ignore", divide="ignore"):
-        d = np.minimum(a * mult, _F32(_E4M3.max))
-        codes = d.astype(_E4M3.dtype)  # ml_dtypes' float32 -> e4m3: nearest even, correct
-        s = codes.astype(np.float32)
+        d = a
+        d *= mult
+        np.minimum(d, _F32(_E4M3.max), out=d)
+        codes = narrow_cast(d, _E4M3, False)  # float32 -> e4m3 to nearest even (ml_dtypes' cast, by table)
+        s = fp8_to_f32(codes)
         dec = s * s_dec
-        enc = np.where(s == 0, _F32(0), np.minimum(_F32(1) / dec, _FLT_MAX))
-    codes[~finite] = np.nan
-    enc[~finite] = np.nan
-    dec[~finite] = np.nan
-    return codes, enc.astype(np.float32), dec.astype(np.float32)
+        enc = np.divide(_F32(1), dec, dtype=np.float32)
+        np.minimum(enc, _FLT_MAX, out=enc)
+        enc[s == 0] = 0
+    codes[bad] = np.nan
+    enc[bad] = np.nan
+    dec[bad] = np.nan
+    return codes, enc, dec
 
 
 def fp8_block_scales(amax: np.ndarray, pow2: bool):

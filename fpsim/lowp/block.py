@@ -28,6 +28,8 @@ cancels exactly in dY^T H^T H X).  The bias gradient is summed in float32 from t
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -35,6 +37,7 @@ import numpy as np
 from .. import nn, state, tensorcore
 from ..checks import is_integer
 from ..formats import SCALE_ROUNDINGS, get_block_format, get_format, quantize, round_to
+from ..formats.blockfast import fake_quantize
 from ..state import blas_call
 from ..tensor import Tensor, promote, round_result
 from ..tensorcore import instruction
@@ -89,12 +92,12 @@ class BlockScaling:
         pair (fp8 elements, float32 decode factor of each element)."""
         fmt = get_block_format(self.grad_format if grad and self.grad_format else self.format)
         block = block if block is not None else self.block if self.block is not None else fmt.block
-        q = quantize(a32, fmt, axis, block=block,
-                     scale_rounding=_scale_rule(self, fmt),
-                     pow2_scales=self.pow2_scales and fmt.family == "fp8_block",
-                     rounding=self.grad_rounding if grad else "nearest")
+        kw = dict(block=block, scale_rounding=_scale_rule(self, fmt),
+                  pow2_scales=self.pow2_scales and fmt.family == "fp8_block",
+                  rounding=self.grad_rounding if grad else "nearest")
         if self.tensor_core is None:
-            return q.dequantize()
+            return fake_quantize(a32, fmt, axis, **kw)  # quantize(...).dequantize(), bit for bit
+        q = quantize(a32, fmt, axis, **kw)
         return q.elements, replace(q, elements=np.ones_like(q.elements)).dequantize()
 
     def k_block(self) -> int:
@@ -186,23 +189,60 @@ def hadamard_matrix(seed: int = 0, size: int = RHT_SIZE) -> np.ndarray:
     """D H / sqrt(size) as float32: H the Sylvester Hadamard matrix (entries +-1), D a diagonal of
     random signs drawn from ``seed``.  Entries are +-1/4 for size 16, exact in float32, and the
     matrix is orthogonal: its transpose times itself is the identity, exactly."""
+    return _hadamard(seed, size).copy()
+
+
+@functools.lru_cache(maxsize=64)
+def _hadamard(seed: int, size: int) -> np.ndarray:
+    """:func:`hadamard_matrix`, made once per (seed, size) for the backward passes (read-only)."""
     h = np.ones((1, 1))
     while h.shape[0] < size:
         h = np.block([[h, h], [h, -h]])
     signs = np.random.default_rng(seed).choice([-1.0, 1.0], size)
-    return (signs[:, None] * h / np.sqrt(size)).astype(np.float32)
+    out = (signs[:, None] * h / np.sqrt(size)).astype(np.float32)
+    out.setflags(write=False)
+    return out
 
 
 def hadamard_transform(a32: np.ndarray, h: np.ndarray) -> np.ndarray:
     """Apply ``h`` (size x size) to every group of ``size`` consecutive rows of ``a32`` (the token
     axis), zero-padding the last group: float32 in and out, each output the float32 rounding of
-    a float64 sum of +-a/4 (exact for all but the rarest inputs)."""
+    a float64 sum of +-a/4 (exact for all but the rarest inputs).
+
+    Where every such sum is exact in float64 - h's entries one power of two in magnitude, the
+    inputs finite, and in each group of ``size`` the largest and smallest non-zero magnitudes
+    within 2**(29 - log2 size) of each other, so that every partial sum in any order fits in 53
+    bits - the order cannot matter, and BLAS sums them (an all-zero sum made +0, as einsum's sums,
+    which start from a zeroed output, give).  Otherwise numpy's einsum sums them in its own loops,
+    the same order whatever the thread count."""
     n = h.shape[0]
     t, c = a32.shape
     pad = -t % n
-    a = np.pad(a32, [(0, pad), (0, 0)]).astype(np.float64).reshape(-1, n, c)
-    # einsum's own loops, not BLAS: the same sum order whatever the thread count
-    return np.einsum("ij,gjc->gic", h.astype(np.float64), a).reshape(t + pad, c).astype(np.float32)
+    a32 = (np.pad(a32, [(0, pad), (0, 0)]) if pad else np.ascontiguousarray(a32)).reshape(-1, n, c)
+    a, h64 = a32.astype(np.float64), h.astype(np.float64)
+    if _sums_exact(a32, h):
+        out = blas_call(np.matmul, h64, a)
+        out += 0.0  # -0 + 0 = +0: the only way the order shows when every sum is exact
+    else:
+        out = np.einsum("ij,gjc->gic", h64, a)
+    return out.reshape(t + pad, c).astype(np.float32)
+
+
+def _sums_exact(g32: np.ndarray, h: np.ndarray) -> bool:
+    """Whether every sum of ``h[i, j] * g32[k, j, c]`` over j is exact in float64 whatever the order:
+    each term a multiple of ulp(smallest non-zero |g|) * |h| and below 2 * 2**emax(|g|) * |h|, so
+    n terms need at most emax - emin + 24 + 1 + log2(n) bits (float32 subnormals: emin = -126)."""
+    mag = np.abs(h)
+    if not (mag.size and np.all(mag == mag.flat[0]) and np.frexp(mag.flat[0])[0] == 0.5):
+        return False
+    m = np.bitwise_and(g32.view(np.uint32), np.uint32(0x7FFFFFFF))
+    top = m.max(axis=1) >> np.uint32(23)
+    if top.size and top.max() == 255:  # inf or NaN
+        return False
+    m -= np.uint32(1)  # 0 wraps round to the largest: the smallest non-zero magnitude is the minimum
+    low = (m.min(axis=1) + np.uint32(1)) >> np.uint32(23)  # an all-zero group: 0
+    spread = top.astype(np.int32) - np.maximum(low, np.uint32(1)).astype(np.int32)
+    return bool(spread.size == 0 or spread.max() <= 29 - math.ceil(math.log2(h.shape[0])))
 
 
 # --------------------------------------------------------------------------------------------
@@ -312,7 +352,7 @@ def block_linear(x: Tensor, weight: Tensor, bias: Tensor | None, recipe: BlockSc
         else:
             g_in, x_in = g2, x32
             if r.hadamard:
-                h = hadamard_matrix(r.hadamard_seed)
+                h = _hadamard(r.hadamard_seed, RHT_SIZE)
                 g_in, x_in = hadamard_transform(g2, h), hadamard_transform(x32, h)
             g_w, x_w = r.q(g_in, 0, grad=True), r.q(x_in, 0)  # along tokens: wgrad's K
         gw = be.asarray(_gemm(r, _t(g_w, True), x_w, be, "backward"))

@@ -1,0 +1,224 @@
+"""Quantize into a block format and straight back to float32 in one go ("fake quantization"):
+the values block-scaled training multiplies, without building a :class:`~.block.BlockQuantized`.
+
+:func:`fake_quantize` returns the same float32 bits as ``quantize(...).dequantize()`` with the
+same arguments (the same scales, the same element rounding, the same stochastic-rounding draws
+from the same generator, NaN blocks the same NaN), in fewer numpy passes:
+
+- the blocks are a reshaped view of the input wherever no block is partial: blocks along the
+  last axis are rows ``(R, k)``, blocks along an earlier axis are ``(R, k, B)`` (no transposed
+  copy: the block maxima reduce the middle axis), 2-D tiles ``(R, r, Nb, c)``; partial blocks
+  take :class:`~.block._Layout`'s zero-padded copy, as ``quantize`` does;
+- the block maxima are one ``max`` of the magnitudes' bit patterns (NaN above inf above finite,
+  as ``quantize`` orders them), the scales come from :mod:`.block_scales` on those maxima alone;
+- round to nearest even is one table look-up from float32 to the element's float32 value: the
+  float32 pattern cut to its top 16 bits with a sticky bit (round to odd; 8 significant bits are
+  enough for a correct second rounding into 4 or fewer), indexing the saturating table
+  ``kernels.narrow_cast`` uses, already widened back to float32 - the same value ``quantize``
+  stores and ``dequantize`` reads;
+- stochastic rounding is ``modekernels``' exact float32 kernel (one float64 uniform per element,
+  up where it lies below the fraction), its draws taken in ``quantize``'s order (the blocked
+  layout, the block axis last), then saturated and signed as ``cast`` does;
+- the product with the decode factor is written straight into the output, a chunk of rows at a
+  time (small temporaries stay in cache).
+
+No per-block statistics, no element array in its own dtype.  The MXINT8 format, NVFP4's Four
+Over Six scales and the rounding modes other than ``nearest`` and ``stochastic`` go through
+``quantize(...).dequantize()`` itself.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import state
+from ..checks import check_seed
+from . import block_scales as bs
+from .block import BlockFormat, _as_f32, _check, _check_padding, _Layout, _scales, get_block_format, quantize
+from .kernels import fp8_to_f32, narrow_cast, widening_table
+from .table import Format
+
+__all__ = ["fake_quantize"]
+
+_U32 = np.uint32
+_F32 = np.float32
+_ABS = _U32(0x7FFFFFFF)
+_SIGN = _U32(0x80000000)
+_EXP = _U32(0x7F800000)
+_INV = _U32(254 << 23)  # the bits of 2**-E are (254 << 23) minus those of 2**E
+_CHUNK = 2**15  # elements a pass: the few float32 temporaries stay in L2
+_TABLES: dict[str, np.ndarray] = {}
+
+
+def fake_quantize(x, fmt, axis: int = -1, *, block=None, scale_rounding: str | None = None,
+                  rounding: str = "nearest", pow2_scales: bool = False, seed=None, rng=None) -> np.ndarray:
+    """float32 ``quantize(x, fmt, axis, ...).dequantize()``, bit for bit, every argument as in
+    :func:`~.block.quantize` (checked the same way, the same errors): each element rounded into
+    ``fmt``'s element format (saturating) after the float32 multiply by its block's encode factor,
+    then multiplied by the block's float32 decode factor.  Returns a new C-contiguous float32
+    array of ``x``'s shape."""
+    bf = get_block_format(fmt)
+    check_seed(seed)
+    if rng is not None and not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy Generator (np.random.default_rng(...)) or None, got {type(rng).__name__}")
+    arr = _as_f32(x)
+    axis, block, rule = _check(arr, bf, axis, block, scale_rounding, rounding, pow2_scales)
+    if (rounding not in ("nearest", "stochastic") or not bf.element.is_ml_dtype or rule == "four_over_six"
+            or not arr.size):
+        return quantize(arr, bf, axis, block=block, scale_rounding=rule, rounding=rounding,
+                        pow2_scales=pow2_scales, seed=seed, rng=rng).dequantize()
+    if rounding != "stochastic":
+        rng = None  # quantize draws nothing to round to nearest: neither does this
+    elif rng is None:
+        rng = np.random.default_rng(seed) if seed is not None else state.default_rng()
+    lay = _Layout(arr.shape, axis, block, clamp=rounding != "stochastic")
+    _check_padding(lay, arr, block)
+    blocks = _Blocks(arr, lay)
+    return blocks.result(_encode(bf, blocks, rule, pow2_scales, rng))
+
+
+class _Blocks:
+    """The input as blocks, the block rows first: ``xb`` (R, k) for blocks along the last axis,
+    (R, k, B) along an earlier one (a view: R = leading size x blocks, B = trailing size), or
+    (R, r, Nb, c) for 2-D tiles; ``lay``'s zero-padded copy (R, k) / (R, r, Nb, c) where a block
+    is partial.  One scale per block: (R,), (R, B) or (R, Nb)."""
+
+    def __init__(self, arr: np.ndarray, lay: _Layout):
+        self.lay, self.shape = lay, arr.shape
+        self.padded = any(lay.pads)
+        if self.padded:
+            self.xb = lay.to_blocks(arr)
+        elif lay.tiled:
+            r, c = lay.block
+            self.xb = np.ascontiguousarray(arr).reshape(-1, r, arr.shape[-1] // c, c)
+        elif lay.axis == arr.ndim - 1:
+            self.xb = np.ascontiguousarray(arr).reshape(-1, lay.block)
+        else:
+            trail = math.prod(arr.shape[lay.axis + 1 :])
+            self.xb = np.ascontiguousarray(arr).reshape(-1, lay.block, trail)
+        self.axes = (1, 3) if self.xb.ndim == 4 else 1
+        self.row_size = math.prod(self.xb.shape[1:])
+
+    def expand(self, s: np.ndarray) -> np.ndarray:
+        """A per-block array broadcast against blocked elements."""
+        if self.xb.ndim == 4:
+            return s[:, None, :, None]
+        return s[:, None, :] if self.xb.ndim == 3 else s[:, None]
+
+    def slices(self):
+        rows = max(1, _CHUNK // max(self.row_size, 1))
+        return [slice(i, i + rows) for i in range(0, self.xb.shape[0], rows)]
+
+    def amax(self, slices) -> np.ndarray:
+        """float32 max |x| per block, ordered on the bit patterns (NaN wins over inf, inf over finite)."""
+        parts = [self._max(np.bitwise_and(self.xb[sl].view(_U32), _ABS)) for sl in slices]
+        return (parts[0] if len(parts) == 1 else np.concatenate(parts)).view(_F32)
+
+    def _max(self, mag: np.ndarray) -> np.ndarray:
+        if mag.ndim != 2:
+            return mag.max(axis=self.axes)
+        # rows of k: reduceat walks the flat array once (a max over each short row costs twice that)
+        flat = mag.reshape(-1)
+        return np.maximum.reduceat(flat, np.arange(0, flat.size, mag.shape[1]))
+
+    def draws(self, rng: np.random.Generator):
+        """Stochastic rounding's uniforms in ``quantize``'s order (the blocked layout with the block
+        axis last: for blocks along an earlier axis, transposed), shaped like ``xb``; None where that
+        order is the memory order and each chunk draws its own in turn."""
+        if self.xb.ndim != 3:
+            return None
+        ax = self.lay.axis
+        lead, n, trail = math.prod(self.shape[:ax]), self.shape[ax], self.xb.shape[2]
+        u = rng.random(self.xb.size).reshape(lead, trail, n).transpose(0, 2, 1)
+        # one transposed copy: comparing against the strided view, a chunk at a time, costs several
+        return np.ascontiguousarray(u).reshape(self.xb.shape)
+
+    def result(self, outb: np.ndarray) -> np.ndarray:
+        if self.padded:
+            return np.ascontiguousarray(self.lay.from_blocks(outb))
+        return outb.reshape(self.shape)
+
+
+def _encode(bf: BlockFormat, blocks: _Blocks, rule, pow2: bool, rng) -> np.ndarray:
+    """The blocked output: scales from the block maxima, then each chunk of rows scaled, rounded
+    into the element format (to nearest even; stochastically from ``rng`` when one is given) and
+    multiplied by its decode factor."""
+    slices = blocks.slices()
+    amax = blocks.amax(slices)
+    elem = bf.element
+    if bf.family == "mx" and rule == "floor":  # the tables quantize looks up, without the e8m0 codes
+        field = amax.view(_U32) >> _U32(23)  # amax >= 0: no sign bit
+        _, inv, dec = bs._mx_floor_tables(elem)
+        factor, dec = inv.take(field, mode="clip"), dec.take(field, mode="clip")  # fields < 256
+    else:
+        _, factor, dec, _ = _scales(bf, amax, rule, pow2, None, None)
+    u_all = blocks.draws(rng) if rng is not None else None
+    outb = np.empty(blocks.xb.shape, np.float32)
+    ex = blocks.expand
+    with np.errstate(invalid="ignore", over="ignore"):
+        for sl in slices:
+            scaled = blocks.xb[sl] * ex(factor[sl])
+            if rng is None:
+                vals = _nearest_table(elem).take(_round_to_odd16(scaled), mode="clip")  # indices < 2**16: no check
+            else:
+                u = u_all[sl] if u_all is not None else rng.random(scaled.shape)
+                vals = _stochastic(scaled, elem, u)
+            np.multiply(vals, ex(dec[sl]), out=outb[sl])
+    if amax.size and amax.view(_U32).max() >= _EXP:  # a block holding inf or NaN
+        bad = ~np.isfinite(amax)
+        outb[np.broadcast_to(ex(bad), outb.shape)] = _nan_block_value(elem, dec[bad][:1])
+    return outb
+
+
+def _round_to_odd16(x32: np.ndarray) -> np.ndarray:
+    """The top 16 bits of each float32 pattern, the lowest of them or-ed with the 16 cut off (a
+    sticky bit): x rounded to odd at bfloat16's precision, as a bfloat16 bit pattern."""
+    bits = x32.view(_U32)
+    low = np.bitwise_and(bits, _U32(0xFFFF))
+    np.minimum(low, _U32(1), out=low)  # the sticky bit
+    hi = bits >> _U32(16)
+    hi |= low
+    return hi
+
+
+def _nearest_table(elem: Format) -> np.ndarray:
+    """float32 (65,536): for every bfloat16 pattern, the float32 value of its saturating
+    round-to-nearest-even cast into ``elem`` - ``kernels.narrow_cast``'s table, widened."""
+    t = _TABLES.get(elem.name)
+    if t is None:
+        t = _TABLES[elem.name] = fp8_to_f32(narrow_cast(widening_table("bfloat16"), elem, True))
+    return t
+
+
+def _stochastic(scaled: np.ndarray, elem: Format, u: np.ndarray) -> np.ndarray:
+    """``cast(scaled, elem, "stochastic", saturate=True)`` widened to float32, with the uniforms
+    ``u`` (float64, one per element): ``modekernels``' exact kernel - v = |x| / ulp exact, up where
+    u < v - floor(v) - then min(., max) and x's sign.  (That kernel first clamps |x| to
+    2**(emax + 2); every |x| beyond max ends at max after the min either way, inf included - its
+    fraction is NaN, never above a draw - and the draws are the same, so the clamp is left out.)"""
+    bits = scaled.view(_U32)
+    a = np.bitwise_and(bits, _ABS).view(_F32)
+    q = np.bitwise_and(a.view(_U32), _EXP)
+    np.maximum(q, _U32((elem.emin + 127) << 23), out=q)
+    q -= _U32(elem.mantissa_bits << 23)
+    v = a
+    v *= (_INV - q).view(_F32)
+    r = np.floor(v)
+    v -= r  # exact: the fraction
+    r += u < v
+    r *= q.view(_F32)
+    np.minimum(r, _F32(elem.max), out=r)
+    out = r.view(_U32)
+    out |= np.bitwise_and(bits, _SIGN)
+    return r
+
+
+def _nan_block_value(elem: Format, dec_nan: np.ndarray) -> np.float32:
+    """What ``dequantize`` gives for every element of a block with an inf or NaN: the element
+    ``quantize`` stores there (NaN, or 0 in a format without NaN) times the block's NaN decode
+    factor, one float32 product (the NaN that survives is the hardware's choice: computed, not
+    assumed)."""
+    e = np.array([np.nan if elem.has_nan else 0.0], np.float32).astype(elem.dtype)
+    return (fp8_to_f32(e) * dec_nan)[0]
