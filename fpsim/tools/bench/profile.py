@@ -21,7 +21,7 @@ categorised call:
                   unscale multiply, the inf/NaN check), without the optimizer step it calls
 - ``quantize``    the low-precision recipes' operand quantization: block formats
                   (``formats.quantize``, ``BlockQuantized.dequantize``, the Hadamard transform) and
-                  fp8 (``lowp.quantize_fp8``), everything they call included
+                  fp8 (``lowp.quantize_fp8``, the scaling state's casts), everything they call included
 - ``python``      everything else: the autograd graph and walk, op dispatch, and the ops' own
                   float32 elementwise arithmetic (bias add, relu select, softmax), which numpy
                   runs without a Python-visible call to time it by
@@ -40,6 +40,7 @@ shows the step's unprofiled time, measured just before, so the distortion is vis
 
 from __future__ import annotations
 
+import inspect
 import statistics
 import sys
 import time
@@ -51,8 +52,10 @@ from ... import optim
 from ...amp import GradScaler
 from ...experiments.tinygpt import TinyGPTTask, training_step
 from ...formats import block as _block
+from ...formats import blockfast as _blockfast
 from ...lowp import block as _lowp_block
 from ...lowp import quant as _quant
+from ...lowp import scaling as _scaling
 from ...tensor import _round_special
 from ...textable import text_table
 from .steps import MLP_SIZES, fpsim_step
@@ -78,9 +81,9 @@ def _code_categories() -> dict:
             if fn is not None and not (be_cls is _backend.NumpyF32Backend and name == "to_f32"):  # a no-op
                 cats[fn.__code__] = cat
     cats[_round_special.__code__] = "rounding"
-    for fn in (_block.quantize, _block.BlockQuantized.dequantize, _lowp_block.hadamard_transform,
-               _quant.quantize_fp8):
-        cats[fn.__code__] = "quantize"
+    for fn in (_block.quantize, _block.BlockQuantized.dequantize, _blockfast.fake_quantize,
+               _lowp_block.hadamard_transform, _quant.quantize_fp8, _scaling.ScalingState._cast):
+        cats[inspect.unwrap(fn).__code__] = "quantize"  # unwrapped: a decorator's wrapper code is shared
     cats[optim.Optimizer.step.__code__] = "optimizer"
     for name in ("scale", "unscale_", "step", "update"):
         cats[getattr(GradScaler, name).__code__] = "scaler"
