@@ -24,14 +24,14 @@ class _Seen(Exception):
     pass
 
 
-@pytest.mark.parametrize("given, used", [((4,), (4, 5, 6)), ((0, 2), (0, 2, 3)), ((1, 2, 3, 4), (1, 2, 3, 4))])
-def test_the_full_runs_use_at_least_three_seeds(monkeypatch, given, used):
+@pytest.mark.parametrize("given, used", [(None, (0, 1, 2)), ((4,), (4,)), ((1, 2, 3, 4), (1, 2, 3, 4))])
+def test_a_full_run_uses_the_seeds_given_or_the_findings_three(monkeypatch, given, used):
     def sweep(configs, lrs, steps, seeds, progress=None):
         raise _Seen(seeds)
 
     monkeypatch.setattr(proxies, "sweep", sweep)
     with pytest.raises(_Seen) as e:
-        proxies.run(False, given)
+        proxies.FINDING.reproduce(False, given)
     assert e.value.args[0] == used
 
 
