@@ -73,12 +73,13 @@ def _low_moments(x32, axes, fmt, eps: float, be):
 
 
 def _moments(x32, axes, eps: float, xp):
-    """Mean and 1/sqrt(var + eps) over ``axes`` in float32 (two passes: mean, then the mean of
-    squared deviations)."""
+    """Mean, 1/sqrt(var + eps) and x - mean over ``axes`` in float32 (two passes: the mean, then
+    the mean of squared deviations).  The deviations come back for the normalisation to reuse."""
     mean = x32.mean(axis=axes, keepdims=True, dtype=xp.float32)
     d = x32 - mean
-    var = (d * d).mean(axis=axes, keepdims=True, dtype=xp.float32)
-    return mean, xp.float32(1) / xp.sqrt(var + xp.float32(eps))
+    sq = d * d
+    var = sq.mean(axis=axes, keepdims=True, dtype=xp.float32)
+    return mean, xp.float32(1) / xp.sqrt(var + xp.float32(eps)), d
 
 
 @_op("x", "weight?", "bias?")
@@ -111,25 +112,48 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
     x32 = x.f32()
     acc_fmt = x.fmt if acc == "input" else acc
     if acc_fmt is None or acc_fmt == F32:  # float32 statistics: the ordinary kernel
-        mean, rstd = _moments(x32, axes, eps, xp)
+        mean, rstd, xhat = _moments(x32, axes, eps, xp)  # xhat holds x - mean here
     else:
         mean, rstd = _low_moments(x32, axes, acc_fmt, eps, be)
-    xhat = (x32 - mean) * rstd
+        xhat = x32 - mean
+    xhat *= rstd  # (x - mean) * rstd, in the array the op owns
     w32 = weight.f32() if weight is not None else None
-    out32 = xhat * w32 if w32 is not None else xhat
-    if bias is not None:
-        out32 = out32 + bias.f32()
-    lead = tuple(range(x.ndim - len(axes)))
+    if w32 is not None:
+        out32 = xhat * w32
+        if bias is not None:
+            out32 += bias.f32()
+    else:
+        out32 = xhat + bias.f32() if bias is not None else xhat
+    return _make(out32, fmt, ins, _layer_norm_backward(xhat, rstd, w32, axes, weight is not None,
+                                                       bias is not None, xp), "layer_norm")
+
+
+def _layer_norm_backward(xhat, rstd, w32, axes: tuple, dw: bool, db: bool, xp):
+    """The fused backward of layer_norm, in float32 with the formula's operations in its order:
+    gw = g w, dx = rstd ((gw - mean(gw)) - xhat mean(gw xhat)), dw = sum(g xhat), db = sum(g) -
+    four reductions, and two temporaries the passes write into (never into g or what the
+    forward saved: a retained graph runs its backward again)."""
+    lead = tuple(range(xhat.ndim - len(axes)))
 
     def backward(g, out):
-        gw = g * w32 if w32 is not None else g
+        gw = g * w32 if w32 is not None else g  # (g itself is never written into)
         m1 = gw.mean(axis=axes, keepdims=True, dtype=xp.float32)
-        m2 = (gw * xhat).mean(axis=axes, keepdims=True, dtype=xp.float32)
-        grads = [rstd * (gw - m1 - xhat * m2)]
-        if weight is not None:
-            grads.append((g * xhat).sum(axis=lead, dtype=xp.float32))
-        if bias is not None:
+        tmp = gw * xhat
+        m2 = tmp.mean(axis=axes, keepdims=True, dtype=xp.float32)
+        grads = []
+        if dw:
+            xp.multiply(g, xhat, out=tmp)
+            grads.append(tmp.sum(axis=lead, dtype=xp.float32))
+        if db:
             grads.append(g.sum(axis=lead, dtype=xp.float32))
-        return tuple(grads)
+        if w32 is None:
+            gx = gw - m1
+        else:
+            gx = gw
+            gx -= m1
+        xp.multiply(xhat, m2, out=tmp)
+        gx -= tmp
+        gx *= rstd
+        return (gx, *grads)
 
-    return _make(out32, fmt, ins, backward, "layer_norm")
+    return backward

@@ -34,7 +34,9 @@ def log_softmax(x: Tensor, axis=-1, stable: bool = True) -> Tensor:
     out32 = z - xp.log(xp.exp(z).sum(axis=axis, keepdims=True, dtype=xp.float32))
 
     def backward(g, out):
-        return (g - xp.exp(out.f32()) * g.sum(axis=axis, keepdims=True, dtype=xp.float32),)
+        d = xp.exp(out.f32())
+        d *= g.sum(axis=axis, keepdims=True, dtype=xp.float32)
+        return (xp.subtract(g, d, out=d),)  # g - exp(y) sum(g)
 
     return _make(out32, x.fmt, (x,), backward, "log_softmax")
 
@@ -50,13 +52,22 @@ def softmax(x: Tensor, axis=-1, stable: bool = True) -> Tensor:
     (x,) = _autocast("softmax", x)
     xp = x.backend.xp
     x32 = x.f32()
-    e = xp.exp(_less_max(x32, axis, x.shape, "softmax"))
+    e = _less_max(x32, axis, x.shape, "softmax")
+    if e is not x32:  # x - max is the op's own array: exp in place (the same bits as a fresh result)
+        xp.exp(e, out=e)
+    else:
+        e = xp.exp(e)
+    e /= e.sum(axis=axis, keepdims=True, dtype=xp.float32)  # e is the op's own array
 
     def backward(g, out):
         y = out.f32()
-        return (y * (g - (g * y).sum(axis=axis, keepdims=True, dtype=xp.float32)),)
+        d = g * y
+        s = d.sum(axis=axis, keepdims=True, dtype=xp.float32)
+        xp.subtract(g, s, out=d)
+        d *= y
+        return (d,)  # y (g - sum(g y)), one temporary
 
-    return _make(e / e.sum(axis=axis, keepdims=True, dtype=xp.float32), x.fmt, (x,), backward, "softmax")
+    return _make(e, x.fmt, (x,), backward, "softmax")
 
 
 def _less_max(x32, axis, shape: tuple, op: str):

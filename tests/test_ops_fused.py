@@ -1,0 +1,245 @@
+"""The ops whose float32 passes write into arrays the op owns (gelu, layer_norm, softmax,
+log_softmax, mul with a constant, Adam): bit for bit against the formula as written before, one
+fresh numpy float32 temporary per operation in the same order, rounded once by ml_dtypes into
+float32 / float16 / bfloat16 - forward and every gradient, on both numpy backends.  A second
+backward through a retained graph gives the same bits (the backward writes into nothing the
+forward saved), and the incoming gradient is never written into."""
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+from helpers import assert_same_bits
+
+from fpsim import ops
+from fpsim.tensor import tensor
+
+DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+FORMATS = list(DTYPES)
+BACKENDS = ["numpy", "numpy-f32"]
+F = np.float32
+
+
+def _values(rng, shape, fmt, scale=1.0, specials=True):
+    """Normal values in ``fmt`` (as that dtype), with zeros, -0, subnormals, huge values, inf
+    and NaN spread over the first row where ``specials``."""
+    x = (rng.standard_normal(shape) * scale).astype(np.float32)
+    if specials:
+        dt = DTYPES[fmt]
+        fi = ml_dtypes.finfo(dt)
+        sp = np.array([0.0, -0.0, float(fi.smallest_subnormal), -float(fi.tiny), 1e-3, 9.0, -9.0,
+                       float(fi.max), np.inf, -np.inf, np.nan], dtype=np.float32)
+        flat = x.reshape(-1)
+        flat[: sp.size] = sp[: flat.size]
+    return x.astype(DTYPES[fmt])
+
+
+def _round(x32, fmt):
+    return np.asarray(x32, dtype=np.float32).astype(DTYPES[fmt])
+
+
+def _run(op, xs, g, fmt, backend, retain=False):
+    """op on tensors made from ``xs`` (each requires grad), backward with gradient ``g``; the
+    output and the gradients, in the storage dtype.  ``retain``: a second backward through the
+    retained graph must give the same gradients (compared here)."""
+    ts = [tensor(x, fmt, requires_grad=True, backend=backend) for x in xs]
+    y = op(*ts)
+    gt = tensor(g, fmt, backend=backend)
+    g_before = gt.numpy().copy()
+    y.backward(gt, retain_graph=retain)
+    grads = [t.grad.numpy().copy() for t in ts]
+    assert_same_bits(gt.numpy(), g_before, "the incoming gradient was written into")
+    if retain:
+        for t in ts:
+            t.grad = None
+        y.backward(gt)
+        for t, want in zip(ts, grads):
+            assert_same_bits(t.grad.numpy(), want, "second backward through the retained graph")
+    return y.numpy(), grads
+
+
+# ------------------------------------------------------------------ the formulas as written before
+
+
+def gelu_ref(x, g):
+    c = F(0.7978845608028654)
+    u = c * (x + F(0.044715) * (x * x * x))
+    t = np.tanh(u)
+    out = F(0.5) * x * (1 + t)
+    du = c * (1 + F(3 * 0.044715) * x * x)
+    return out, [g * (F(0.5) * (1 + t) + F(0.5) * x * (1 - t * t) * du)]
+
+
+def layer_norm_ref(x, w, b, g, eps=1e-5):
+    axes = (x.ndim - 1,)
+    lead = tuple(range(x.ndim - 1))
+    mean = x.mean(axis=axes, keepdims=True, dtype=F)
+    d = x - mean
+    var = (d * d).mean(axis=axes, keepdims=True, dtype=F)
+    rstd = F(1) / np.sqrt(var + F(eps))
+    xhat = (x - mean) * rstd
+    out = xhat * w if w is not None else xhat
+    if b is not None:
+        out = out + b
+    gw = g * w if w is not None else g
+    m1 = gw.mean(axis=axes, keepdims=True, dtype=F)
+    m2 = (gw * xhat).mean(axis=axes, keepdims=True, dtype=F)
+    grads = [rstd * (gw - m1 - xhat * m2)]
+    if w is not None:
+        grads.append((g * xhat).sum(axis=lead, dtype=F))
+    if b is not None:
+        grads.append(g.sum(axis=lead, dtype=F))
+    return out, grads
+
+
+def softmax_ref(x, g, y_stored):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    out = e / e.sum(axis=-1, keepdims=True, dtype=F)
+    y = y_stored
+    return out, [y * (g - (g * y).sum(axis=-1, keepdims=True, dtype=F))]
+
+
+def log_softmax_ref(x, g, y_stored):
+    z = x - x.max(axis=-1, keepdims=True)
+    out = z - np.log(np.exp(z).sum(axis=-1, keepdims=True, dtype=F))
+    return out, [g - np.exp(y_stored) * g.sum(axis=-1, keepdims=True, dtype=F)]
+
+
+def _check(got, grads, ref_out, ref_grads, fmt, what):
+    assert_same_bits(got, _round(ref_out, fmt), f"{what} forward")
+    assert len(grads) == len(ref_grads)
+    for i, (a, b) in enumerate(zip(grads, ref_grads)):
+        assert_same_bits(a, _round(b, fmt), f"{what} gradient {i}")
+
+
+# ------------------------------------------------------------------------------------- the tests
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("shape", [(), (7,), (4, 9, 33)])
+def test_gelu_bits(fmt, backend, shape):
+    rng = np.random.default_rng(1)
+    x = _values(rng, shape, fmt, 3.0, specials=bool(shape))
+    g = _values(rng, shape, fmt, specials=False)
+    got, grads = _run(ops.gelu, [x], g, fmt, backend, retain=True)
+    with np.errstate(all="ignore"):
+        ref_out, ref_grads = gelu_ref(x.astype(F), g.astype(F))
+    _check(got, grads, ref_out, ref_grads, fmt, "gelu")
+
+
+def test_gelu_wide_range_float32():
+    """Every float32 exponent: tiny inputs whose cube is subnormal, huge ones whose cube is inf."""
+    rng = np.random.default_rng(2)
+    x = (rng.uniform(1, 2, 4096) * 2.0 ** rng.integers(-149, 128, 4096)).astype(F)
+    x[::2] *= -1
+    g = rng.standard_normal(4096).astype(F)
+    got, grads = _run(ops.gelu, [x], g, "float32", "numpy")
+    with np.errstate(all="ignore"):
+        ref_out, ref_grads = gelu_ref(x, g)
+    _check(got, grads, ref_out, ref_grads, "float32", "gelu")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("affine", ["both", "weight", "bias", "none"])
+def test_layer_norm_bits(fmt, backend, affine):
+    rng = np.random.default_rng(3)
+    x = _values(rng, (3, 5, 24), fmt, 2.0, specials=False)
+    x[0, 0] = _values(rng, (24,), fmt, 2.0)  # one row with inf / NaN / extremes
+    x[1, 2] = np.float32(1000)  # a constant row: variance 0
+    w = _values(rng, (24,), fmt, specials=False) if affine in ("both", "weight") else None
+    b = _values(rng, (24,), fmt, specials=False) if affine in ("both", "bias") else None
+    g = _values(rng, x.shape, fmt, specials=False)
+    xs = [a for a in (x, w, b) if a is not None]
+
+    def op(xt, *rest):
+        rest = list(rest)
+        wt = rest.pop(0) if w is not None else None
+        bt = rest.pop(0) if b is not None else None
+        return ops.layer_norm(xt, (24,), wt, bt)
+
+    got, grads = _run(op, xs, g, fmt, backend, retain=True)
+    with np.errstate(all="ignore"):
+        ref_out, ref_grads = layer_norm_ref(*(a.astype(F) if a is not None else None for a in (x, w, b, g)))
+    _check(got, grads, ref_out, ref_grads, fmt, "layer_norm")
+
+
+def _low_stats(x, fmt, eps=1e-5):
+    """The naive statistics with every step rounded into ``fmt`` by ml_dtypes: running sums of x
+    and x*x one element at a time, E[x^2] - E[x]^2 clamped at 0, 1/sqrt(var + eps)."""
+    r = lambda v: np.asarray(v, F).astype(DTYPES[fmt]).astype(F)  # noqa: E731
+    n = x.shape[-1]
+    s = np.zeros(x.shape[:-1], F)
+    s2 = np.zeros(x.shape[:-1], F)
+    for j in range(n):
+        v = x[..., j]
+        s = r(s + v)
+        s2 = r(s2 + r(v * v))
+    mean = r(s / F(n))
+    var = np.maximum(r(r(s2 / F(n)) - r(mean * mean)), F(0))
+    rstd = r(F(1) / np.sqrt(r(var + F(eps))))
+    return mean[..., None], rstd[..., None]
+
+
+@pytest.mark.parametrize("fmt", ["float16", "bfloat16"])
+def test_layer_norm_low_statistics_bits(fmt):
+    """acc="input": statistics accumulated in x's format, then (x - mean) * rstd * w + b and the
+    backward in float32 from them, as before."""
+    rng = np.random.default_rng(7)
+    x, w, b, g = (_values(rng, s, fmt, specials=False) for s in ((3, 2, 16), (16,), (16,), (3, 2, 16)))
+    got, grads = _run(lambda *t: ops.layer_norm(t[0], (16,), t[1], t[2], acc="input"), [x, w, b], g, fmt,
+                      "numpy", retain=True)
+    x32, w32, b32, g32 = (a.astype(F) for a in (x, w, b, g))
+    mean, rstd = _low_stats(x32, fmt)
+    xhat = (x32 - mean) * rstd
+    gw = g32 * w32
+    m1 = gw.mean(axis=-1, keepdims=True, dtype=F)
+    m2 = (gw * xhat).mean(axis=-1, keepdims=True, dtype=F)
+    ref = [rstd * (gw - m1 - xhat * m2), (g32 * xhat).sum(axis=(0, 1), dtype=F), g32.sum(axis=(0, 1), dtype=F)]
+    _check(got, grads, xhat * w32 + b32, ref, fmt, "layer_norm acc=input")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_softmax_bits(fmt, backend, name):
+    rng = np.random.default_rng(4)
+    x = _values(rng, (4, 3, 17), fmt, 4.0, specials=False)
+    x[0, 0] = _values(rng, (17,), fmt, 4.0)
+    x[0, 1, 3:] = -np.inf  # a masked row
+    g = _values(rng, x.shape, fmt, specials=False)
+    op = getattr(ops, name)
+    got, grads = _run(op, [x], g, fmt, backend, retain=True)
+    ref = softmax_ref if name == "softmax" else log_softmax_ref
+    with np.errstate(all="ignore"):
+        ref_out, ref_grads = ref(x.astype(F), g.astype(F), got.astype(F))
+    _check(got, grads, ref_out, ref_grads, fmt, name)
+
+
+def test_softmax_matches_torch_float32():
+    """The same float32 softmax and its gradient as PyTorch CPU's, within a few ulps (the
+    exactness against the formula is pinned above; this is the formula's meaning)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((8, 32)).astype(F)
+    g = rng.standard_normal((8, 32)).astype(F)
+    got, (gx,) = _run(ops.softmax, [x], g, "float32", "numpy")
+    xt = torch.tensor(x, requires_grad=True)
+    yt = torch.softmax(xt, -1)
+    yt.backward(torch.tensor(g))
+    np.testing.assert_allclose(got, yt.detach().numpy(), rtol=4 * 2.0**-23, atol=1e-30)
+    np.testing.assert_allclose(gx, xt.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_gelu_matches_float64(fmt):
+    """The formula's meaning: within a few float32 ulps of float64 before the one rounding."""
+    rng = np.random.default_rng(6)
+    x = _values(rng, (512,), fmt, 3.0, specials=False)
+    x64 = x.astype(np.float64)
+    y64 = 0.5 * x64 * (1 + np.tanh(math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64**3)))
+    got, _ = _run(ops.gelu, [x], np.ones_like(x), fmt, "numpy")
+    tol = 8 * 2.0**-23 if fmt == "float32" else float(ml_dtypes.finfo(DTYPES[fmt]).eps)
+    np.testing.assert_allclose(got.astype(np.float64), y64, rtol=tol, atol=1e-6)
