@@ -299,10 +299,18 @@ class Adam(Optimizer):
         elif self.weight_decay:
             g = f(self._r(g + xp.float32(self.weight_decay) * w, t, "weight_decay"))
         m, v = state["exp_avg"].f32(), state["exp_avg_sq"].f32()
-        # the moments are stored as they were rounded (once, where the hooks see it), not rounded again
-        state["exp_avg"].data = self._r(m + xp.float32(1 - b1) * (g - m), t, "exp_avg")  # lerp_(g, 1 - b1)
+        # the moments are stored as they were rounded (once, where the hooks see it), not rounded again;
+        # each float32 operation as written, in its order, the passes writing into a fresh array of
+        # their own (never into m, v, g or anything already handed to the hooks)
+        m_new = g - m
+        m_new *= xp.float32(1 - b1)
+        m_new += m
+        state["exp_avg"].data = self._r(m_new, t, "exp_avg")  # m + (1 - b1) (g - m): lerp_(g, 1 - b1)
         v = f(self._r(v * xp.float32(b2), t, "exp_avg_sq"))
-        state["exp_avg_sq"].data = self._r(v + xp.float32(1 - b2) * g * g, t, "exp_avg_sq")  # addcmul_
+        v_new = xp.float32(1 - b2) * g
+        v_new *= g
+        v_new += v
+        state["exp_avg_sq"].data = self._r(v_new, t, "exp_avg_sq")  # v + ((1 - b2) g) g: addcmul_
         m, v = f(state["exp_avg"].data), f(state["exp_avg_sq"].data)
         step_size = self.lr / (1 - b1**step)
         bc2_sqrt = math.sqrt(1 - b2**step)
@@ -311,7 +319,9 @@ class Adam(Optimizer):
         denom = f(self._r(denom + xp.float32(self.eps), t, "denom"))
         with_errs = xp.errstate(divide="ignore", invalid="ignore") if hasattr(xp, "errstate") else _null()
         with with_errs:
-            self._apply(t, w, xp.float32(-step_size) * (m / denom), state)
+            u = m / denom
+            u *= xp.float32(-step_size)
+            self._apply(t, w, u, state)  # w + (-step_size) (m / denom)
 
 
 class AdamW(Adam):

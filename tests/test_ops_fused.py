@@ -243,3 +243,65 @@ def test_gelu_matches_float64(fmt):
     got, _ = _run(ops.gelu, [x], np.ones_like(x), fmt, "numpy")
     tol = 8 * 2.0**-23 if fmt == "float32" else float(ml_dtypes.finfo(DTYPES[fmt]).eps)
     np.testing.assert_allclose(got.astype(np.float64), y64, rtol=tol, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------- mul, div, Adam
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_mul_div_by_constant_bits(fmt):
+    """A constant factor gets no gradient computed; the tensor's gradient is g * c (g / c) as before."""
+    rng = np.random.default_rng(8)
+    x = _values(rng, (4, 6), fmt, specials=False)
+    g = _values(rng, (4, 6), fmt, specials=False)
+    for op, ref, c in ((ops.mul, np.multiply, 0.125), (ops.div, np.divide, 3.0)):
+        got, (gx,) = _run(lambda t, op=op, c=c: op(t, c), [x], g, fmt, "numpy", retain=True)
+        assert_same_bits(got, _round(ref(x.astype(F), F(c)), fmt), "forward")
+        assert_same_bits(gx, _round(ref(g.astype(F), F(c)), fmt), "gradient")
+
+
+def adam_ref(w, grads, fmt, lr=1e-2, betas=(0.9, 0.999), eps=1e-8, wd=0.0, decoupled=False):
+    """PyTorch's single-tensor Adam as fpsim wrote it before: every in-place op rounded into
+    ``fmt`` (ml_dtypes), each float32 expression as written."""
+    r = lambda v: np.asarray(v, F).astype(DTYPES[fmt]).astype(F)  # noqa: E731
+    b1, b2 = betas
+    w = w.astype(F)
+    m = np.zeros_like(w)
+    v = np.zeros_like(w)
+    for step, g in enumerate(grads, 1):
+        g = g.astype(F)
+        if wd and decoupled:
+            w = r(w * F(1 - lr * wd))
+        elif wd:
+            g = r(g + F(wd) * w)
+        m = r(m + F(1 - b1) * (g - m))
+        v = r(v * F(b2))
+        v = r(v + F(1 - b2) * g * g)
+        step_size = lr / (1 - b1**step)
+        denom = r(np.sqrt(v))
+        denom = r(denom / F(math.sqrt(1 - b2**step)))
+        denom = r(denom + F(eps))
+        with np.errstate(all="ignore"):
+            w = r(w + F(-step_size) * (m / denom))
+    return w, m, v
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("wd", [(0.0, False), (0.1, False), (0.1, True)])
+def test_adam_bits(fmt, wd):
+    from fpsim import optim
+
+    rng = np.random.default_rng(9)
+    w0 = _values(rng, (5, 7), fmt, specials=False)
+    grads = [_values(rng, (5, 7), fmt, scale=10.0 ** -i, specials=False) for i in range(4)]
+    grads[1].reshape(-1)[:3] = 0  # zero gradients: m / denom with small denominators
+    p = tensor(w0, fmt, requires_grad=True)
+    cls = optim.AdamW if wd[1] else optim.Adam
+    opt = cls([p], lr=1e-2, weight_decay=wd[0])
+    for g in grads:
+        p.grad = tensor(g, fmt)
+        opt.step()
+    w, m, v = adam_ref(w0, grads, fmt, wd=wd[0], decoupled=wd[1])
+    assert_same_bits(p.numpy(), w.astype(DTYPES[fmt]), "weights")
+    assert_same_bits(opt.state[0]["exp_avg"].numpy(), m.astype(DTYPES[fmt]), "exp_avg")
+    assert_same_bits(opt.state[0]["exp_avg_sq"].numpy(), v.astype(DTYPES[fmt]), "exp_avg_sq")

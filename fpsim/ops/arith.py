@@ -40,7 +40,9 @@ def mul(a, b) -> Tensor:
     a, b, fmt = _pair(a, b, "mul")
     a, b = _broadcast_pair(a, b, "mul")
     a32, b32 = a.f32(), b.f32()
-    return _make(a32 * b32, fmt, (a, b), lambda g, out: (g * b32, g * a32), "mul")
+    # a constant (or any input outside the graph) gets no gradient: its product is never computed
+    return _make(a32 * b32, fmt, (a, b), lambda g, out: (g * b32 if a.requires_grad else None,
+                                                         g * a32 if b.requires_grad else None), "mul")
 
 
 @_op()
@@ -48,7 +50,8 @@ def div(a, b) -> Tensor:
     a, b, fmt = _pair(a, b, "div")
     a, b = _broadcast_pair(a, b, "div")
     a32, b32 = a.f32(), b.f32()
-    return _make(a32 / b32, fmt, (a, b), lambda g, out: (g / b32, -g * a32 / (b32 * b32)), "div")
+    return _make(a32 / b32, fmt, (a, b), lambda g, out: (g / b32 if a.requires_grad else None,
+                                                         -g * a32 / (b32 * b32) if b.requires_grad else None), "div")
 
 
 @_op("x")
