@@ -305,3 +305,40 @@ def test_adam_bits(fmt, wd):
     assert_same_bits(p.numpy(), w.astype(DTYPES[fmt]), "weights")
     assert_same_bits(opt.state[0]["exp_avg"].numpy(), m.astype(DTYPES[fmt]), "exp_avg")
     assert_same_bits(opt.state[0]["exp_avg_sq"].numpy(), v.astype(DTYPES[fmt]), "exp_avg_sq")
+
+
+# ------------------------------------------------------------------------------- embedding
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", ["tokens", "one-hot-heavy", "unique", "zeros"])
+def test_embedding_gradient_is_add_at(fmt, backend, case):
+    """The weight's gradient: numpy's add.at into float32 zeros (rows added in index order),
+    then rounded once - with cancellations, magnitudes 1e-30..1e30, -0, inf and NaN among the
+    rows, and an id so frequent that add.at itself is used."""
+    rng = np.random.default_rng(10)
+    v, d = 13, 6
+    shape = (8, 40)
+    ids = {"tokens": rng.integers(0, v, shape), "unique": rng.permutation(v)[:12].reshape(3, 4),
+           "one-hot-heavy": np.where(rng.random(shape) < 0.97, 3, rng.integers(0, v, shape)),
+           "zeros": rng.integers(0, 3, shape)}[case]
+    g32 = (rng.standard_normal(ids.shape + (d,)) * 10.0 ** rng.integers(-30, 30, ids.shape + (1,))).astype(F)
+    m = rng.random(g32.shape)
+    g32[m < 0.1] = -0.0
+    g32[(m > 0.1) & (m < 0.15)] = 0.0
+    if case == "zeros":
+        g32[:] = -0.0
+    if case == "tokens":
+        g32[0, 0, 0], g32[1, 1, 1], g32[2, 2, 2] = np.inf, -np.inf, np.nan
+    with np.errstate(over="ignore"):  # magnitudes past float16's range become inf: rows of inf
+        g = g32.astype(DTYPES[fmt])
+    w = _values(rng, (v, d), fmt, specials=False)
+    t = tensor(w, fmt, requires_grad=True, backend=backend)
+    ops.embedding(ids, t).backward(tensor(g, fmt, backend=backend))
+    z = np.zeros((v, d), F)
+    with np.errstate(all="ignore"):
+        np.add.at(z, ids.reshape(-1), g.astype(F).reshape(-1, d))
+    assert_same_bits(t.grad.numpy(), _round(z, fmt), f"embedding gradient ({case})")
+    if case == "zeros":  # a sum from +0 is +0, never -0
+        assert not np.signbit(t.grad.numpy()).any()
