@@ -85,9 +85,10 @@ def gelu(x: Tensor) -> Tensor:
     0.5 x (1 + tanh(u)), u = c (x + 0.044715 x^3), c = sqrt(2 / pi).  The cube is x * x * x, as
     PyTorch's kernel writes it (numpy's ``x**3`` calls pow per element and is some twenty times
     slower).  The backward, g (0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 0.044715 x^2)), reuses
-    the forward's t = tanh(u) and 0.5 x.  Each float32 operation is the formula's, in its
-    order; the passes write into arrays the op owns (``out=``), which changes no bit (every
-    step is one correctly rounded float32 operation) and saves a fresh temporary per step."""
+    the forward's t = tanh(u) (the one array saved besides x).  Each float32 operation is the
+    formula's, in its order; the passes write into arrays the op owns (``out=``), which changes
+    no bit (each step is one correctly rounded float32 operation) and keeps the op's fresh
+    arrays to three in the forward and two in the backward."""
     xp = x.backend.xp
     x32 = x.f32()
     c = xp.float32(_GELU_C)
@@ -97,24 +98,27 @@ def gelu(x: Tensor) -> Tensor:
     t += x32  # x + 0.044715 x^3
     t *= c  # u
     t = xp.tanh(t, out=t) if t.ndim else xp.tanh(t)  # (a 0-d result is a numpy scalar: no out=)
-    hx = xp.float32(0.5) * x32
     out32 = t + 1
-    out32 *= hx  # (0.5 x) (1 + t)
+    out32 *= xp.float32(0.5) * x32  # (0.5 x) (1 + t)
 
     def backward(g, out):
-        du = xp.float32(3 * 0.044715) * x32
-        du *= x32
-        du += 1
-        du *= c  # c (1 + (3 0.044715 x) x)
+        if not t.ndim:  # a 0-d tensor: numpy scalars, nothing to write into
+            du = c * (1 + xp.float32(3 * 0.044715) * x32 * x32)
+            return (g * (xp.float32(0.5) * (1 + t) + xp.float32(0.5) * x32 * (1 - t * t) * du),)
         s = t * t
-        s = xp.subtract(1, s, out=s) if s.ndim else 1 - s  # 1 - t^2
-        s *= hx
-        s *= du  # ((0.5 x) (1 - t^2)) du
-        d = t + 1
-        d *= xp.float32(0.5)
-        d += s  # 0.5 (1 + t) + ...
-        d *= g
-        return (d,)
+        xp.subtract(1, s, out=s)  # 1 - t^2
+        a = xp.multiply(x32, xp.float32(0.5))
+        s *= a  # (0.5 x) (1 - t^2)
+        xp.multiply(x32, xp.float32(3 * 0.044715), out=a)
+        a *= x32
+        a += 1
+        a *= c  # du = c (1 + (3 0.044715 x) x)
+        s *= a  # ((0.5 x) (1 - t^2)) du
+        xp.add(t, 1, out=a)
+        a *= xp.float32(0.5)
+        a += s  # 0.5 (1 + t) + ...
+        a *= g
+        return (a,)
 
     return _make(out32, x.fmt, (x,), backward, "gelu")
 
