@@ -24,6 +24,8 @@ monitor active the engine pays one ``if HOOKS:`` per rounding.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from . import state
@@ -57,14 +59,17 @@ def _finite_counts(fmt, exact32, stored) -> list[int] | None:
     NaN (they store inf, NaN or max), and no inf or NaN is there; a flushed value is a stored 0
     whose exact value was not 0 (an exact 0 always stores 0), a subnormal is below ``tiny`` and
     not 0.  None (count it all, :func:`_event_counts`) whenever the stored values reach max, inf
-    or NaN."""
+    or NaN.  float16 and bfloat16 storage is counted on its bit patterns (:func:`_counts16`)."""
     x = np.asarray(exact32)
     if x.dtype != np.float32 or x.size == 0:
         return None
     if fmt.name == "float32" or np.asarray(stored) is x:
         return _unrounded_counts(fmt, x, stored)
+    st = np.asarray(stored)
+    if st.dtype.itemsize == 2 and st.dtype == fmt.dtype and x.shape == st.shape:
+        return _counts16(fmt, x, st)
     lim = _limits(fmt)
-    r = _NUMPY.to_f32(np.asarray(stored))
+    r = _NUMPY.to_f32(st)
     a = np.abs(r)
     if not np.maximum.reduce(a, axis=None) < lim.max:  # max, inf or NaN stored (a NaN wins the max)
         return None
@@ -76,13 +81,73 @@ def _finite_counts(fmt, exact32, stored) -> list[int] | None:
     return [int(x.size), inexact, zero_r - zero_x, small - zero_r, 0, 0, 0, 0]
 
 
+def _counts16(fmt, x, stored) -> list[int] | None:
+    """:func:`_finite_counts` for float16 / bfloat16 storage, without widening it, in chunks that
+    stay in L2 (preallocated scratch: no fresh large arrays).
+
+    The stored patterns shifted left by one (the sign dropped) order as the magnitudes: their
+    max below max's pattern means every stored value finite and below max; those at or below
+    tiny's pattern are the only candidates for a zero, a subnormal, or an exact value below
+    tiny (which rounds to at most tiny), and are widened alone.  A value was changed by the
+    rounding exactly when x is not a value of the format (whatever the rounding mode: a value
+    of the format stores itself): for x of magnitude tiny or more, when any of float32's
+    ``23 - mantissa_bits`` low mantissa bits is set; below tiny (float16's subnormal range),
+    bfloat16 still keeps every bit above those, float16 fewer, so there the candidates are
+    compared with their stored values instead."""
+    lim = _limits(fmt)
+    u, xb = stored.reshape(-1).view(np.uint16), x.reshape(-1).view(np.uint32)
+    buf16, buf32 = _scratch16()
+    inexact, cand = 0, []
+    for i in range(0, u.size, _CHUNK):
+        s2 = np.left_shift(u[i : i + _CHUNK], np.uint16(1), out=buf16[: min(_CHUNK, u.size - i)])
+        if not np.maximum.reduce(s2) < lim.max2:  # max, inf or NaN stored
+            return None
+        if np.minimum.reduce(s2) <= lim.tiny2:
+            cand.append(np.flatnonzero(s2 <= lim.tiny2) + i)
+        low = np.left_shift(xb[i : i + _CHUNK], lim.keep_shift, out=buf32[: s2.size])
+        inexact += int(np.count_nonzero(low))  # a dropped bit set: not on the grid
+    small = zero_r = zero_x = 0
+    if cand:
+        idx = np.concatenate(cand)
+        r = _NUMPY.to_f32(u[idx].view(stored.dtype))
+        xs = xb[idx].view(np.float32)
+        a = np.abs(r)
+        small = int(np.count_nonzero(a < lim.tiny))
+        zero_r = int(np.count_nonzero(a == 0))
+        zero_x = int(np.count_nonzero(xs == 0))
+        if lim.below_tiny_inexact:  # the exact count on the candidates in place of the low-bit one
+            inexact += int(np.count_nonzero(r != xs)) - int(np.count_nonzero(np.left_shift(xb[idx], lim.keep_shift)))
+    return [int(x.size), inexact, zero_r - zero_x, small - zero_r, 0, 0, 0, 0]
+
+
+_CHUNK = 2**15  # values per pass in _counts16: 64 KB + 128 KB of scratch
+_SCRATCH = threading.local()  # per thread: a monitor may count in several threads
+
+
+def _scratch16():
+    bufs = getattr(_SCRATCH, "bufs", None)
+    if bufs is None:
+        bufs = _SCRATCH.bufs = (np.empty(_CHUNK, np.uint16), np.empty(_CHUNK, np.uint32))
+    return bufs
+
+
 class _Limits:
     """What :func:`_finite_counts` reads of a format, looked up once (the Format's properties
-    compute on every access)."""
+    compute on every access); for 16-bit formats also the patterns :func:`_counts16` compares."""
 
     def __init__(self, fmt):
         self.max = np.float32(fmt.max)
         self.tiny = np.float32(fmt.tiny)
+        if fmt.dtype.itemsize == 2:
+            self.max2 = np.uint16(_pattern16(fmt.max, fmt) << 1)
+            self.tiny2 = np.uint16(_pattern16(fmt.tiny, fmt) << 1)
+            self.keep_shift = np.uint32(9 + fmt.mantissa_bits)  # x << this keeps the 23 - m dropped bits
+            # below tiny float16 keeps fewer bits than above it; bfloat16 (float32's exponents) the same
+            self.below_tiny_inexact = fmt.emin > -126
+
+
+def _pattern16(v: float, fmt) -> int:
+    return int(np.array(v, fmt.dtype).view(np.uint16))
 
 
 _LIMITS: dict[str, _Limits] = {}
@@ -99,15 +164,31 @@ def _unrounded_counts(fmt, x, stored) -> list[int] | None:
     """:func:`_finite_counts` where nothing was rounded: a "rounding" into float32 of float32
     values (unscaling, an update), or an exact op's result (relu) given as ``stored`` alone.
     If every value is finite the only events are the subnormals of ``fmt``: the values below
-    ``tiny`` that are not 0.  Three passes instead of ~10."""
+    ``tiny`` that are not 0.  On the float32 patterns shifted left by one (the sign dropped,
+    ordered as the magnitudes): one pass and two reductions when no value is below tiny."""
     if np.asarray(stored) is not x:  # an op that gave its stored result apart (relu): the general count
         return None
-    a = np.abs(x)
-    if not np.isfinite(np.maximum.reduce(a, axis=None)):  # a NaN wins the max
+    b = np.left_shift(x.reshape(-1).view(np.uint32), np.uint32(1))
+    if not np.maximum.reduce(b) < _INF2:  # inf or NaN
         return None
-    small = int(np.count_nonzero(a < fmt.tiny))
-    sub = small - int(np.count_nonzero(a == 0)) if small else 0
+    tiny2 = _tiny2_32(fmt)
+    if not np.minimum.reduce(b) < tiny2:
+        return [int(x.size), 0, 0, 0, 0, 0, 0, 0]
+    small = int(np.count_nonzero(b < tiny2))
+    sub = small - (x.size - int(np.count_nonzero(b)))
     return [int(x.size), 0, 0, sub, 0, 0, 0, 0]
+
+
+_INF2 = np.uint32(0xFF000000)  # float32 inf's pattern shifted left by one
+
+
+def _tiny2_32(fmt) -> np.uint32:
+    """fmt's tiny as a float32 pattern, shifted left by one."""
+    lim = _limits(fmt)
+    t = getattr(lim, "tiny2_32", None)
+    if t is None:
+        t = lim.tiny2_32 = np.uint32(int(np.float32(fmt.tiny).view(np.uint32)) << 1)
+    return t
 
 
 def _event_counts(fmt, exact32, stored, xp):
