@@ -106,3 +106,20 @@ def test_unrounded_counts_match_float64_counts(name):
     for bad in (np.inf, -np.inf, np.nan):
         y = np.append(x, np.float32(bad))
         assert mon._unrounded_counts(fmt, y, y) is None
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+def test_exact_results_counted_on_patterns(name):
+    """relu's event carries no exact value: its subnormals are counted from the stored patterns,
+    and an inf or NaN among them hands the count to the full one."""
+    fmt = get_format(name)
+    rng = np.random.default_rng(9)
+    x = _values(fmt, rng, 40000).astype(DTYPES[name])
+    a = np.abs(x.astype(np.float64))
+    sub = int(np.sum((a < fmt.tiny) & (a != 0)))
+    assert sub > 0
+    assert mon._exact16(fmt, x) == [40000, 0, 0, sub, 0, 0, 0, 0]
+    assert mon._exact16(fmt, x.reshape(200, 200).T) == [40000, 0, 0, sub, 0, 0, 0, 0]
+    for bad in (np.inf, -np.inf, np.nan):
+        assert mon._exact16(fmt, np.append(x, np.array(bad, DTYPES[name]))) is None
+    assert mon._exact16(get_format("float32"), x.astype(np.float32)) is None
