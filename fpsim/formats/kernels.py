@@ -94,12 +94,12 @@ try:  # the ufunc itself: np.clip adds ~2 us of Python dispatch per call, and th
 except ImportError:  # numpy < 2
     _clip = np.clip
 _U32 = np.uint32
-_F16_TINY32 = np.float32(2.0**-14)  # float16's smallest normal
-_F16_INF32 = np.float32(2.0**16)  # rounds to float16's inf, as does everything from 65520 up
 # Added to the exponent bits of c = clip(|x|, 2**-14, 2**16): makes the float32 2**(e + 13), whose
 # ulp is float16's ulp in x's binade e, plus 0x800 of those ulps (even: ties still go to even),
 # which is the constant that turns the two halves' sum into the float16 bits (see below).
 _BIAS_ADD = _U32((13 << 23) + 0x800)
+_F16_TINY_BITS = _U32(0x38800000)  # 2**-14's float32 pattern
+_F16_INF_BITS = _U32(0x47800000)  # 2**16's
 F16_BITS_MIN_SIZE = 1024  # below this numpy's per-call overhead outweighs the per-value saving
 _F16_CHUNK = 2**16  # values per pass: three float32 scratch buffers of this size stay in L2
 _SCRATCH = threading.local()  # per thread: the scratch buffers are written by every call
@@ -116,9 +116,10 @@ def _scratch():
 def _f32_to_f16_bits(x: np.ndarray) -> np.ndarray:
     """float32 -> float16, round to nearest even, on the bit patterns: every result, normal,
     subnormal or inf, is exactly numpy's cast's (NaNs are handed to numpy's cast, which keeps
-    their payload bits).  About 1-1.5 ns a value at any magnitude, in 12 vectorised passes
-    over chunks of 2**16 values that run in three preallocated scratch buffers (no temporary
-    arrays: fresh large ones cost page faults).
+    their payload bits).  In 12 vectorised passes over chunks of 2**16 values that run in three
+    preallocated scratch buffers (no temporary arrays: fresh large ones cost page faults); the
+    clamps are integer ones on the magnitudes' patterns (for non-negative floats the pattern
+    order is the value order; numpy's float clip is ~2x slower, as it orders NaNs).
 
     The floating-point adder does the rounding (the idea of M. Dukhan's FP16 library's
     ``fp16_ieee_from_fp32_value``): with a = min(|x|, 2**16) and e the exponent of
@@ -133,30 +134,30 @@ def _f32_to_f16_bits(x: np.ndarray) -> np.ndarray:
     """
     if x.ndim == 0:  # numpy returns scalars, not arrays, from ufuncs on 0-d input
         return _f32_to_f16_bits(x.reshape(1)).reshape(())
-    flat = x.reshape(-1)
+    flat = x.reshape(-1).view(_U32)
     out = np.empty(x.shape, np.float16)
     dst = out.reshape(-1).view(np.uint16)
     has_nan = False
     buf_a, buf_c, buf_m = _scratch()
-    with np.errstate(invalid="ignore"):  # signalling NaNs in the arithmetic: they are fixed up below
-        for i in range(0, flat.size, _F16_CHUNK):
-            xs = flat[i : i + _F16_CHUNK]
-            k = xs.size
-            a, c, m = buf_a[:k], buf_c[:k], buf_m[:k]
-            np.abs(xs, out=a)
-            _clip(a, _F16_TINY32, _F16_INF32, out=c)
-            has_nan = has_nan or bool(np.isnan(np.maximum.reduce(c)))  # the max propagates a NaN
-            _clip(a, np.float32(0), _F16_INF32, out=a)
-            cb = c.view(_U32)
-            cb &= _U32(0x7F800000)
-            cb += _BIAS_ADD
-            a += c  # THE rounding: onto float16's grid, ties to even
-            np.right_shift(cb, _U32(13), out=m)
-            m += a.view(_U32)
-            np.right_shift(xs.view(_U32), _U32(16), out=cb)  # the sign, to bit 15
-            cb &= _U32(0x8000)
-            m |= cb
-            np.copyto(dst[i : i + k], m, casting="unsafe")  # keeps the low 16 bits, as astype does
+    # no NaN reaches the arithmetic (the integer clamps make it 2**16), so no floating-point flag is raised
+    for i in range(0, flat.size, _F16_CHUNK):
+        xs = flat[i : i + _F16_CHUNK]
+        k = xs.size
+        ab, cb, m = buf_a[:k].view(_U32), buf_c[:k].view(_U32), buf_m[:k]
+        np.bitwise_and(xs, _ABS_MASK, out=ab)
+        has_nan = has_nan or bool(np.maximum.reduce(ab) > _EXP_MASK)
+        _clip(ab, _F16_TINY_BITS, _F16_INF_BITS, out=cb)  # c = clip(|x|, 2**-14, 2**16)
+        _clip(ab, _U32(0), _F16_INF_BITS, out=ab)  # a = min(|x|, 2**16)
+        cb &= _EXP_MASK
+        cb += _BIAS_ADD
+        af, cf = ab.view(np.float32), cb.view(np.float32)
+        af += cf  # THE rounding: onto float16's grid, ties to even
+        np.right_shift(cb, _U32(13), out=m)
+        m += ab
+        np.right_shift(xs, _U32(16), out=cb)  # the sign, to bit 15
+        cb &= _U32(0x8000)
+        m |= cb
+        np.copyto(dst[i : i + k], m, casting="unsafe")  # keeps the low 16 bits, as astype does
     if has_nan:
         nan = np.isnan(x)
         out[nan] = x[nan].astype(np.float16)
