@@ -183,17 +183,20 @@ def _unrounded_counts(fmt, x, stored) -> list[int] | None:
     values (unscaling, an update), or an exact op's result (relu) given as ``stored`` alone.
     If every value is finite the only events are the subnormals of ``fmt``: the values below
     ``tiny`` that are not 0.  On the float32 patterns shifted left by one (the sign dropped,
-    ordered as the magnitudes): one pass and two reductions when no value is below tiny."""
+    ordered as the magnitudes), in L2-sized chunks of scratch: one pass and two reductions when no
+    value is below tiny."""
     if np.asarray(stored) is not x:  # an op that gave its stored result apart (relu): the general count
         return None
-    b = np.left_shift(x.reshape(-1).view(np.uint32), np.uint32(1))
-    if not np.maximum.reduce(b) < _INF2:  # inf or NaN
-        return None
+    xb = x.reshape(-1).view(np.uint32)
     tiny2 = _tiny2_32(fmt)
-    if not np.minimum.reduce(b) < tiny2:
-        return [int(x.size), 0, 0, 0, 0, 0, 0, 0]
-    small = int(np.count_nonzero(b < tiny2))
-    sub = small - (x.size - int(np.count_nonzero(b)))
+    buf = _scratch16()[1]
+    sub = 0
+    for i in range(0, xb.size, _CHUNK):
+        b = np.left_shift(xb[i : i + _CHUNK], np.uint32(1), out=buf[: min(_CHUNK, xb.size - i)])
+        if not np.maximum.reduce(b) < _INF2:  # inf or NaN
+            return None
+        if np.minimum.reduce(b) < tiny2:
+            sub += int(np.count_nonzero(b < tiny2)) - (b.size - int(np.count_nonzero(b)))
     return [int(x.size), 0, 0, sub, 0, 0, 0, 0]
 
 

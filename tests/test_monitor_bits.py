@@ -94,18 +94,22 @@ def test_counts16_known_values():
 def test_unrounded_counts_match_float64_counts(name):
     fmt = get_format(name)
     rng = np.random.default_rng(3)
-    x = (2.0 ** rng.uniform(-150, 20, 5000) * rng.choice([-1.0, 1.0], 5000)).astype(np.float32)
+    n = 3 * mon._CHUNK + 5  # several chunks of the scratch
+    x = (2.0 ** rng.uniform(-150, 20, n) * rng.choice([-1.0, 1.0], n)).astype(np.float32)
     x[::7] = 0.0
     x[1::11] = -0.0
     a = np.abs(x.astype(np.float64))
     sub = int(np.sum((a < fmt.tiny) & (a != 0)))
     assert sub > 0
-    assert mon._unrounded_counts(fmt, x, x) == [5000, 0, 0, sub, 0, 0, 0, 0]
+    assert mon._unrounded_counts(fmt, x, x) == [n, 0, 0, sub, 0, 0, 0, 0]
+    assert mon._unrounded_counts(fmt, x[:5], x[:5]) == [5, 0, 0, int(np.sum((a[:5] < fmt.tiny) & (a[:5] != 0))),
+                                                         0, 0, 0, 0]
     big = np.abs(x) + np.float32(fmt.tiny)
-    assert mon._unrounded_counts(fmt, big, big) == [5000, 0, 0, 0, 0, 0, 0, 0]
+    assert mon._unrounded_counts(fmt, big, big) == [n, 0, 0, 0, 0, 0, 0, 0]
     for bad in (np.inf, -np.inf, np.nan):
-        y = np.append(x, np.float32(bad))
-        assert mon._unrounded_counts(fmt, y, y) is None
+        for pos in (0, n // 2, n):
+            y = np.insert(x, pos, np.float32(bad))
+            assert mon._unrounded_counts(fmt, y, y) is None
 
 
 @pytest.mark.parametrize("name", ["float16", "bfloat16"])
