@@ -102,8 +102,9 @@ def test_unrounded_counts_match_float64_counts(name):
     sub = int(np.sum((a < fmt.tiny) & (a != 0)))
     assert sub > 0
     assert mon._unrounded_counts(fmt, x, x) == [n, 0, 0, sub, 0, 0, 0, 0]
-    assert mon._unrounded_counts(fmt, x[:5], x[:5]) == [5, 0, 0, int(np.sum((a[:5] < fmt.tiny) & (a[:5] != 0))),
-                                                         0, 0, 0, 0]
+    head = x[:5]
+    assert mon._unrounded_counts(fmt, head, head) == [5, 0, 0, int(np.sum((a[:5] < fmt.tiny) & (a[:5] != 0))),
+                                                      0, 0, 0, 0]
     big = np.abs(x) + np.float32(fmt.tiny)
     assert mon._unrounded_counts(fmt, big, big) == [n, 0, 0, 0, 0, 0, 0, 0]
     for bad in (np.inf, -np.inf, np.nan):
