@@ -310,12 +310,9 @@ class GradScaler:
             if p.grad is None:
                 continue
             be = p.backend
-            g32 = p.grad.f32()
-            # all finite <=> min and max finite (a NaN propagates into both): two reductions, no mask
-            bad = g32.size > 0 and not bool(be.xp.isfinite(g32.min()) & be.xp.isfinite(g32.max()))
+            # float32(grad) * inv_scale, and whether the scaled gradient held inf / NaN
+            u32, bad = be.scaled_f32(p.grad.data, inv_scale)
             found = bool(found) or bad
-            with np.errstate(over="ignore", invalid="ignore"):
-                u32 = g32 * be.xp.float32(inv_scale)
             if m is not None:  # master weights: one float32 multiply, the low grad keeps its scaled value
                 m.grad = Tensor(round_result(u32, F32, be, "unscale", "backward", p.name), F32, backend=be)
             else:

@@ -15,7 +15,7 @@ import numpy as np
 
 from .table import ALL_FORMATS, ELEMENT_FORMATS, Format, get_format
 
-__all__ = ["F16_BITS_MIN_SIZE", "f16_to_f32", "f32_to_f16", "snap_f16", "f32_to_fp8", "narrow_cast", "fp8_to_f32", "rne_round",
+__all__ = ["F16_BITS_MIN_SIZE", "f16_to_f32", "f16_to_f32_scaled", "f32_to_f16", "snap_f16", "f32_to_fp8", "narrow_cast", "fp8_to_f32", "rne_round",
            "RNE_KERNEL_SRC", "widening_table"]
 
 _F16_TINY = 2.0**-14
@@ -38,23 +38,68 @@ def f16_to_f32(x: np.ndarray) -> np.ndarray:
     at least 2**16 in magnitude; those few are redone by the table.  Any other dtype is a
     TypeError (its bits would be read as float16's).
     """
-    if getattr(x, "dtype", None) != np.float16:
-        raise TypeError(f"f16_to_f32 takes a float16 numpy array, got {_what(x)}")
+    _check_f16(x, "f16_to_f32")
     if x.size < _F16_BITS_TO_F32_MIN_SIZE:
         return _F16_TABLE.take(x.view(np.uint16))
+    return _widen_bits(x, _F16_SCALE, None)[0]
+
+
+def f16_to_f32_scaled(x: np.ndarray, scale) -> tuple[np.ndarray, bool]:
+    """(float32(x) * float32 ``scale``, whether x holds an inf or NaN): the product rounded once
+    to float32, bit for bit what widening and then multiplying gives (GradScaler's unscaling),
+    in the widening's four passes where ``2**112 * scale`` is a float32 number (exact: a power
+    of two times a float32), by multiplying with that instead of 2**112 - the product of the
+    exact value x * 2**-112 and 2**112 * scale is the exact x * scale, rounded once.  The
+    inf / NaN test reads the float16 patterns (two reductions over half the bytes), not the
+    float32 values.  Where the fold is not exact (a scale of 2**16 or more, or 0) or the array is
+    small: widened, then multiplied."""
+    _check_f16(x, "f16_to_f32_scaled")
+    scale = np.float32(scale)
+    k64 = 2.0**112 * float(scale)
+    with np.errstate(over="ignore"):
+        k = np.float32(k64)
+    special = _has_f16_special(x)
+    if x.size < _F16_BITS_TO_F32_MIN_SIZE or not (np.isfinite(k) and float(k) == k64 and k64 != 0):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return f16_to_f32(x) * scale, special
+    return _widen_bits(x, k, scale, special)[0], special
+
+
+def _check_f16(x, name: str) -> None:
+    if getattr(x, "dtype", None) != np.float16:
+        raise TypeError(f"{name} takes a float16 numpy array, got {_what(x)}")
+
+
+def _has_f16_special(x: np.ndarray) -> bool:
+    """Whether float16 x holds an inf or NaN (exponent 31): a positive one is an int16 pattern
+    >= 0x7C00, a negative one a uint16 pattern >= 0xFC00 - two reductions over the 16-bit input."""
+    if x.size == 0:
+        return False
+    return bool(np.maximum.reduce(x.view(np.uint16), axis=None) >= 0xFC00
+                or np.maximum.reduce(x.view(np.int16), axis=None) >= 0x7C00)
+
+
+def _widen_bits(x: np.ndarray, k: np.float32, scale, special=None):
+    """float16 x's exact values times ``k / 2**112`` (k = 2**112 * scale, exact), rounded once,
+    by the bit-pattern widening; its inf / NaN (``special``: found already, or None) widened by
+    the table and multiplied by ``scale`` (None: 1)."""
     o = x.view(np.int16).astype(np.int32)
     o <<= 13
     o &= np.int32(-0x70000001)  # 0x8FFFFFFF
     f = o.view(np.float32)
-    f *= _F16_SCALE
-    # inf or NaN somewhere (exponent 31): a positive one is an int16 pattern >= 0x7C00, a negative
-    # one a uint16 pattern >= 0xFC00 - two reductions over the 16-bit input, half the bytes of f's
-    u = x.view(np.uint16)
-    if np.maximum.reduce(u, axis=None) >= 0xFC00 or np.maximum.reduce(x.view(np.int16), axis=None) >= 0x7C00:
-        special = np.abs(f) >= 65536
-        special |= np.isnan(f)
-        f[special] = _F16_TABLE.take(u[special])
-    return f
+    with np.errstate(over="ignore", under="ignore"):
+        f *= k
+    if special is None:
+        special = _has_f16_special(x)
+    if special:
+        u = x.view(np.uint16)
+        where = (u & np.uint16(0x7C00)) == np.uint16(0x7C00)
+        vals = _F16_TABLE.take(u[where])
+        if scale is not None:
+            with np.errstate(over="ignore", invalid="ignore"):
+                vals = vals * np.float32(scale)
+        f[where] = vals
+    return f, special
 
 
 def f32_to_f16(x: np.ndarray) -> np.ndarray:
