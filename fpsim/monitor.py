@@ -63,9 +63,11 @@ def _finite_counts(fmt, exact32, stored) -> list[int] | None:
     x = np.asarray(exact32)
     if x.dtype != np.float32 or x.size == 0:
         return None
-    if fmt.name == "float32" or np.asarray(stored) is x:
-        return _unrounded_counts(fmt, x, stored)
     st = np.asarray(stored)
+    if fmt.name == "float32" or st is x:
+        if st is not x and x.ndim == 0 and st.dtype == x.dtype and st.shape == () and st.tobytes() == x.tobytes():
+            st = x  # a 0-d float32 result, stored as it was: it arrives as a new numpy scalar
+        return _unrounded_counts(fmt, x, st)
     if st.dtype.itemsize == 2 and st.dtype == fmt.dtype and x.shape == st.shape:
         return _counts16(fmt, x, st)
     lim = _limits(fmt)

@@ -128,3 +128,13 @@ def test_exact_results_counted_on_patterns(name):
     for bad in (np.inf, -np.inf, np.nan):
         assert mon._exact16(fmt, np.append(x, np.array(bad, DTYPES[name]))) is None
     assert mon._exact16(get_format("float32"), x.astype(np.float32)) is None
+
+
+def test_a_float32_scalar_stored_as_a_new_object_takes_the_short_count():
+    """A 0-d float32 result comes back from the engine's float32 "rounding" as a new numpy
+    scalar: the same bits, counted as unrounded (subnormal included), not by the full count."""
+    f = get_format("float32")
+    for v, sub in ((np.float32(1.5), 0), (np.float32(2.0**-130), 1), (np.float32(-0.0), 0)):
+        assert mon._finite_counts(f, v, v.astype(np.float32, copy=False)) == [1, 0, 0, sub, 0, 0, 0, 0]
+    assert mon._finite_counts(f, np.float32(1.0), np.float32(0.0)) is None  # stored apart: the full count
+    assert mon._finite_counts(f, np.float32(np.nan), np.float32(np.nan)) is None
