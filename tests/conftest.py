@@ -1,10 +1,14 @@
-"""Run the engine's tests on both numpy backends.
+"""Run the engine's tests on both numpy backends; keep freed memory for reuse, as fpsim's commands do.
 
 Every test in the modules of ``ON_BOTH`` runs twice: once with the default backend ``numpy``
 (tensors stored in their real dtypes) and once with ``numpy-f32`` as the default (the same
 values held in float32 arrays), so "the same numbers bit for bit" is checked by the same
 assertions.  A test about the real storage dtypes themselves is marked ``real_storage`` and
 skipped on the float32 carrier.  ``FPSIM_BACKEND=numpy-f32 pytest`` runs the whole suite on it.
+
+Each test process (and, through the environment, the processes it starts: lab kernels, --jobs
+workers) runs with glibc's allocator thresholds that ``fpsim`` commands set
+(``fpsim.tools.allocator``): the training steps the tests run are faster, their bits the same.
 """
 
 from __future__ import annotations
@@ -12,10 +16,15 @@ from __future__ import annotations
 import pytest
 
 import fpsim.backend as B
+from fpsim.tools.allocator import keep_freed_memory
 
 ON_BOTH = {"test_ops", "test_tensor", "test_amp", "test_nn_optim", "test_monitor", "test_monitor_fast",
            "test_trace", "test_clip", "test_transformer_ops", "test_transformer", "test_checkpoint",
            "test_reliability", "test_block_training"}
+
+
+def pytest_configure(config):
+    keep_freed_memory()
 
 
 def pytest_generate_tests(metafunc):

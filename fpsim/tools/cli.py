@@ -9,6 +9,7 @@ import sys
 
 from ..formats import format_names, get_format
 from ..textable import text_table
+from .allocator import keep_freed_memory
 
 
 def _named(lookup):
@@ -377,6 +378,7 @@ def main(argv=None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    keep_freed_memory()  # glibc: freed arrays kept for the next step instead of fresh pages (tools/allocator.py)
     try:
         return args.func(args)
     except BrokenPipeError:  # `fpsim example | head`: the reader left; not an error of ours
