@@ -162,3 +162,19 @@ def test_finite_inputs_whose_sums_leave_float32_against_mmasim(arch):
     c = (rng.standard_normal((4, 3)) * 10).astype(np.float32)
     c[1, 1], c[2, 2], c[3, 0] = 3.3e38, -3.4e38, 2.0**100
     same(tc.matmul(a, b, c, arch=arch), mmasim(arch, a, b, c, "float8_e5m2", "float8_e4m3fn"), "MMA-Sim")
+
+
+@pytest.mark.parametrize("ta,tb", FORMATS)
+def test_every_bit_pattern_equals_the_general_chain(ta, tb):
+    """Operands drawn from all 256 bit patterns of each format (zeros of both signs, subnormals,
+    the largest values, inf and NaN where the format has them), and once more from the finite ones
+    only (the compiled loops take those)."""
+    rng = np.random.default_rng(18)
+    for finite in (False, True):
+        a = rng.integers(0, 256, (24, 96), dtype=np.uint8).view(ta)
+        b = rng.integers(0, 256, (96, 40), dtype=np.uint8).view(tb)
+        if finite:
+            a = np.where(np.isfinite(a.astype(np.float32)), a, ta(1.5))
+            b = np.where(np.isfinite(b.astype(np.float32)), b, tb(-2.0))
+        c = (rng.standard_normal((24, 40)) * 50).astype(np.float32)
+        same(tc.matmul(a, b, c), general(a, b, c, "hopper"), f"finite={finite}")
