@@ -145,8 +145,9 @@ def _steps(av, bv, emax, T) -> None:
 @functools.cache
 def compiled():
     """The chain's and the exponents' loops compiled by numba (an optional dependency), or None
-    without numba: then :func:`chain` runs in numpy.  Compiled once per process (numba caches the
-    machine code on disk)."""
+    without numba: then :func:`chain` runs in numpy.  The first call in a fresh environment
+    compiles them (several seconds); numba keeps the machine code in its disk cache, from which
+    later processes load it."""
     try:
         import numba
     except ImportError:
