@@ -190,8 +190,9 @@ def _padded(x: np.ndarray, axis: int, L: int) -> np.ndarray:
 def _chain_loops(a, ea, b, eb, c, L):  # pragma: no cover - runs compiled by numba
     """:func:`chain`'s steps as loops (numba compiles them; the inner loops run along N, four
     elements of K at a time, and vectorize): a, ea (batch, M, K), b, eb (batch, K, N), c (batch,
-    M, N) float32, in place; every value finite, L a multiple of 4.  The arithmetic of
-    :func:`_steps`: exact products, scales from exponent bits, each aligned term truncated toward
+    M, N) float32, in place; every value finite (then so is every partial sum: an fp8 product is
+    below 2^32, and a sum near float32's largest truncates them away), L a multiple of 4.  The
+    arithmetic of :func:`_steps`: exact products, scales from exponent bits, each aligned term truncated toward
     zero by its conversion to int32 (it is below 2^15), an exact int32 sum, its value's low 10
     bits cleared."""
     nb, m, k = a.shape

@@ -61,8 +61,8 @@ def test_random_and_wide_against_mmasim(arch, ta, tb):
 
 @pytest.mark.parametrize("arch", ["hopper", "ada"])
 def test_special_values_against_mmasim(arch):
-    """Zero rows and columns, cancellation, subnormal products, inf and NaN in the inputs and in c,
-    a sum beyond float32's range."""
+    """Zero rows and columns, cancellation, subnormal products, the largest products, inf and NaN
+    in the inputs and in c, an accumulator near float32's largest."""
     rng = np.random.default_rng(12)
     a = (rng.standard_normal((8, 64)) * 20).astype(E5)
     b = (rng.standard_normal((64, 6)) * 20).astype(E4)
@@ -74,7 +74,7 @@ def test_special_values_against_mmasim(arch):
     b[:, 3] = np.float32(2.0**-9) * rng.integers(1, 8, 64)
     a[3, 5] = np.inf
     a[4, 7] = np.nan
-    a[5] = 57344.0  # e5m2's largest: the sums leave float32's range
+    a[5] = 57344.0  # e5m2's largest against e4m3's: the largest products
     b[:, 4] = 448.0
     c = (rng.standard_normal((8, 6)) * 10).astype(np.float32)
     c[6, 0], c[6, 1], c[7, 2] = np.inf, -np.inf, np.nan
@@ -152,9 +152,10 @@ def test_empty_operands():
 
 
 @pytest.mark.parametrize("arch", ["hopper", "ada"])
-def test_finite_inputs_whose_sums_leave_float32_against_mmasim(arch):
+def test_finite_inputs_near_float32s_largest_against_mmasim(arch):
     """All inputs finite (the compiled loops take them): products near e5m2's largest, an
-    accumulator near float32's largest; the sums at or beyond 2^128 are inf."""
+    accumulator near float32's largest, where the products truncate away (an fp8 product is below
+    2^32: no finite chain reaches 2^128)."""
     rng = np.random.default_rng(17)
     a = (rng.standard_normal((4, 64)) * 20).astype(E5)
     b = (rng.standard_normal((64, 3)) * 20).astype(E4)
