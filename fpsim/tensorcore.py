@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from . import state
+from . import state, tensorcore_fp8
 
 # ``matmul`` is called by its module's name, fpsim.tensorcore.matmul, beside fpsim.ops.matmul: the
 # one name is shared on purpose (both are a @ b; this one accumulates as a tensor core), so it
@@ -164,7 +164,7 @@ def _split(x: np.ndarray, e_sub: int, tf32: bool, sentinel: int, edt):
 def _prepare(a, b, ins: Instruction, fa, fb):
     """Both operands as (batch, K_padded, rows|cols) values and exponents, K padded with zeros
     to a whole number of slices (a kernel's loads fill the tail of the last step with zeros)."""
-    small = max(fa[2], fb[2]) > -100  # exponents (and their sums) fit int8
+    small = max(fa[2], fb[2]) > -100 and ins.rounding != "rz-e8m13"  # exponents (and their sums) fit int8
     edt, sentinel = (np.int8, -64) if small else (np.int16, -4000)
     va, ea = _split(a, fa[2], fa[0] == "tf32", sentinel, edt)
     vb, eb = _split(b, fb[2], fb[0] == "tf32", sentinel, edt)
@@ -253,8 +253,6 @@ def _block(aT, ea, b, eb, c, ins: Instruction, pmin: int, vdt):
     """The chain over all K slices for one block of rows: aT (B, K, r), b (B, K, N), c (B, r, N).
     Where no product can be smaller than 2^-126 and the output is float32, the zero exponent
     never wins the alignment (c's exponent is at least -126) and is left out."""
-    if ins.rounding == "rz-e8m13" and vdt == np.float32:
-        return _block_e8m13(aT, ea, b, eb, c, ins, pmin)
     F, L = ins.fraction_bits, ins.slice_length
     B, K, r = aT.shape
     n = b.shape[-1]
@@ -280,33 +278,6 @@ def _block(aT, ea, b, eb, c, ins: Instruction, pmin: int, vdt):
     return c
 
 
-def _block_e8m13(aT, ea, b, eb, c, ins: Instruction, pmin: int):
-    """:func:`_block` for FP8 into e8m13 (F = 13), all in float32: a truncated term is below
-    2^15 and L + 1 of them below 2^21, so every sum is exact; each power-of-two scaling is split
-    in two factors that stay normal float32 numbers, so each is exact; the sum's rounding toward
-    zero to 13 fraction bits clears the low 10 bits of its float32 pattern."""
-    F, L = ins.fraction_bits, ins.slice_length
-    B, K, r = aT.shape
-    E = np.empty((B, L, r, b.shape[-1]), ea.dtype)
-    T = np.empty(E.shape, np.float32)
-    keep = np.uint32(0xFFFFFC00)
-    for k0 in range(0, K, L):
-        sl = slice(k0, k0 + L)
-        np.add(ea[:, sl, :, None], eb[:, sl, None, :], out=E)
-        emax = np.maximum(E.max(axis=1), _c_exponent(c, ins.zero_exponent, False))
-        x = F - emax  # the scale 2^x puts the grid at 1
-        np.multiply(aT[:, sl, :, None], b[:, sl, None, :], out=T)
-        T *= _pow2(np.minimum(x, F - pmin), np.float32)[:, None]
-        np.trunc(T, out=T)
-        s = T.sum(axis=1)
-        x1 = np.minimum(x, 100)
-        s += np.trunc(c * _pow2(x1, np.float32) * _pow2(x - x1, np.float32))
-        y1 = np.maximum(-x, -100)
-        c = s * _pow2(y1, np.float32) * _pow2(-x - y1, np.float32)  # back to the value; >= 2^128 is inf
-        c.view(np.uint32)[...] &= keep
-    return c
-
-
 def _row_block(r: int, n: int, L: int, batch: int) -> int:
     """Rows per block: the (batch, L, rows, N) work arrays near 2^19 elements (few numpy calls
     per slice, arrays that still fit a large cache)."""
@@ -314,6 +285,12 @@ def _row_block(r: int, n: int, L: int, batch: int) -> int:
 
 
 def _chain(a, b, c, ins: Instruction, fa, fb) -> np.ndarray:
+    if ins.rounding == "rz-e8m13" and ins.fraction_bits == 13 and tensorcore_fp8.accumulator_fits(c):
+        return _canonical(tensorcore_fp8.chain(a, b, c, ins.slice_length, fa[2], fb[2]))
+    return _chain_any(a, b, c, ins, fa, fb)
+
+
+def _chain_any(a, b, c, ins: Instruction, fa, fb) -> np.ndarray:
     aT, ea, bv, eb, pmin, vdt = _prepare(a, b, ins, fa, fb)
     out = np.empty(c.shape, c.dtype)
     m = aT.shape[-1]
@@ -324,8 +301,8 @@ def _chain(a, b, c, ins: Instruction, fa, fb) -> np.ndarray:
     return _canonical(out)
 
 
-def _operands(a, b, c):
-    fa, fb = _input(a, "a"), _input(b, "b")
+def _operands(a, b, c, formats=None):
+    fa, fb = formats or (_input(a, "a"), _input(b, "b"))
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
         raise ValueError(f"tensorcore.matmul: shapes {a.shape} and {b.shape} do not fit "
@@ -369,6 +346,10 @@ def matmul(a, b, c=None, *, arch="hopper", promote_every=None) -> np.ndarray:
     Hopper's fp8 instructions, float32 otherwise, float16 for a float16 accumulator.
     """
     a, b, c, fa, fb, shape = _operands(a, b, c)
+    return _matmul(a, b, c, fa, fb, shape, arch, promote_every)
+
+
+def _matmul(a, b, c, fa, fb, shape, arch, promote_every) -> np.ndarray:
     out = "float16" if c.dtype == np.float16 else "float32"
     ins = instruction(arch, fa[0], fb[0], out)
     if promote_every is None:
@@ -425,8 +406,12 @@ _STORAGE = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float8_e4m3f
 def matmul_values(a32: np.ndarray, b32: np.ndarray, a_format: str, b_format: str, arch="hopper",
                   promote_every=None) -> np.ndarray:
     """:func:`matmul` of float32 arrays whose values are exactly in ``a_format`` / ``b_format``
-    (float16, bfloat16, fp8): converted to those formats' storage (exact), multiplied as ``arch``
-    does into a zero float32 accumulator.  Returns float32."""
-    a = np.asarray(a32, np.float32).astype(_STORAGE[a_format])
-    b = np.asarray(b32, np.float32).astype(_STORAGE[b_format])
-    return matmul(a, b, arch=arch, promote_every=promote_every)
+    (float16, bfloat16, fp8; not checked), multiplied as ``arch`` does into a zero float32
+    accumulator.  The model reads only the values, so they are not cast to the formats' storage.
+    Returns float32."""
+    for name, f in (("a_format", a_format), ("b_format", b_format)):
+        if f not in _STORAGE:
+            raise ValueError(f"tensorcore.matmul_values: {name} must be one of {', '.join(_STORAGE)}, got {f!r}")
+    formats = tuple(_DTYPES[np.dtype(_STORAGE[f])] for f in (a_format, b_format))
+    a, b, c, fa, fb, shape = _operands(np.asarray(a32, np.float32), np.asarray(b32, np.float32), None, formats)
+    return _matmul(a, b, c, fa, fb, shape, arch, promote_every)
