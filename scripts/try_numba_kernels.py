@@ -11,7 +11,8 @@ fpsim's numpy kernels.  Not part of the package: fpsim does not import numba.
            float32 copy on 10**6 and 65536 values, timed interleaved in one process: the median over
            rounds of each round's best, and the median of the per-round ratios to the copy
   steps    the MLP fp16-dynamic training step (fpsim.tools.bench.steps.fpsim_step) with the
-           backend's f32_to_f16 / f16_to_f32 replaced by the numba kernels, against the unpatched
+           backend's f32_to_f16 / f16_to_f32 replaced by the numba kernels (the vectorised one
+           for float32 -> float16), against the unpatched
            step and the fp32 step, interleaved; per-round ratios, median and range
 With no argument it does all three.  The kernels are compiled with parallel=False: one thread,
 the same bits at any thread count.
@@ -76,6 +77,32 @@ def _f32_to_f16_bits(src, dst):
 
 
 @njit(cache=False, parallel=False, nogil=True)
+def _f32_to_f16_bits_select(src, dst):
+    """The same rounding as ``_f32_to_f16_bits`` with every case computed and one picked by
+    selects (no branches in the loop body, so LLVM vectorises it).  numba types uint32 arithmetic
+    as uint64; each intermediate is cut back to uint32 so that LLVM narrows the vector lanes."""
+    for i in range(src.size):
+        f = src[i]
+        sign = U32((f >> 16) & 0x8000)
+        a = U32(f & 0x7FFFFFFF)
+        # normal: add 0xFFF + the last kept bit (ties to even), rebias, cut 13 bits
+        nrm = U32(U32(a + U32(0x0FFF + ((a >> 13) & 1)) - U32(0x38000000)) >> 13)
+        # subnormal: the significand with its hidden bit, shifted right by 126 - e (at most 25:
+        # anything smaller than 2**-25 rounds to 0), rounded the same way
+        e = U32(a >> 23)
+        sh = U32(U32(126) - e) if e >= U32(101) else U32(25)
+        sh = sh if sh >= U32(14) else U32(14)  # normal inputs: any valid shift, the result is unused
+        m = U32((a & 0x7FFFFF) | 0x800000)
+        sub = U32(U32(m + U32(U32(U32(1) << U32(sh - U32(1))) - U32(1)) + U32((m >> sh) & 1)) >> sh)
+        pay = U32((a >> 13) & 0x3FF)
+        nan = U32(0x7C00 | (pay if pay != U32(0) else U32(1)))
+        h = sub if a < U32(0x38800000) else nrm
+        h = U32(0x7C00) if a >= U32(0x477FF000) else h
+        h = nan if a > U32(0x7F800000) else h
+        dst[i] = np.uint16(sign | h)
+
+
+@njit(cache=False, parallel=False, nogil=True)
 def _f32_to_bf16_bits(src, dst):
     """uint32 float32 patterns -> uint16 bfloat16 patterns, nearest even, NaN -> +-0x7FC0."""
     for i in range(src.size):
@@ -118,6 +145,16 @@ def nb_f32_to_f16(x: np.ndarray) -> np.ndarray:
     return out
 
 
+def nb_f32_to_f16_select(x: np.ndarray) -> np.ndarray:
+    """As :func:`nb_f32_to_f16`, through the branch-free (vectorised) kernel."""
+    if x.dtype != np.float32:
+        return ORIG_F32_TO_F16(x)
+    src = np.ascontiguousarray(x).reshape(-1).view(np.uint32)
+    out = np.empty(x.shape, np.float16)
+    _f32_to_f16_bits_select(src, out.reshape(-1).view(np.uint16))
+    return out
+
+
 def nb_f32_to_bf16(x: np.ndarray) -> np.ndarray:
     src = np.ascontiguousarray(x, np.float32).reshape(-1).view(np.uint32)
     out = np.empty(x.shape, np.uint16)
@@ -141,30 +178,33 @@ ORIG_F32_TO_F16, ORIG_F16_TO_F32 = fpsim.backend.f32_to_f16, fpsim.backend.f16_t
 
 
 def check_all(chunk_bits: int = 24) -> None:
-    """Every float32 pattern through both narrowing kernels, every float16 pattern widened."""
+    """Every float32 pattern through the narrowing kernels, every float16 pattern widened."""
     n = 1 << chunk_bits
     base = np.arange(n, dtype=np.uint32)
-    d16 = np.empty(n, np.uint16)
-    dbf = np.empty(n, np.uint16)
-    diff16 = diffbf = 0
+    d16, dsel, dbf = (np.empty(n, np.uint16) for _ in range(3))
+    diff16 = diffsel = diffbf = 0
     t0 = time.perf_counter()
     chunks = 1 << (32 - chunk_bits)
-    with np.errstate(invalid="ignore"):  # numpy warns on casting NaN
+    with np.errstate(invalid="ignore", over="ignore"):  # numpy warns on casting NaN and on overflow
         for c in range(chunks):
             bits = base + U32(c << chunk_bits)
             x = bits.view(np.float32)
+            ref16 = x.astype(np.float16).view(np.uint16)
             _f32_to_f16_bits(bits, d16)
-            diff16 += int(np.count_nonzero(d16 != x.astype(np.float16).view(np.uint16)))
+            diff16 += int(np.count_nonzero(d16 != ref16))
+            _f32_to_f16_bits_select(bits, dsel)
+            diffsel += int(np.count_nonzero(dsel != ref16))
             _f32_to_bf16_bits(bits, dbf)
             diffbf += int(np.count_nonzero(dbf != x.astype(ml_dtypes.bfloat16).view(np.uint16)))
             if c % 16 == 15:
                 print(f"  {c + 1}/{chunks} chunks of 2**{chunk_bits}, {time.perf_counter() - t0:.0f} s,"
-                      f" differences so far: f16 {diff16}, bf16 {diffbf}", flush=True)
+                      f" differences so far: f16 {diff16}, f16 select {diffsel}, bf16 {diffbf}", flush=True)
     h = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     w = np.empty(1 << 16, np.uint32)
     _f16_to_f32_bits(h, w)
     diffw = int(np.count_nonzero(w != h.view(np.float16).astype(np.float32).view(np.uint32)))
-    print(f"all 2**32 float32 patterns: float32->float16 vs numpy astype: {diff16} differences")
+    print(f"all 2**32 float32 patterns: float32->float16 (branches) vs numpy astype: {diff16} differences")
+    print(f"all 2**32 float32 patterns: float32->float16 (selects) vs numpy astype: {diffsel} differences")
     print(f"all 2**32 float32 patterns: float32->bfloat16 vs ml_dtypes astype: {diffbf} differences")
     print(f"all 2**16 float16 patterns: float16->float32 vs numpy astype: {diffw} differences")
 
@@ -192,7 +232,8 @@ def _datasets(n: int) -> dict[str, np.ndarray]:
 def time_kernels(rounds: int = 15) -> None:
     cands = {
         "float32 copy": lambda x: x.copy(),
-        "f16: numba": nb_f32_to_f16,
+        "f16: numba (branches)": nb_f32_to_f16,
+        "f16: numba (selects, vectorised)": nb_f32_to_f16_select,
         "f16: fpsim kernels.f32_to_f16": kernels.f32_to_f16,
         "f16: numpy astype": lambda x: x.astype(np.float16),
         "bf16: numba": nb_f32_to_bf16,
@@ -231,7 +272,7 @@ def time_kernels(rounds: int = 15) -> None:
 
 
 def _patch(on: bool) -> None:
-    fpsim.backend.f32_to_f16 = nb_f32_to_f16 if on else ORIG_F32_TO_F16
+    fpsim.backend.f32_to_f16 = nb_f32_to_f16_select if on else ORIG_F32_TO_F16
     fpsim.backend.f16_to_f32 = nb_f16_to_f32 if on else ORIG_F16_TO_F32
 
 
@@ -251,7 +292,7 @@ def time_steps(rounds: int = 15, reps: int = 3) -> None:
 
     steps = {"fp32": fp32, "fp16-dynamic": fp16, "fp16-dynamic + numba": patched}
     for _ in range(3):  # warm up, and the two fp16 runs must stay bit-identical
-        losses = {k: float(fn()) for k, fn in steps.items()}
+        losses = {k: float(fn().numpy()) for k, fn in steps.items()}
         assert losses["fp16-dynamic"] == losses["fp16-dynamic + numba"], losses
     times = {k: [] for k in steps}
     order = list(steps)
@@ -265,7 +306,7 @@ def time_steps(rounds: int = 15, reps: int = 3) -> None:
                 steps[k]()
                 best = min(best, time.process_time() - t)
             times[k].append(best)
-    assert float(fp16()) == float(patched()), "the numba-patched step diverged from the numpy one"
+    assert float(fp16().numpy()) == float(patched().numpy()), "the numba-patched step diverged from the numpy one"
     t = {k: np.array(v) for k, v in times.items()}
     print(f"\nMLP step, batch 128, process CPU time, {rounds} interleaved rounds (best of {reps}):")
     for k in steps:
