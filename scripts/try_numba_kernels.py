@@ -12,7 +12,7 @@ fpsim's numpy kernels.  Not part of the package: fpsim does not import numba.
            rounds of each round's best, and the median of the per-round ratios to the copy
   steps    the MLP fp16-dynamic training step (fpsim.tools.bench.steps.fpsim_step) with the
            backend's f32_to_f16 / f16_to_f32 replaced by the numba kernels (the vectorised one
-           for float32 -> float16), against the unpatched
+           for float32 -> float16, the table gather for float16 -> float32), against the unpatched
            step and the fp32 step, interleaved; per-round ratios, median and range
 With no argument it does all three.  The kernels are compiled with parallel=False: one thread,
 the same bits at any thread count.
@@ -135,6 +135,18 @@ def _f16_to_f32_bits(src, dst):
             dst[i] = sign | (ex << U32(23)) | ((m & U32(0x3FF)) << U32(13))
 
 
+@njit(cache=False, parallel=False, nogil=True)
+def _f16_to_f32_gather(src, table, dst):
+    """uint16 float16 patterns -> uint32 float32 patterns by a 65536-entry table (AVX2 gathers)."""
+    for i in range(src.size):
+        dst[i] = table[src[i]]
+
+
+# the gather's table, computed by the arithmetic kernel (which the check holds against numpy)
+F16_TABLE = np.empty(1 << 16, np.uint32)
+_f16_to_f32_bits(np.arange(1 << 16, dtype=np.uint32).astype(np.uint16), F16_TABLE)
+
+
 def nb_f32_to_f16(x: np.ndarray) -> np.ndarray:
     """float32 array -> float16 array through the numba kernel (other dtypes: fpsim's kernel)."""
     if x.dtype != np.float32:
@@ -162,12 +174,17 @@ def nb_f32_to_bf16(x: np.ndarray) -> np.ndarray:
     return out.view(ml_dtypes.bfloat16)
 
 
-def nb_f16_to_f32(x: np.ndarray) -> np.ndarray:
+def nb_f16_to_f32(x: np.ndarray, kernel=None) -> np.ndarray:
+    """float16 array -> float32 array through the numba table gather (``kernel`` "bits": the
+    arithmetic kernel)."""
     if x.dtype != np.float16:
         raise TypeError(f"nb_f16_to_f32 takes a float16 array, got {x.dtype}")
     src = np.ascontiguousarray(x).reshape(-1).view(np.uint16)
     out = np.empty(x.shape, np.float32)
-    _f16_to_f32_bits(src, out.reshape(-1).view(np.uint32))
+    if kernel == "bits":
+        _f16_to_f32_bits(src, out.reshape(-1).view(np.uint32))
+    else:
+        _f16_to_f32_gather(src, F16_TABLE, out.reshape(-1).view(np.uint32))
     return out
 
 
@@ -202,11 +219,15 @@ def check_all(chunk_bits: int = 24) -> None:
     h = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     w = np.empty(1 << 16, np.uint32)
     _f16_to_f32_bits(h, w)
-    diffw = int(np.count_nonzero(w != h.view(np.float16).astype(np.float32).view(np.uint32)))
+    refw = h.view(np.float16).astype(np.float32).view(np.uint32)
+    diffw = int(np.count_nonzero(w != refw))
+    _f16_to_f32_gather(h, F16_TABLE, w)
+    diffg = int(np.count_nonzero(w != refw))
     print(f"all 2**32 float32 patterns: float32->float16 (branches) vs numpy astype: {diff16} differences")
     print(f"all 2**32 float32 patterns: float32->float16 (selects) vs numpy astype: {diffsel} differences")
     print(f"all 2**32 float32 patterns: float32->bfloat16 vs ml_dtypes astype: {diffbf} differences")
-    print(f"all 2**16 float16 patterns: float16->float32 vs numpy astype: {diffw} differences")
+    print(f"all 2**16 float16 patterns: float16->float32 (arithmetic) vs numpy astype: {diffw} differences")
+    print(f"all 2**16 float16 patterns: float16->float32 (table gather) vs numpy astype: {diffg} differences")
 
 
 # -------------------------------------------------------------------------------------- (b) kernels
@@ -239,7 +260,8 @@ def time_kernels(rounds: int = 15) -> None:
         "bf16: numba": nb_f32_to_bf16,
         "bf16: fpsim bf16kernels.f32_to_bf16": bf16kernels.f32_to_bf16,
         "bf16: ml_dtypes astype": lambda x: x.astype(ml_dtypes.bfloat16),
-        "widen f16: numba": nb_f16_to_f32,
+        "widen f16: numba (arithmetic, branches)": lambda h: nb_f16_to_f32(h, "bits"),
+        "widen f16: numba (table gather)": nb_f16_to_f32,
         "widen f16: fpsim kernels.f16_to_f32": kernels.f16_to_f32,
         "widen f16: numpy astype": lambda h: h.astype(np.float32),
         "widen bf16: fpsim bf16kernels.bf16_to_f32": bf16kernels.bf16_to_f32,
@@ -265,7 +287,7 @@ def time_kernels(rounds: int = 15) -> None:
                   " median ratio to the float32 copy")
             for k in cands:
                 t = np.array(times[k])
-                print(f"  {k:42s} {np.median(t) / n * 1e9:7.3f} ns   {np.median(t / copy):6.2f}x copy")
+                print(f"  {k:44s} {np.median(t) / n * 1e9:7.3f} ns   {np.median(t / copy):6.2f}x copy")
 
 
 # ---------------------------------------------------------------------------------------- (c) steps
@@ -276,7 +298,7 @@ def _patch(on: bool) -> None:
     fpsim.backend.f16_to_f32 = nb_f16_to_f32 if on else ORIG_F16_TO_F32
 
 
-def time_steps(rounds: int = 15, reps: int = 3) -> None:
+def time_steps(rounds: int = 30, reps: int = 3) -> None:
     from fpsim.tools.bench.steps import fpsim_step
 
     fp32 = fpsim_step("fp32")
