@@ -10,10 +10,11 @@ fpsim's numpy kernels.  Not part of the package: fpsim does not import numba.
   kernels  ns per value of each kernel, fpsim's kernels, numpy's / ml_dtypes' astype and a plain
            float32 copy on 10**6 and 65536 values, timed interleaved in one process: the median over
            rounds of each round's best, and the median of the per-round ratios to the copy
-  steps    the MLP fp16-dynamic training step (fpsim.tools.bench.steps.fpsim_step) with the
-           backend's f32_to_f16 / f16_to_f32 replaced by the numba kernels (the vectorised one
-           for float32 -> float16, the table gather for float16 -> float32), against the unpatched
-           step and the fp32 step, interleaved; per-round ratios, median and range
+  steps    the MLP fp16-dynamic and bf16-master training steps (fpsim.tools.bench.steps.fpsim_step)
+           with the numpy backend's f32_to_f16 / f16_to_f32 replaced by the numba kernels (the
+           vectorised one for float32 -> float16, the table gather for float16 -> float32) and its
+           round-to-nearest into bfloat16 (ml_dtypes' astype) by the numba kernel, against the
+           unpatched steps and the fp32 step, interleaved; per-round ratios, median and range
 With no argument it does all three.  The kernels are compiled with parallel=False: one thread,
 the same bits at any thread count.
 
@@ -293,29 +294,53 @@ def time_kernels(rounds: int = 15) -> None:
 # ---------------------------------------------------------------------------------------- (c) steps
 
 
+ORIG_ROUND = fpsim.backend.NumpyBackend.round
+
+
+def _round_bf16_numba(self, x32, fmt):
+    """NumpyBackend.round with round-to-nearest float32 -> bfloat16 done by the numba kernel (the
+    default backend rounds to bfloat16 by ml_dtypes' astype); everything else as before."""
+    eng = fpsim.backend.ENGINE_ROUNDING
+    if fmt.name == "bfloat16" and x32.dtype == np.float32 and (not eng or eng[-1].mode == "nearest"):
+        return nb_f32_to_bf16(x32)
+    return ORIG_ROUND(self, x32, fmt)
+
+
 def _patch(on: bool) -> None:
     fpsim.backend.f32_to_f16 = nb_f32_to_f16_select if on else ORIG_F32_TO_F16
     fpsim.backend.f16_to_f32 = nb_f16_to_f32 if on else ORIG_F16_TO_F32
+    fpsim.backend.NumpyBackend.round = _round_bf16_numba if on else ORIG_ROUND
 
 
-def time_steps(rounds: int = 30, reps: int = 3) -> None:
-    from fpsim.tools.bench.steps import fpsim_step
-
-    fp32 = fpsim_step("fp32")
-    fp16 = fpsim_step("fp16-dynamic")
-    fp16_nb = fpsim_step("fp16-dynamic")  # its own model: both fp16 steps do the same updates
-
-    def patched():
+def _patched(step):
+    def run():
         _patch(True)
         try:
-            return fp16_nb()
+            return step()
         finally:
             _patch(False)
 
-    steps = {"fp32": fp32, "fp16-dynamic": fp16, "fp16-dynamic + numba": patched}
-    for _ in range(3):  # warm up, and the two fp16 runs must stay bit-identical
+    return run
+
+
+def time_steps(rounds: int = 30, reps: int = 3) -> None:
+    """fp32, fp16-dynamic and bf16-master MLP steps, the last two also with the numba kernels
+    patched in (each patched step has its own model, so it does the same updates as the other)."""
+    from fpsim.tools.bench.steps import fpsim_step
+
+    steps = {"fp32": fpsim_step("fp32")}
+    for recipe in ("fp16-dynamic", "bf16-master"):
+        steps[recipe] = fpsim_step(recipe)
+        steps[recipe + " + numba"] = _patched(fpsim_step(recipe))
+    pairs = [("fp16-dynamic", "fp16-dynamic + numba"), ("bf16-master", "bf16-master + numba")]
+
+    def same_losses():
         losses = {k: float(fn().numpy()) for k, fn in steps.items()}
-        assert losses["fp16-dynamic"] == losses["fp16-dynamic + numba"], losses
+        for a, b in pairs:
+            assert losses[a] == losses[b], f"the numba-patched {a} step diverged from the numpy one: {losses}"
+
+    for _ in range(3):  # warm up, and each patched step must stay bit-identical to its unpatched one
+        same_losses()
     times = {k: [] for k in steps}
     order = list(steps)
     rng = np.random.default_rng(2)
@@ -328,7 +353,7 @@ def time_steps(rounds: int = 30, reps: int = 3) -> None:
                 steps[k]()
                 best = min(best, time.process_time() - t)
             times[k].append(best)
-    assert float(fp16().numpy()) == float(patched().numpy()), "the numba-patched step diverged from the numpy one"
+    same_losses()
     t = {k: np.array(v) for k, v in times.items()}
     print(f"\nMLP step, batch 128, process CPU time, {rounds} interleaved rounds (best of {reps}):")
     for k in steps:
@@ -338,10 +363,11 @@ def time_steps(rounds: int = 30, reps: int = 3) -> None:
         r = t[a] / t[b]
         return f"{np.median(r):.2f}x (range {r.min():.2f}-{r.max():.2f})"
 
-    print(f"  fp16-dynamic / fp32            {ratio('fp16-dynamic', 'fp32')}")
-    print(f"  fp16-dynamic + numba / fp32    {ratio('fp16-dynamic + numba', 'fp32')}")
-    print(f"  fp16-dynamic + numba / fp16-dynamic  {ratio('fp16-dynamic + numba', 'fp16-dynamic')}")
-    print("  (losses of the two fp16-dynamic steps identical after every round)")
+    for a, b in pairs:
+        print(f"  {a + ' / fp32':36s} {ratio(a, 'fp32')}")
+        print(f"  {b + ' / fp32':36s} {ratio(b, 'fp32')}")
+        print(f"  {b + ' / ' + a:36s} {ratio(b, a)}")
+    print("  (the losses of each patched step and its unpatched twin identical after the rounds)")
 
 
 def main(argv: list[str]) -> None:
