@@ -21,15 +21,14 @@ GEMMs: the sum over the slice of 2^(8 e_a) 2^(8 e_b) lies in [2^(8 e_max), 2^(8 
 products gives 0, whose exponent is below the floor.  The accumulator is the step's (L + 1)-th term:
 it is scaled, truncated and added with the products in the same numpy calls.
 
-Where numba is installed (an optional dependency) and every input is finite, the same steps run as
-loops numba compiles (:func:`_chain_loops`: e_max found by comparing e_a + e_b directly, each aligned
-term truncated by its conversion to int32, the sums in int32), several times faster than the numpy
-steps; inf or NaN anywhere, or no numba, takes the numpy steps.  Both are bit for bit the same.
+About 0.8 ns a multiply-add on the 2-core machine of docs/performance.md: each term goes through
+four to six numpy passes (product, scale, truncation, sum, and the exponents), and numpy cannot
+fuse them.  The same steps as loops compiled by numba took a quarter of the time, bit for bit the
+same, but numba publishes no wheels for several platforms numpy does (musllinux, 32-bit Windows,
+Intel macOS, free-threaded and PyPy builds), so fpsim does not use it.
 """
 
 from __future__ import annotations
-
-import functools
 
 import numpy as np
 
@@ -76,9 +75,6 @@ def chain(a: np.ndarray, b: np.ndarray, c: np.ndarray, L: int, e_sub_a: int, e_s
     if a.shape[-2] > b.shape[-1]:
         out = chain(np.swapaxes(b, -1, -2), np.swapaxes(a, -1, -2), np.swapaxes(c, -1, -2), L, e_sub_b, e_sub_a)
         return np.ascontiguousarray(np.swapaxes(out, -1, -2))
-    kernel = compiled()
-    if kernel is not None and L % 4 == 0 and all(np.isfinite(x).all() for x in (a, b, c)):
-        return _chain_compiled(kernel, a, b, c, L, e_sub_a, e_sub_b)
     nb, m, n = c.shape
     va, pa = _operand(a, e_sub_a, -1, L)
     vb, pb = _operand(b, e_sub_b, -2, L)
@@ -137,103 +133,3 @@ def _steps(av, bv, emax, T) -> None:
         np.subtract(e, down, out=scale)  # 2^(e_max - 13)
         np.multiply(s, fscale, out=c)  # the sum's value (>= 2^128: inf)
         np.bitwise_and(cu, keep, out=cu)  # toward zero to 13 fraction bits
-
-
-# ------------------------------------------------------------------------------ the compiled chain
-
-
-@functools.cache
-def compiled():
-    """The chain's and the exponents' loops compiled by numba (an optional dependency), or None
-    without numba: then :func:`chain` runs in numpy.  The first call in a fresh environment
-    compiles them (several seconds); numba keeps the machine code in its disk cache, from which
-    later processes load it."""
-    try:
-        import numba
-    except ImportError:
-        return None
-    jit = numba.njit(cache=True, error_model="numpy")
-    return jit(_chain_loops), jit(_exponent_loops)
-
-
-def _exponent_loops(v, e_sub):  # pragma: no cover - runs compiled by numba
-    """MMA-Sim's exponents of fp8 values held as float32 (int32; -10000 for a zero or non-finite
-    value, so that no sum with it is ever the largest; no fp8 value is a float32 subnormal)."""
-    bits = v.reshape(-1).view(np.int32)
-    out = np.empty(bits.size, np.int32)
-    for t in range(bits.size):
-        field = (bits[t] >> 23) & 0xFF
-        e = field - 127 if field - 127 > e_sub else e_sub
-        out[t] = -10000 if field == 0 or field == 255 else e
-    return out.reshape(v.shape)
-
-
-def _chain_compiled(kernel, a, b, c, L: int, e_sub_a: int, e_sub_b: int) -> np.ndarray:
-    loops, exponents = kernel
-    va, vb = _padded(a, -1, L), _padded(b, -2, L)
-    out = np.array(c, np.float32, order="C")
-    loops(va, exponents(va, e_sub_a), vb, exponents(vb, e_sub_b), out, L)
-    return out
-
-
-def _padded(x: np.ndarray, axis: int, L: int) -> np.ndarray:
-    """float32 values, C-contiguous, K (``axis``) padded with zeros to whole slices."""
-    v = np.ascontiguousarray(x, np.float32)
-    pad = -v.shape[axis] % L
-    if not pad:
-        return v
-    width = [(0, 0)] * v.ndim
-    width[axis] = (0, pad)
-    return np.pad(v, width)
-
-
-def _chain_loops(a, ea, b, eb, c, L):  # pragma: no cover - runs compiled by numba
-    """:func:`chain`'s steps as loops (numba compiles them; the inner loops run along N, four
-    elements of K at a time, and vectorize): a, ea (batch, M, K), b, eb (batch, K, N), c (batch,
-    M, N) float32, in place; every value finite (then so is every partial sum: an fp8 product is
-    below 2^32, and a sum near float32's largest truncates them away), L a multiple of 4.  The
-    arithmetic of :func:`_steps`: exact products, scales from exponent bits, each aligned term truncated toward
-    zero by its conversion to int32 (it is below 2^15), an exact int32 sum, its value's low 10
-    bits cleared."""
-    nb, m, k = a.shape
-    n = b.shape[2]
-    e = np.empty(n, np.int32)
-    scale = np.empty(n, np.float32)
-    bits_scale = scale.view(np.int32)
-    s = np.empty(n, np.int32)
-    floor = EMAX_FLOOR + 127
-    for q in range(nb):
-        for k0 in range(0, k, L):
-            for i in range(m):
-                row = c[q, i]
-                bits = row.view(np.int32)
-                for j in range(n):
-                    v = (bits[j] >> 23) & 0xFF  # c's biased exponent
-                    e[j] = v if v > floor else floor
-                for t in range(k0, k0 + L, 4):
-                    e0, e1, e2, e3 = ea[q, i, t] + 127, ea[q, i, t + 1] + 127, ea[q, i, t + 2] + 127, ea[q, i, t + 3] + 127
-                    r0, r1, r2, r3 = eb[q, t], eb[q, t + 1], eb[q, t + 2], eb[q, t + 3]
-                    for j in range(n):
-                        u0, u1, u2, u3 = e0 + r0[j], e1 + r1[j], e2 + r2[j], e3 + r3[j]
-                        u0 = u0 if u0 > u1 else u1
-                        u2 = u2 if u2 > u3 else u3
-                        u0 = u0 if u0 > u2 else u2
-                        w = e[j]
-                        e[j] = u0 if u0 > w else w  # e_max
-                for j in range(n):
-                    bits_scale[j] = (254 + 13 - e[j]) << 23  # 2^(13 - e_max)
-                for j in range(n):
-                    s[j] = np.int32(row[j] * scale[j])
-                for t in range(k0, k0 + L, 4):
-                    x0, x1, x2, x3 = a[q, i, t], a[q, i, t + 1], a[q, i, t + 2], a[q, i, t + 3]
-                    b0, b1, b2, b3 = b[q, t], b[q, t + 1], b[q, t + 2], b[q, t + 3]
-                    for j in range(n):
-                        f = scale[j]
-                        s[j] += ((np.int32((x0 * b0[j]) * f) + np.int32((x1 * b1[j]) * f))
-                                 + (np.int32((x2 * b2[j]) * f) + np.int32((x3 * b3[j]) * f)))
-                for j in range(n):
-                    bits_scale[j] = (e[j] - 13) << 23  # 2^(e_max - 13)
-                for j in range(n):
-                    row[j] = np.float32(s[j]) * scale[j]  # exact, or inf at or beyond 2^128
-                for j in range(n):
-                    bits[j] &= -1024  # toward zero to 13 fraction bits

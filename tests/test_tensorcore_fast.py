@@ -3,8 +3,7 @@ MMA-Sim (Microsoft's bit-accurate model) and against fpsim.tensorcore's general 
 chain every other instruction runs), on random and adversarial inputs: cancellation, exponents
 spread over the whole format, subnormal products, inf and NaN, all-zero rows and columns, an
 accumulator near overflow or below the fast path's floor, K not a whole number of steps, M > N
-(the fast path works on the transpose) and batches.  Every test runs twice: with the loops
-numba compiles (skipped without numba) and with the numpy steps."""
+(the fast path works on the transpose) and batches."""
 
 import ml_dtypes
 import numpy as np
@@ -17,17 +16,6 @@ from fpsim import tensorcore_fp8
 E4, E5 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
 NAMES = {E4: "float8_e4m3fn", E5: "float8_e5m2"}
 FORMATS = [(E4, E4), (E5, E4), (E4, E5), (E5, E5)]
-
-
-@pytest.fixture(autouse=True, params=["numba", "numpy"])
-def path(request, monkeypatch):
-    """The fast path's compiled loops, or its numpy steps (numba hidden)."""
-    if request.param == "numba":
-        pytest.importorskip("numba")
-        assert tensorcore_fp8.compiled() is not None
-    else:
-        monkeypatch.setattr(tensorcore_fp8, "compiled", lambda: None)
-    return request.param
 
 
 def general(a, b, c, arch):
