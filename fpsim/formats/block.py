@@ -303,12 +303,8 @@ def quantize(x, fmt, axis: int = -1, *, block=None, scale_rounding: str | None =
     Every argument is checked before anything is computed; a bad one is a ValueError or
     TypeError naming it.  The result's arrays are read-only.
     """
-    bf = get_block_format(fmt)
-    check_seed(seed)
-    if rng is not None and not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng must be a numpy Generator (np.random.default_rng(...)) or None, got {type(rng).__name__}")
-    arr = _as_f32(x)
-    axis, block, scale_rounding = _check(arr, bf, axis, block, scale_rounding, rounding, pow2_scales)
+    bf, arr, axis, block, scale_rounding = checked(x, fmt, axis, block, scale_rounding, rounding, pow2_scales,
+                                                   seed, rng)
     if rounding == "stochastic" and rng is None:
         rng = np.random.default_rng(seed) if seed is not None else None
     lay = _Layout(arr.shape, axis, block, clamp=rounding != "stochastic")
@@ -327,6 +323,17 @@ def quantize(x, fmt, axis: int = -1, *, block=None, scale_rounding: str | None =
     return BlockQuantized(bf, _read_only(np.ascontiguousarray(lay.from_blocks(elements))),
                           _read_only(lay.scale_from_blocks(codes)), tscale, axis, block, scale_rounding, rounding,
                           bool(pow2_scales), stats)
+
+
+def checked(x, fmt, axis, block, scale_rounding, rounding, pow2_scales, seed, rng):
+    """:func:`quantize`'s arguments checked (a ValueError or TypeError naming the bad one):
+    ``(BlockFormat, x as float32, axis, block, the scale rule)``."""
+    bf = get_block_format(fmt)
+    check_seed(seed)
+    if rng is not None and not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy Generator (np.random.default_rng(...)) or None, got {type(rng).__name__}")
+    arr = _as_f32(x)
+    return (bf, arr, *_check(arr, bf, axis, block, scale_rounding, rounding, pow2_scales))
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:

@@ -34,9 +34,8 @@ import math
 import numpy as np
 
 from .. import state
-from ..checks import check_seed
 from . import block_scales as bs
-from .block import BlockFormat, _as_f32, _check, _check_padding, _Layout, _scales, get_block_format, quantize
+from .block import BlockFormat, _check_padding, _Layout, _scales, checked, quantize
 from .kernels import fp8_to_f32, narrow_cast, widening_table
 from .table import Format
 
@@ -59,12 +58,7 @@ def fake_quantize(x, fmt, axis: int = -1, *, block=None, scale_rounding: str | N
     ``fmt``'s element format (saturating) after the float32 multiply by its block's encode factor,
     then multiplied by the block's float32 decode factor.  Returns a new C-contiguous float32
     array of ``x``'s shape."""
-    bf = get_block_format(fmt)
-    check_seed(seed)
-    if rng is not None and not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng must be a numpy Generator (np.random.default_rng(...)) or None, got {type(rng).__name__}")
-    arr = _as_f32(x)
-    axis, block, rule = _check(arr, bf, axis, block, scale_rounding, rounding, pow2_scales)
+    bf, arr, axis, block, rule = checked(x, fmt, axis, block, scale_rounding, rounding, pow2_scales, seed, rng)
     if (rounding not in ("nearest", "stochastic") or not bf.element.is_ml_dtype or rule == "four_over_six"
             or not arr.size):
         return quantize(arr, bf, axis, block=block, scale_rounding=rule, rounding=rounding,
