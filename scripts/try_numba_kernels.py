@@ -1,4 +1,4 @@
-"""Experiment (issue 32, "rounding near memory speed"): single-pass numba kernels on integer views
+"""Experiment (docs/performance.md, "A compiled path: tried, not kept"): single-pass numba kernels on integer views
 for float32 -> float16 (round to nearest even), float32 -> bfloat16 and float16 -> float32, against
 fpsim's numpy kernels.  Not part of the package: fpsim does not import numba.
 
