@@ -148,24 +148,23 @@ F16_TABLE = np.empty(1 << 16, np.uint32)
 _f16_to_f32_bits(np.arange(1 << 16, dtype=np.uint32).astype(np.uint16), F16_TABLE)
 
 
-def nb_f32_to_f16(x: np.ndarray) -> np.ndarray:
-    """float32 array -> float16 array through the numba kernel (other dtypes: fpsim's kernel)."""
-    if x.dtype != np.float32:
-        return ORIG_F32_TO_F16(x)
-    src = np.ascontiguousarray(x).reshape(-1).view(np.uint32)
-    out = np.empty(x.shape, np.float16)
-    _f32_to_f16_bits(src, out.reshape(-1).view(np.uint16))
-    return out
+def _f16_through(kernel):
+    """float32 array -> float16 array through a numba ``kernel`` on the bit patterns (other
+    dtypes: fpsim's kernel)."""
+
+    def narrow(x: np.ndarray) -> np.ndarray:
+        if x.dtype != np.float32:
+            return ORIG_F32_TO_F16(x)
+        src = np.ascontiguousarray(x).reshape(-1).view(np.uint32)
+        out = np.empty(x.shape, np.float16)
+        kernel(src, out.reshape(-1).view(np.uint16))
+        return out
+
+    return narrow
 
 
-def nb_f32_to_f16_select(x: np.ndarray) -> np.ndarray:
-    """As :func:`nb_f32_to_f16`, through the branch-free (vectorised) kernel."""
-    if x.dtype != np.float32:
-        return ORIG_F32_TO_F16(x)
-    src = np.ascontiguousarray(x).reshape(-1).view(np.uint32)
-    out = np.empty(x.shape, np.float16)
-    _f32_to_f16_bits_select(src, out.reshape(-1).view(np.uint16))
-    return out
+nb_f32_to_f16 = _f16_through(_f32_to_f16_bits)  # with branches
+nb_f32_to_f16_select = _f16_through(_f32_to_f16_bits_select)  # branch-free (vectorised)
 
 
 def nb_f32_to_bf16(x: np.ndarray) -> np.ndarray:

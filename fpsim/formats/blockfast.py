@@ -36,7 +36,7 @@ import numpy as np
 from .. import state
 from . import block_scales as bs
 from .block import BlockFormat, _check_padding, _Layout, _scales, checked, quantize
-from .kernels import fp8_to_f32, narrow_cast, widening_table
+from .kernels import bf16_odd_patterns, fp8_to_f32, narrow_cast, widening_table
 from .table import Format
 
 __all__ = ["fake_quantize"]
@@ -155,7 +155,7 @@ def _encode(bf: BlockFormat, blocks: _Blocks, rule, pow2: bool, rng) -> np.ndarr
         for sl in slices:
             scaled = blocks.xb[sl] * ex(factor[sl])
             if rng is None:
-                vals = _nearest_table(elem).take(_round_to_odd16(scaled), mode="clip")  # indices < 2**16: no check
+                vals = _nearest_table(elem).take(bf16_odd_patterns(scaled), mode="clip")  # indices < 2**16: no check
             else:
                 u = u_all[sl] if u_all is not None else rng.random(scaled.shape)
                 vals = _stochastic(scaled, elem, u)
@@ -164,17 +164,6 @@ def _encode(bf: BlockFormat, blocks: _Blocks, rule, pow2: bool, rng) -> np.ndarr
         bad = ~np.isfinite(amax)
         outb[np.broadcast_to(ex(bad), outb.shape)] = _nan_block_value(elem, dec[bad][:1])
     return outb
-
-
-def _round_to_odd16(x32: np.ndarray) -> np.ndarray:
-    """The top 16 bits of each float32 pattern, the lowest of them or-ed with the 16 cut off (a
-    sticky bit): x rounded to odd at bfloat16's precision, as a bfloat16 bit pattern."""
-    bits = x32.view(_U32)
-    low = np.bitwise_and(bits, _U32(0xFFFF))
-    np.minimum(low, _U32(1), out=low)  # the sticky bit
-    hi = bits >> _U32(16)
-    hi |= low
-    return hi
 
 
 def _nearest_table(elem: Format) -> np.ndarray:

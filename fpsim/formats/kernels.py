@@ -15,7 +15,7 @@ import numpy as np
 
 from .table import ALL_FORMATS, ELEMENT_FORMATS, Format, get_format
 
-__all__ = ["F16_BITS_MIN_SIZE", "f16_to_f32", "f16_to_f32_scaled", "f32_to_f16", "snap_f16", "f32_to_fp8", "narrow_cast", "fp8_to_f32", "rne_round",
+__all__ = ["F16_BITS_MIN_SIZE", "f16_to_f32", "f16_to_f32_scaled", "f32_to_f16", "snap_f16", "f32_to_fp8", "narrow_cast", "bf16_odd_patterns", "fp8_to_f32", "rne_round",
            "RNE_KERNEL_SRC", "widening_table"]
 
 _F16_TINY = 2.0**-14
@@ -309,10 +309,19 @@ def narrow_cast(x: np.ndarray, f: Format, saturate: bool) -> np.ndarray:
     table = _FP8_TABLES.get(key)
     if table is None:
         table = _FP8_TABLES[key] = _fp8_table(f, saturate)
-    bits = x.view(np.uint32)
-    hi = bits >> 16
-    hi |= (bits & 0xFFFF) != 0  # round to odd: the sticky bit
-    return np.asarray(table.take(hi)).view(f.dtype)
+    return np.asarray(table.take(bf16_odd_patterns(x))).view(f.dtype)
+
+
+def bf16_odd_patterns(x32: np.ndarray) -> np.ndarray:
+    """The top 16 bits of each float32 pattern (uint32), the lowest of them or-ed with the 16 cut
+    off (a sticky bit): x rounded to odd at bfloat16's precision, as a bfloat16 bit pattern - the
+    index into the narrowing tables of :func:`narrow_cast` and ``blockfast``."""
+    bits = x32.view(np.uint32)
+    low = np.bitwise_and(bits, np.uint32(0xFFFF))
+    np.minimum(low, np.uint32(1), out=low)  # the sticky bit
+    hi = bits >> np.uint32(16)
+    hi |= low
+    return hi
 
 
 def _fp8_table(f: Format, saturate: bool) -> np.ndarray:
