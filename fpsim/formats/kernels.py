@@ -316,11 +316,11 @@ def bf16_odd_patterns(x32: np.ndarray) -> np.ndarray:
     """The top 16 bits of each float32 pattern (uint32), the lowest of them or-ed with the 16 cut
     off (a sticky bit): x rounded to odd at bfloat16's precision, as a bfloat16 bit pattern - the
     index into the narrowing tables of :func:`narrow_cast` and ``blockfast``."""
-    bits = x32.view(np.uint32)
-    low = np.bitwise_and(bits, np.uint32(0xFFFF))
+    bits = np.asarray(x32).view(np.uint32)
+    low = np.bitwise_and(bits, np.uint32(0xFFFF), out=np.empty_like(bits))  # out=: a 0-d input stays an array
     np.minimum(low, np.uint32(1), out=low)  # the sticky bit
-    hi = bits >> np.uint32(16)
-    hi |= low
+    hi = np.right_shift(bits, np.uint32(16), out=np.empty_like(bits))
+    np.bitwise_or(hi, low, out=hi)
     return hi
 
 
