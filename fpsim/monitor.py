@@ -98,19 +98,19 @@ def _counts16(fmt, x, stored) -> list[int] | None:
     compared with their stored values instead."""
     lim = _limits(fmt)
     u, xb = stored.reshape(-1).view(np.uint16), x.reshape(-1).view(np.uint32)
-    buf16, buf32 = _scratch16()
+    buf16, buf32, bufb = _scratch16()
     inexact, cand = 0, []
     for i in range(0, u.size, _CHUNK):
-        s2 = np.left_shift(u[i : i + _CHUNK], np.uint16(1), out=buf16[: min(_CHUNK, u.size - i)])
+        k = min(_CHUNK, u.size - i)
+        s2 = np.left_shift(u[i : i + k], _ONE16, out=buf16[:k])
         if not np.maximum.reduce(s2) < lim.max2:  # max, inf or NaN stored
             return None
         if np.minimum.reduce(s2) <= lim.tiny2:
-            cand.append(np.flatnonzero(s2 <= lim.tiny2) + i)
-        low = np.left_shift(xb[i : i + _CHUNK], lim.keep_shift, out=buf32[: s2.size])
-        inexact += int(np.count_nonzero(low))  # a dropped bit set: not on the grid
+            cand.append(np.flatnonzero(np.less_equal(s2, lim.tiny2, out=bufb[:k])) + i)
+        inexact += int(np.count_nonzero(np.left_shift(xb[i : i + k], lim.keep_shift, out=buf32[:k])))
     small = zero_r = zero_x = 0
     if cand:
-        idx = np.concatenate(cand)
+        idx = cand[0] if len(cand) == 1 else np.concatenate(cand)
         r = _NUMPY.to_f32(u[idx].view(stored.dtype))
         xs = xb[idx].view(np.float32)
         a = np.abs(r)
@@ -139,14 +139,19 @@ def _exact16(fmt, stored) -> list[int] | None:
     return [int(st.size), 0, 0, sub, 0, 0, 0, 0]
 
 
-_CHUNK = 2**15  # values per pass in _counts16: 64 KB + 128 KB of scratch
+# Values per pass in _counts16 and _unrounded_counts: 256 KB + 512 KB + 128 KB of scratch, about
+# the L2 cache.  Larger than the cache line of reasoning would say, because numpy's fixed cost per
+# call (2-3 us for a reduction) outweighs the misses: a 200,704-value count took 268 us in chunks
+# of 2**15 and 149 us in chunks of 2**17.
+_CHUNK = 2**17
+_ONE16 = np.uint16(1)
 _SCRATCH = threading.local()  # per thread: a monitor may count in several threads
 
 
 def _scratch16():
     bufs = getattr(_SCRATCH, "bufs", None)
     if bufs is None:
-        bufs = _SCRATCH.bufs = (np.empty(_CHUNK, np.uint16), np.empty(_CHUNK, np.uint32))
+        bufs = _SCRATCH.bufs = (np.empty(_CHUNK, np.uint16), np.empty(_CHUNK, np.uint32), np.empty(_CHUNK, np.bool_))
     return bufs
 
 

@@ -64,7 +64,7 @@ def _stored(fmt, x, mode, rng):
 
 @pytest.mark.parametrize("name", ["float16", "bfloat16"])
 @pytest.mark.parametrize("mode", ["nearest", "zero", "away", "stochastic"])
-@pytest.mark.parametrize("n", [1, 7, 3000, 2**15 + 5, 70000])
+@pytest.mark.parametrize("n", [1, 7, 3000, mon._CHUNK + 5, 2 * mon._CHUNK + 4099])  # one, two and three chunks
 def test_counts16_match_float64_counts(name, mode, n):
     fmt = get_format(name)
     rng = np.random.default_rng(n + len(mode))
