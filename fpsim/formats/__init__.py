@@ -4,6 +4,7 @@
 - ``round.py``   the exact reference rounding (:func:`cast`, :func:`round_to`, :func:`ulp`, :func:`classify`);
 - ``kernels.py`` fast exact conversions the engine runs on (float16 / fp8 bit tricks and tables,
   the device rounding algorithm and its CUDA source), checked bit for bit against ``round.py``;
+  ``fp8kernels.py`` the scaled, saturating fp8 cast of per-tensor scaling in one chunked pass;
 - ``modes.py``   the rounding modes, defined once (the exact float64 algorithm); ``modekernels.py`` the
   same in float32 bit operations, fast; ``sr.py`` few-bit stochastic rounding, ``srbias.py`` its bias;
 - ``codes.py``   bit patterns: :func:`encode`, :func:`decode`; ``listing.py`` the table of every format;

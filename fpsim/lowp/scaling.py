@@ -13,9 +13,11 @@ import math
 
 import numpy as np
 
-from ..backend import Backend
+from ..backend import Backend, NumpyBackend, NumpyF32Backend
 from ..checks import is_real
 from ..formats import FP8_FORMATS, Format, get_format
+from ..formats.fp8kernels import scaled_fp8
+from ..state import ENGINE_ROUNDING, HOOKS
 from ..statedict import Problems, all_or_nothing
 from ..tensor import round_result
 from ..textable import percent, text_table
@@ -104,13 +106,12 @@ class ScalingState:
             self._init_pending = False
         self.step_amax = amax if self.step_amax is None else float(np.max([self.step_amax, amax]))
         s = xp.float32(self.scale)
-        codes = round_result(x32 * s, self.fmt, backend, op, direction, target, saturate=True)
-        codes32 = _widen(codes, self.fmt, backend)
-        sat = 0
         # The cast rounds x * scale in float32, so the early-out must too (an exact product just
         # below the threshold can round up onto it when the scale is not a power of two).
         with np.errstate(over="ignore", invalid="ignore"):
-            top = float(np.float32(amax) * np.float32(self.scale))
+            top = float(np.float32(amax) * s)  # max |x * scale|: the rounding is monotonic
+        codes, codes32, zeros = self._round(x32, s, top, backend, op, direction, target)
+        sat = 0
         if not top < _beyond_threshold(self.fmt):
             a_s = xp.abs(x32) * s
             thr = self.fmt.overflow_threshold
@@ -120,11 +121,28 @@ class ScalingState:
         # -0.0 counts as zero on both sides).
         # (Counting the zeros by a comparison: numpy's count_nonzero of a float32 array is not
         # vectorised and costs 4x the comparison and the count of its booleans together.)
-        under = int(xp.count_nonzero(codes32 == 0)) - int(xp.count_nonzero(x32 == 0))
+        under = zeros - int(xp.count_nonzero(x32 == 0))
         for k, v in (("n", int(x32.size)), ("saturated", sat), ("underflow", under)):
             self.counts[k] += v
             self._current[k] += v
         return codes, codes32
+
+    def _round(self, x32, s, top: float, backend: Backend, op: str, direction: str, target: str):
+        """(the stored fp8 array of ``x32 * s`` rounded with saturation, its exact float32
+        values, how many of them are zero).  On the numpy backends, for NaN-free input in the
+        engine's default rounding, one chunked kernel (:func:`~fpsim.formats.fp8kernels.scaled_fp8`,
+        the same bits); the hooks, if any, still see ``x32 * s`` and the stored result."""
+        if type(backend) in _FAST_BACKENDS and not ENGINE_ROUNDING and isinstance(x32, np.ndarray) \
+                and not math.isnan(top):
+            codes, codes32, zeros = scaled_fp8(x32, s, self.fmt, saturate=not top <= self.fmt.max)
+            if type(backend) is NumpyF32Backend:  # its storage is the float32 values
+                codes = codes32
+            if HOOKS:
+                round_result(x32 * s, self.fmt, backend, op, direction, target, stored=codes)
+            return codes, codes32, zeros
+        codes = round_result(x32 * s, self.fmt, backend, op, direction, target, saturate=True)
+        codes32 = _widen(codes, self.fmt, backend)
+        return codes, codes32, int(backend.xp.count_nonzero(codes32 == 0))
 
     def update(self) -> None:
         """End of a step: push this step's amax into the history and recompute the scale.
@@ -223,6 +241,9 @@ def _amax(x32) -> float:
         return 0.0
     hi, lo = float(x32.max()), float(x32.min())
     return hi if math.isnan(hi) else max(hi, -lo)
+
+
+_FAST_BACKENDS = (NumpyBackend, NumpyF32Backend)
 
 
 def _is_power_of_two(scale) -> bool:

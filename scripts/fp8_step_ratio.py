@@ -1,0 +1,61 @@
+"""The tiny GPT's fp8-delayed training step against fpsim's fp32 step, interleaved in one process,
+timed in process CPU time (the machine is shared: CPU time is steadier than wall time); prints the
+median step, the median and range of the ratio, and the load average.  With ``--old`` the fp8 step
+is timed a second time with every cast taking the general path (``round_result`` with saturation,
+the table look-ups, the widening and the zero count as separate passes), for a before / after in
+one process.
+
+    OPENBLAS_NUM_THREADS=1 python scripts/fp8_step_ratio.py [rounds] [--old]
+"""
+
+import os
+import sys
+import time
+
+import numpy as np
+
+from fpsim.experiments.tinygpt import TinyGPTTask, training_step
+from fpsim.lowp import scaling
+from fpsim.lowp.quant import _widen
+from fpsim.tensor import round_result
+
+NEW_ROUND = scaling.ScalingState._round
+
+
+def old_round(self, x32, s, top, backend, op, direction, target):
+    codes = round_result(x32 * s, self.fmt, backend, op, direction, target, saturate=True)
+    codes32 = _widen(codes, self.fmt, backend)
+    return codes, codes32, int(backend.xp.count_nonzero(codes32 == 0))
+
+
+def main() -> None:
+    args = [a for a in sys.argv[1:] if a != "--old"]
+    rounds = int(args[0]) if args else 15
+    variants = [("fp32", False), ("fp8-delayed", False)]
+    if "--old" in sys.argv:
+        variants.append(("fp8-delayed", True))
+    task = TinyGPTTask()
+    fns = {r: training_step(r, task, backend="numpy") for r in ("fp32", "fp8-delayed")}
+    for f in fns.values():
+        f()
+    times = {v: [] for v in variants}
+    load0 = os.getloadavg()[0]
+    with np.errstate(all="ignore"):
+        for _ in range(rounds):
+            for r, old in variants:
+                scaling.ScalingState._round = old_round if old else NEW_ROUND
+                t0 = time.process_time()
+                fns[r]()
+                fns[r]()
+                times[(r, old)].append((time.process_time() - t0) / 2)
+    scaling.ScalingState._round = NEW_ROUND
+    fp32 = np.array(times[("fp32", False)])
+    for (r, old), v in times.items():
+        ratio = np.array(v) / fp32
+        print(f"{r + (' (old)' if old else ''):18s} {np.median(v) * 1e3:7.1f} ms   x fp32: median "
+              f"{np.median(ratio):.3f}, range {ratio.min():.2f}-{ratio.max():.2f}")
+    print(f"load average {load0:.2f} -> {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
