@@ -1,6 +1,8 @@
 """formats.fp8kernels.scaled_fp8 against ml_dtypes' float32 -> fp8 cast of the float32 product,
 clamped to +-max first (the saturating conversion): every float32 pattern class."""
 
+import contextlib
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -90,3 +92,42 @@ def test_scaled_fp8_shapes(shape):
 def test_scaled_fp8_reference_is_ml_dtypes():
     """The reference above is ml_dtypes' own dtype (not fpsim's table)."""
     assert get_format("e4m3").dtype == np.dtype(ml_dtypes.float8_e4m3fn)
+
+
+@pytest.mark.parametrize("name", FP8)
+def test_scaled_fp8_values_only(name):
+    f = get_format(name)
+    x = _patterns(f)
+    ref, ref32 = _reference(x, 4.0, f)
+    codes, codes32, zeros = scaled_fp8(x, np.float32(4.0), f, codes=False)
+    assert codes is None
+    np.testing.assert_array_equal(codes32.view(np.uint32), ref32.view(np.uint32))
+    assert zeros == int(np.count_nonzero(ref32 == 0))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numpy-f32"])
+def test_scaling_state_bytes_with_and_without_hooks(backend):
+    """Without a hook the numpy backend's cast makes only the values and narrows them when the
+    bytes are first read; with one the hook sees the bytes: the same as ml_dtypes' either way,
+    and the counts (flushes, saturations) agree."""
+    from fpsim import state
+    from fpsim.backend import get_backend
+    from fpsim.lowp import DelayedScaling, ScalingState
+
+    be = get_backend(backend)
+    f = get_format("e4m3")
+    x = np.float32([1.0625, -(2.0**-11), 1000.0, 0.0, 3.0, -0.0, 2.0**-9])
+    ref, ref32 = _reference(x * np.float32(2.0), 1.0, f)
+    seen = []
+    results = []
+    for hooked in (False, True):
+        st = ScalingState("t", f, DelayedScaling(amax_init=False), init_scale=2.0)
+        with state.hooked(seen.append) if hooked else contextlib.nullcontext():
+            q = st.to_fp8(x, be)
+        assert (q.stored is None) == (backend == "numpy" and not hooked)
+        np.testing.assert_array_equal(q.numpy().view(np.uint8), ref.view(np.uint8))
+        np.testing.assert_array_equal(np.asarray(q.codes_f32()).view(np.uint32), ref32.view(np.uint32))
+        results.append(dict(st._current))
+    assert results[0] == results[1] == {"n": 7, "saturated": 1, "underflow": 1}
+    assert len(seen) == 1 and seen[0].op == "fp8.cast"
+    np.testing.assert_array_equal(np.asarray(be.to_f32(seen[0].stored)), ref32)

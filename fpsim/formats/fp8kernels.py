@@ -35,20 +35,29 @@ def _scratch():
     return bufs
 
 
+_CONSTANTS: dict = {}  # format name -> _constants(f)
+
+
 def _constants(f: Format):
     """(exponent field of 2**emin, 2**(23 - man) as an exponent-field addend, float32 pattern
     of max, the shift from float32's exponent field to the fp8 byte's, the byte's offset)."""
-    sh = 23 - f.mantissa_bits
-    lo = _U32((127 + f.emin) << 23)
-    offset = ((127 + f.emin + sh) << f.mantissa_bits) % 256
-    return lo, _U32(sh << 23), np.float32(f.max).view(_U32), _U32(sh), np.uint8(offset)
+    c = _CONSTANTS.get(f.name)
+    if c is None:
+        sh = 23 - f.mantissa_bits
+        lo = _U32((127 + f.emin) << 23)
+        offset = ((127 + f.emin + sh) << f.mantissa_bits) % 256
+        c = _CONSTANTS[f.name] = (lo, _U32(sh << 23), np.float32(f.max).view(_U32), _U32(sh), np.uint8(offset))
+    return c
 
 
-def scaled_fp8(x32: np.ndarray, scale, f: Format, saturate: bool = True) -> tuple[np.ndarray, np.ndarray, int]:
+def scaled_fp8(x32: np.ndarray, scale, f: Format, saturate: bool = True,
+               codes: bool = True) -> tuple[np.ndarray | None, np.ndarray, int]:
     """(fp8 bytes of ``x32 * scale`` in ``f``'s storage dtype, their exact float32 values, how
     many of those are +-0) for NaN-free float32 ``x32`` (the caller checks: a NaN is clamped
     here, not kept), a float32 ``scale`` and an fp8 Format.  ``saturate=False`` skips the
     clamp: for a caller that knows every |x * scale| is at most max (the same bits then).
+    ``codes=False`` skips the bytes (None in their place; five of the passes): for a caller
+    that needs only the values.
 
     Per value: y = x * scale rounded in float32 (as ``x32 * scale`` is); its magnitude clamped
     to max on the bit patterns (+-inf and every overflow saturate; max is on the grid, so the
@@ -64,7 +73,7 @@ def scaled_fp8(x32: np.ndarray, scale, f: Format, saturate: bool = True) -> tupl
     """
     x = np.ascontiguousarray(x32).reshape(-1)
     codes32 = np.empty(x.shape, np.float32)
-    codes = np.empty(x.shape, np.uint8)
+    out8 = np.empty(x.shape, np.uint8) if codes else None
     lo, up, maxpat, sh, offset = _constants(f)
     a, b, sgn = _scratch()
     zeros = 0
@@ -89,11 +98,14 @@ def scaled_fp8(x32: np.ndarray, scale, f: Format, saturate: bool = True) -> tupl
             np.subtract(af, bf, out=out32)  # exact
             out32u |= sc
             zeros += int(np.count_nonzero(out32 == 0))
-            np.right_shift(bc, sh, out=bc)
-            ac += bc
-            np.right_shift(sc, _U32(24), out=sc)
-            ac += sc
-            np.copyto(codes[i : i + k], ac, casting="unsafe")  # the low byte, as astype keeps it
-    codes -= offset  # mod 256
+            if codes:
+                np.right_shift(bc, sh, out=bc)
+                ac += bc
+                np.right_shift(sc, _U32(24), out=sc)
+                ac += sc
+                np.copyto(out8[i : i + k], ac, casting="unsafe")  # the low byte, as astype keeps it
     shape = np.shape(x32)
-    return codes.reshape(shape).view(f.dtype), codes32.reshape(shape), zeros
+    if not codes:
+        return None, codes32.reshape(shape), zeros
+    out8 -= offset  # mod 256
+    return out8.reshape(shape).view(f.dtype), codes32.reshape(shape), zeros

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..backend import Backend, get_backend
 from ..formats import F32, Format
-from ..formats.kernels import fp8_to_f32
+from ..formats.kernels import f32_to_fp8, fp8_to_f32
 from ..tensor import Tensor, round_result
 
 __all__ = ["Fp8Tensor", "quantize_fp8", "qdq"]
@@ -32,14 +32,22 @@ class Fp8Tensor:
 
     ``codes`` is in the backend's storage for the format: ``ml_dtypes.float8_e4m3fn`` /
     ``float8_e5m2`` on numpy (one byte per value), float32 arrays holding exactly the fp8 values
-    on ``numpy-f32`` and CuPy; ``numpy()`` gives the fp8 dtype on every backend.
+    on ``numpy-f32`` and CuPy; ``numpy()`` gives the fp8 dtype on every backend.  A cast that
+    made only the widened values (``stored=None``: nothing needed the bytes yet) leaves ``codes``
+    to be narrowed from them when first read - exact values, so the same bytes.
     """
 
-    codes: object
+    stored: object = field(repr=False)  # codes, or None until first read (then widened holds the values)
     fmt: Format
     scale: np.float32
     backend: Backend
     widened: object = field(default=None, repr=False, compare=False)  # codes_f32(), when the cast made it
+
+    @property
+    def codes(self):
+        if self.stored is None:  # numpy backend: the bytes of the exact fp8 values in widened
+            object.__setattr__(self, "stored", f32_to_fp8(self.widened, self.fmt, saturate=True))
+        return self.stored
 
     @property
     def scale_inv(self) -> np.float32:
@@ -47,7 +55,7 @@ class Fp8Tensor:
 
     @property
     def shape(self) -> tuple:
-        return tuple(self.codes.shape)
+        return tuple((self.stored if self.stored is not None else self.widened).shape)
 
     def codes_f32(self):
         """The fp8 numbers themselves (x * scale, rounded), widened exactly to float32."""

@@ -81,7 +81,8 @@ class ScalingState:
         - record this step's amax and counts, and return the stored fp8 array.  With
         ``recipe.amax_init`` the first cast with a non-zero finite amax first sets the scale from
         it (read ``scale`` after the call, or use :meth:`to_fp8`)."""
-        return self._cast(x32, backend, op, direction, target)[0]
+        codes, codes32 = self._cast(x32, backend, op, direction, target)
+        return Fp8Tensor(codes, self.fmt, self.scale, backend, widened=codes32).codes
 
     def to_fp8(self, x32, backend: Backend, direction: str = "forward", target: str = "") -> Fp8Tensor:
         """:meth:`round_scaled`, wrapped with the scale it used (and the fp8 numbers widened to
@@ -91,7 +92,8 @@ class ScalingState:
 
     @np.errstate(over="ignore", invalid="ignore")  # x * scale overflowing is a result: it saturates (counted)
     def _cast(self, x32, backend: Backend, op: str, direction: str, target: str):
-        """round_scaled's work: (the stored fp8 array, its exact float32 values)."""
+        """round_scaled's work: (the stored fp8 array, or None where only its values were made
+        (see :class:`Fp8Tensor`); its exact float32 values)."""
         if getattr(x32, "dtype", None) != np.float32:  # before any state changes
             raise TypeError(f"ScalingState {self.name!r}: round_scaled() takes a float32 array, got "
                             f"{getattr(x32, 'dtype', type(x32).__name__)}")
@@ -131,10 +133,13 @@ class ScalingState:
         """(the stored fp8 array of ``x32 * s`` rounded with saturation, its exact float32
         values, how many of them are zero).  On the numpy backends, for NaN-free input in the
         engine's default rounding, one chunked kernel (:func:`~fpsim.formats.fp8kernels.scaled_fp8`,
-        the same bits); the hooks, if any, still see ``x32 * s`` and the stored result."""
+        the same bits), which makes the bytes only for the hooks (else None: :class:`Fp8Tensor`
+        narrows the values when asked); the hooks, if any, still see ``x32 * s`` and the stored
+        result."""
         if type(backend) in _FAST_BACKENDS and not ENGINE_ROUNDING and isinstance(x32, np.ndarray) \
                 and not math.isnan(top):
-            codes, codes32, zeros = scaled_fp8(x32, s, self.fmt, saturate=not top <= self.fmt.max)
+            bytes_now = bool(HOOKS) and type(backend) is NumpyBackend
+            codes, codes32, zeros = scaled_fp8(x32, s, self.fmt, saturate=not top <= self.fmt.max, codes=bytes_now)
             if type(backend) is NumpyF32Backend:  # its storage is the float32 values
                 codes = codes32
             if HOOKS:
