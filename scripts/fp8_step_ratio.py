@@ -3,7 +3,7 @@ timed in process CPU time (the machine is shared: CPU time is steadier than wall
 median step, the median and range of the ratio, and the load average.  With ``--old`` the fp8 step
 is timed a second time with every cast taking the general path (``round_result`` with saturation,
 the table look-ups, the widening and the zero count as separate passes), for a before / after in
-one process.
+one process.  Freed memory is kept for reuse, as the ``fpsim`` commands keep it (``keep_freed_memory``).
 
     OPENBLAS_NUM_THREADS=1 python scripts/fp8_step_ratio.py [rounds] [--old]
 """
@@ -18,6 +18,7 @@ from fpsim.experiments.tinygpt import TinyGPTTask, training_step
 from fpsim.lowp import scaling
 from fpsim.lowp.quant import _widen
 from fpsim.tensor import round_result
+from fpsim.tools.allocator import keep_freed_memory
 
 NEW_ROUND = scaling.ScalingState._round
 
@@ -34,6 +35,7 @@ def main() -> None:
     variants = [("fp32", False), ("fp8-delayed", False)]
     if "--old" in sys.argv:
         variants.append(("fp8-delayed", True))
+    keep_freed_memory()
     task = TinyGPTTask()
     fns = {r: training_step(r, task, backend="numpy") for r in ("fp32", "fp8-delayed")}
     for f in fns.values():

@@ -131,3 +131,14 @@ def test_scaling_state_bytes_with_and_without_hooks(backend):
     assert results[0] == results[1] == {"n": 7, "saturated": 1, "underflow": 1}
     assert len(seen) == 1 and seen[0].op == "fp8.cast"
     np.testing.assert_array_equal(np.asarray(be.to_f32(seen[0].stored)), ref32)
+
+
+def test_step_amax_max_is_numpys():
+    """The step's amax accumulates as np.max of the two did: NaNs and zero signs bit for bit."""
+    import itertools
+
+    from fpsim.lowp.scaling import _max_nan
+
+    vals = [-0.0, 0.0, 1.0, 2.0, float("nan"), float("-nan"), float("inf"), 5e-324]
+    for a, b in itertools.product(vals, vals):
+        assert np.float64(_max_nan(a, b)).tobytes() == np.float64(float(np.max([a, b]))).tobytes(), (a, b)

@@ -81,9 +81,9 @@ def fp8_linear(x: Tensor, weight: Tensor, bias: Tensor | None, meta: LinearScali
             gx = None
             if x.requires_grad:
                 gx = tensor_core_gemm(g8, w8, f_bwd, f_fwd, be, tc, "fp8.linear", "backward")
-                gx = gx * xp.float32(float(gq.scale_inv) * float(wq.scale_inv))
+                gx *= xp.float32(float(gq.scale_inv) * float(wq.scale_inv))  # gx is the GEMM's own new array
             gw = tensor_core_gemm(g2.T, x8.reshape(-1, x8.shape[-1]), f_bwd, f_fwd, be, tc, "fp8.linear", "backward")
-            gw = gw * xp.float32(float(gq.scale_inv) * float(xq.scale_inv))
+            gw *= xp.float32(float(gq.scale_inv) * float(xq.scale_inv))
             gb = g.reshape(-1, g.shape[-1]).sum(axis=0, dtype=xp.float32) if bias is not None else None
         return (gx, gw) if bias is None else (gx, gw, gb)
 

@@ -106,7 +106,7 @@ class ScalingState:
             # zero-initialised layer) must not use the init up: it waits for real values.
             self.scale = compute_scale(amax, self.fmt, self.recipe.margin, self.scale, self.recipe.power_2_scale)
             self._init_pending = False
-        self.step_amax = amax if self.step_amax is None else float(np.max([self.step_amax, amax]))
+        self.step_amax = amax if self.step_amax is None else _max_nan(self.step_amax, amax)
         s = xp.float32(self.scale)
         # The cast rounds x * scale in float32, so the early-out must too (an exact product just
         # below the threshold can round up onto it when the scale is not a power of two).
@@ -114,7 +114,7 @@ class ScalingState:
             top = float(np.float32(amax) * s)  # max |x * scale|: the rounding is monotonic
         codes, codes32, zeros = self._round(x32, s, top, backend, op, direction, target)
         sat = 0
-        if not top < _beyond_threshold(self.fmt):
+        if not top < _limits(self.fmt)[1]:
             a_s = xp.abs(x32) * s
             thr = self.fmt.overflow_threshold
             beyond = (a_s >= thr) if self.fmt.has_inf else (a_s > thr)  # e4m3fn rounds the tie itself to max
@@ -139,7 +139,8 @@ class ScalingState:
         if type(backend) in _FAST_BACKENDS and not ENGINE_ROUNDING and isinstance(x32, np.ndarray) \
                 and not math.isnan(top):
             bytes_now = bool(HOOKS) and type(backend) is NumpyBackend
-            codes, codes32, zeros = scaled_fp8(x32, s, self.fmt, saturate=not top <= self.fmt.max, codes=bytes_now)
+            codes, codes32, zeros = scaled_fp8(x32, s, self.fmt, saturate=not top <= _limits(self.fmt)[0],
+                                             codes=bytes_now)
             if type(backend) is NumpyF32Backend:  # its storage is the float32 values
                 codes = codes32
             if HOOKS:
@@ -267,6 +268,24 @@ def _scale_str(scale) -> str:
 def _beyond_threshold(f: Format) -> float:
     """Scaled magnitudes below this cannot saturate."""
     return f.overflow_threshold if f.has_inf else math.nextafter(f.overflow_threshold, math.inf)
+
+
+_LIMITS: dict = {}  # format name -> (max, _beyond_threshold): Format computes them on every read
+
+
+def _limits(f: Format) -> tuple[float, float]:
+    lim = _LIMITS.get(f.name)
+    if lim is None:
+        lim = _LIMITS[f.name] = (f.max, _beyond_threshold(f))
+    return lim
+
+
+def _max_nan(a: float, b: float) -> float:
+    """float(np.max([a, b])), building no array unless one is NaN: b when they are equal (the
+    sign of a zero amax included); the NaN numpy gives (its sign included) otherwise."""
+    if math.isnan(a) or math.isnan(b):
+        return float(np.max([a, b]))
+    return a if a > b else b
 
 
 class ScalingGroup:
