@@ -26,7 +26,8 @@ NEW_ROUND = scaling.ScalingState._round
 def old_round(self, x32, s, top, backend, op, direction, target):
     codes = round_result(x32 * s, self.fmt, backend, op, direction, target, saturate=True)
     codes32 = _widen(codes, self.fmt, backend)
-    return codes, codes32, int(backend.xp.count_nonzero(codes32 == 0))
+    xp = backend.xp
+    return codes, codes32, int(xp.count_nonzero(codes32 == 0)) - int(xp.count_nonzero(x32 == 0))
 
 
 def main() -> None:

@@ -48,11 +48,11 @@ def test_scaled_fp8_matches_ml_dtypes(name, scale):
     with np.errstate(over="ignore"):  # inf / scale stays inf; float32's max / a small scale overflows
         x = _patterns(f) / np.float32(scale) if scale > 2.0**-20 else _patterns(f)
     ref, ref32 = _reference(x, scale, f)
-    codes, codes32, zeros = scaled_fp8(x, np.float32(scale), f)
+    codes, codes32, flushed = scaled_fp8(x, np.float32(scale), f)
     assert codes.dtype == f.dtype and codes.shape == x.shape
     np.testing.assert_array_equal(codes.view(np.uint8), ref.view(np.uint8))
     np.testing.assert_array_equal(codes32.view(np.uint32), ref32.view(np.uint32))
-    assert zeros == int(np.count_nonzero(ref32 == 0))
+    assert flushed == int(np.count_nonzero((ref32 == 0) & (x != 0)))
 
 
 @pytest.mark.parametrize("name", FP8)
@@ -61,20 +61,31 @@ def test_scaled_fp8_without_saturation_when_nothing_exceeds_max(name):
     x = _patterns(f)
     x = x[np.abs(x) <= f.max]
     ref, ref32 = _reference(x, 1.0, f)
-    codes, codes32, zeros = scaled_fp8(x, np.float32(1.0), f, saturate=False)
+    codes, codes32, flushed = scaled_fp8(x, np.float32(1.0), f, saturate=False)
     np.testing.assert_array_equal(codes.view(np.uint8), ref.view(np.uint8))
     np.testing.assert_array_equal(codes32.view(np.uint32), ref32.view(np.uint32))
+    assert flushed == int(np.count_nonzero((ref32 == 0) & (x != 0)))
 
 
 def test_scaled_fp8_pins_a_few_values():
-    """Exact literals: ties to even, the smallest subnormal, saturation, -0 of a negative flush."""
+    """Exact literals: ties to even, the smallest subnormal, saturation, -0 of a negative flush;
+    two flushes (the 0 was 0 already)."""
     f = get_format("float8_e4m3fn")
     x = np.float32([1.0625, 1.1875, 2.0**-9, 2.0**-10, -(2.0**-11), 460.0, -np.inf, 0.0])
-    codes, codes32, zeros = scaled_fp8(x, np.float32(1.0), f)
+    codes, codes32, flushed = scaled_fp8(x, np.float32(1.0), f)
     np.testing.assert_array_equal(codes32, np.float32([1.0, 1.25, 2.0**-9, 0.0, -0.0, 448.0, -448.0, 0.0]))
     assert np.signbit(codes32[4]) and not np.signbit(codes32[3])
     assert codes.view(np.uint8).tolist() == [0x38, 0x3A, 0x01, 0x00, 0x80, 0x7E, 0xFE, 0x00]
-    assert zeros == 3
+    assert flushed == 2
+
+
+def test_scaled_fp8_flushes_with_a_product_that_underflows():
+    """A scale below 1 can make a non-zero x's product 0 in float32: a flush too; a zero x is not."""
+    f = get_format("e5m2")
+    x = np.float32([2.0**-149, -(2.0**-140), 0.0, -0.0, 1024.0, 2.0**-120])
+    codes, codes32, flushed = scaled_fp8(x, np.float32(2.0**-20), f)
+    np.testing.assert_array_equal(codes32, np.float32([0.0, -0.0, 0.0, -0.0, 2.0**-10, 0.0]))
+    assert flushed == 3
 
 
 @pytest.mark.parametrize("shape", [(), (0,), (3, 0), (70_000,), (5, 7, 3)])
@@ -99,10 +110,10 @@ def test_scaled_fp8_values_only(name):
     f = get_format(name)
     x = _patterns(f)
     ref, ref32 = _reference(x, 4.0, f)
-    codes, codes32, zeros = scaled_fp8(x, np.float32(4.0), f, codes=False)
+    codes, codes32, flushed = scaled_fp8(x, np.float32(4.0), f, codes=False)
     assert codes is None
     np.testing.assert_array_equal(codes32.view(np.uint32), ref32.view(np.uint32))
-    assert zeros == int(np.count_nonzero(ref32 == 0))
+    assert flushed == int(np.count_nonzero((ref32 == 0) & (x != 0)))
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numpy-f32"])

@@ -4,7 +4,7 @@
 ``x * s`` (the product rounded in float32 first, then rounded to nearest even into
 float8_e4m3fn / float8_e5m2 with saturation) both as stored bytes and widened exactly to
 float32, and how many of them are zero - what ``kernels.f32_to_fp8(x * s, fmt, saturate=True)``,
-``kernels.fp8_to_f32`` and a count of zeros give, bit for bit, for NaN-free ``x``.  Instead of
+``kernels.fp8_to_f32`` and a count of the non-zero values made 0 give, bit for bit, for NaN-free ``x``.  Instead of
 about eleven whole-array passes (with two index look-ups that numpy first widens to 64-bit
 indices), it makes seventeen cheap ones over chunks of 2**16 values in three preallocated
 scratch buffers that stay in L2.
@@ -41,20 +41,22 @@ _CONSTANTS: dict = {}  # format name -> _constants(f)
 
 def _constants(f: Format):
     """(exponent field of 2**emin, 2**(23 - man) as an exponent-field addend, float32 pattern
-    of max, the shift from float32's exponent field to the fp8 byte's, the byte's offset)."""
+    of max, the shift from float32's exponent field to the fp8 byte's, the byte's offset, float32
+    pattern of half the smallest subnormal: the largest magnitude that rounds to 0)."""
     c = _CONSTANTS.get(f.name)
     if c is None:
         sh = 23 - f.mantissa_bits
         lo = _U32((127 + f.emin) << 23)
         offset = ((127 + f.emin + sh) << f.mantissa_bits) % 256
-        c = _CONSTANTS[f.name] = (lo, _U32(sh << 23), np.float32(f.max).view(_U32), _U32(sh), np.uint8(offset))
+        half = np.float32(f.smallest_subnormal / 2).view(_U32)
+        c = _CONSTANTS[f.name] = (lo, _U32(sh << 23), np.float32(f.max).view(_U32), _U32(sh), np.uint8(offset), half)
     return c
 
 
 def scaled_fp8(x32: np.ndarray, scale, f: Format, saturate: bool = True,
                codes: bool = True) -> tuple[np.ndarray | None, np.ndarray, int]:
     """(fp8 bytes of ``x32 * scale`` in ``f``'s storage dtype, their exact float32 values, how
-    many of those are +-0) for NaN-free float32 ``x32`` (the caller checks: a NaN is clamped
+    many non-zero ``x32`` became +-0: the flushes) for NaN-free float32 ``x32`` (the caller checks: a NaN is clamped
     here, not kept), a float32 ``scale`` and an fp8 Format.  ``saturate=False`` skips the
     clamp: for a caller that knows every |x * scale| is at most max (the same bits then).
     ``codes=False`` skips the bytes (None in their place; five of the passes): for a caller
@@ -70,15 +72,19 @@ def scaled_fp8(x32: np.ndarray, scale, f: Format, saturate: bool = True,
     for a normal, the mantissa alone for a subnormal, 2**(man + 1) on a carry into the next
     binade), so the byte is k + (e - emin) << man = s's low byte + (b >> (23 - man)) - a
     constant, mod 256, and the sign bit (+128) - the -0 of a negative value that rounds to 0
-    included.
+    included.  A value is flushed when 0 < |y| <= half the smallest subnormal (the tie goes to
+    the even 0), counted on the patterns as |y| - 1 < that (a zero wraps to the top); with a
+    scale below 1 a non-zero x can also give y = 0, so then the zeros of y are counted and
+    those of x taken off.
     """
     x = np.ascontiguousarray(x32).reshape(-1)
     codes32 = np.empty(x.shape, np.float32)
     out8 = np.empty(x.shape, np.uint8) if codes else None
-    lo, up, maxpat, sh, offset = _constants(f)
+    lo, up, maxpat, sh, offset, half = _constants(f)
     a, b, sgn = _scratch()
-    zeros = 0
+    flushed = 0
     s = np.float32(scale)
+    exact_zeros = bool(s >= 1)  # then y = 0 only where x = 0
     with np.errstate(over="ignore"):  # x * scale overflowing to inf is a result: it saturates
         for i in range(0, x.size, _CHUNK):
             xs = x[i : i + _CHUNK]
@@ -92,21 +98,27 @@ def scaled_fp8(x32: np.ndarray, scale, f: Format, saturate: bool = True,
             np.bitwise_and(ac, _ABS, out=ac)
             if saturate:  # integer order is value order for magnitudes
                 _clip(ac, _U32(0), maxpat, out=ac)
+            if exact_zeros:
+                np.subtract(ac, _U32(1), out=bc)
+                flushed += int(np.count_nonzero(bc < half))
+            else:
+                flushed += int(np.count_nonzero(ac <= half))
             np.bitwise_and(ac, _EXP, out=bc)
             _clip(bc, lo, _EXP, out=bc)
             bc += up  # b = 2**(e + 23 - man)
             af += bf  # THE rounding: onto fp8's grid, ties to even
             np.subtract(af, bf, out=out32)  # exact
             out32u |= sc
-            zeros += int(np.count_nonzero(out32 == 0))
             if codes:
                 np.right_shift(bc, sh, out=bc)
                 ac += bc
                 np.right_shift(sc, _U32(24), out=sc)
                 ac += sc
                 np.copyto(out8[i : i + k], ac, casting="unsafe")  # the low byte, as astype keeps it
+    if not exact_zeros:
+        flushed -= int(np.count_nonzero(x == 0))
     shape = np.shape(x32)
     if not codes:
-        return None, codes32.reshape(shape), zeros
+        return None, codes32.reshape(shape), flushed
     out8 -= offset  # mod 256
-    return out8.reshape(shape).view(f.dtype), codes32.reshape(shape), zeros
+    return out8.reshape(shape).view(f.dtype), codes32.reshape(shape), flushed

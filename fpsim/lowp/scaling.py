@@ -112,18 +112,13 @@ class ScalingState:
         # below the threshold can round up onto it when the scale is not a power of two).
         with np.errstate(over="ignore", invalid="ignore"):
             top = float(np.float32(amax) * s)  # max |x * scale|: the rounding is monotonic
-        codes, codes32, zeros = self._round(x32, s, top, backend, op, direction, target)
+        codes, codes32, under = self._round(x32, s, top, backend, op, direction, target)
         sat = 0
         if not top < _limits(self.fmt)[1]:
             a_s = xp.abs(x32) * s
             thr = self.fmt.overflow_threshold
             beyond = (a_s >= thr) if self.fmt.has_inf else (a_s > thr)  # e4m3fn rounds the tie itself to max
             sat = int(xp.count_nonzero(beyond & xp.isfinite(x32)))
-        # Flushed: the non-zero inputs whose fp8 number is 0 (NaN stays NaN, overflow saturates,
-        # -0.0 counts as zero on both sides).
-        # (Counting the zeros by a comparison: numpy's count_nonzero of a float32 array is not
-        # vectorised and costs 4x the comparison and the count of its booleans together.)
-        under = zeros - int(xp.count_nonzero(x32 == 0))
         for k, v in (("n", int(x32.size)), ("saturated", sat), ("underflow", under)):
             self.counts[k] += v
             self._current[k] += v
@@ -131,7 +126,8 @@ class ScalingState:
 
     def _round(self, x32, s, top: float, backend: Backend, op: str, direction: str, target: str):
         """(the stored fp8 array of ``x32 * s`` rounded with saturation, its exact float32
-        values, how many of them are zero).  On the numpy backends, for NaN-free input in the
+        values, how many non-zero inputs it flushed to zero: NaN stays NaN, overflow saturates,
+        -0.0 counts as zero on both sides).  On the numpy backends, for NaN-free input in the
         engine's default rounding, one chunked kernel (:func:`~fpsim.formats.fp8kernels.scaled_fp8`,
         the same bits), which makes the bytes only for the hooks (else None: :class:`Fp8Tensor`
         narrows the values when asked); the hooks, if any, still see ``x32 * s`` and the stored
@@ -139,16 +135,19 @@ class ScalingState:
         if type(backend) in _FAST_BACKENDS and not ENGINE_ROUNDING and isinstance(x32, np.ndarray) \
                 and not math.isnan(top):
             bytes_now = bool(HOOKS) and type(backend) is NumpyBackend
-            codes, codes32, zeros = scaled_fp8(x32, s, self.fmt, saturate=not top <= _limits(self.fmt)[0],
-                                             codes=bytes_now)
+            codes, codes32, under = scaled_fp8(x32, s, self.fmt, saturate=not top <= _limits(self.fmt)[0],
+                                               codes=bytes_now)
             if type(backend) is NumpyF32Backend:  # its storage is the float32 values
                 codes = codes32
             if HOOKS:
                 round_result(x32 * s, self.fmt, backend, op, direction, target, stored=codes)
-            return codes, codes32, zeros
+            return codes, codes32, under
         codes = round_result(x32 * s, self.fmt, backend, op, direction, target, saturate=True)
         codes32 = _widen(codes, self.fmt, backend)
-        return codes, codes32, int(backend.xp.count_nonzero(codes32 == 0))
+        # (Counting the zeros by a comparison: numpy's count_nonzero of a float32 array is not
+        # vectorised and costs 4x the comparison and the count of its booleans together.)
+        xp = backend.xp
+        return codes, codes32, int(xp.count_nonzero(codes32 == 0)) - int(xp.count_nonzero(x32 == 0))
 
     def update(self) -> None:
         """End of a step: push this step's amax into the history and recompute the scale.
