@@ -80,45 +80,52 @@ def scaled_fp8(x32: np.ndarray, scale, f: Format, saturate: bool = True,
     x = np.ascontiguousarray(x32).reshape(-1)
     codes32 = np.empty(x.shape, np.float32)
     out8 = np.empty(x.shape, np.uint8) if codes else None
-    lo, up, maxpat, sh, offset, half = _constants(f)
-    a, b, sgn = _scratch()
-    flushed = 0
+    c = _constants(f)
     s = np.float32(scale)
     exact_zeros = bool(s >= 1)  # then y = 0 only where x = 0
+    flushed = 0
     with np.errstate(over="ignore"):  # x * scale overflowing to inf is a result: it saturates
         for i in range(0, x.size, _CHUNK):
-            xs = x[i : i + _CHUNK]
-            k = xs.size
-            ac, bc, sc = a[:k], b[:k], sgn[:k]
-            af, bf = ac.view(np.float32), bc.view(np.float32)
-            out32 = codes32[i : i + k]
-            out32u = out32.view(_U32)
-            np.multiply(xs, s, out=af)  # y, rounded in float32
-            np.bitwise_and(ac, _SIGN, out=sc)
-            np.bitwise_and(ac, _ABS, out=ac)
-            if saturate:  # integer order is value order for magnitudes
-                _clip(ac, _U32(0), maxpat, out=ac)
-            if exact_zeros:
-                np.subtract(ac, _U32(1), out=bc)
-                flushed += int(np.count_nonzero(bc < half))
-            else:
-                flushed += int(np.count_nonzero(ac <= half))
-            np.bitwise_and(ac, _EXP, out=bc)
-            _clip(bc, lo, _EXP, out=bc)
-            bc += up  # b = 2**(e + 23 - man)
-            af += bf  # THE rounding: onto fp8's grid, ties to even
-            np.subtract(af, bf, out=out32)  # exact
-            out32u |= sc
-            if codes:
-                np.right_shift(bc, sh, out=bc)
-                ac += bc
-                np.right_shift(sc, _U32(24), out=sc)
-                ac += sc
-                np.copyto(out8[i : i + k], ac, casting="unsafe")  # the low byte, as astype keeps it
+            j = min(i + _CHUNK, x.size)
+            flushed += _chunk(x[i:j], s, codes32[i:j], out8[i:j] if codes else None, c, saturate, exact_zeros)
     if not exact_zeros:
         flushed -= int(np.count_nonzero(x == 0))
     shape = np.shape(x32)
     if not codes:
         return None, codes32.reshape(shape), flushed
-    out8 -= offset  # mod 256
+    out8 -= c[4]  # the byte's offset, mod 256
     return out8.reshape(shape).view(f.dtype), codes32.reshape(shape), flushed
+
+
+def _chunk(xs, s, out32, out8, c, saturate: bool, exact_zeros: bool) -> int:
+    """scaled_fp8 on one chunk: writes the values into ``out32`` and (unless None) the bytes,
+    less their offset, into ``out8``; returns the flushes (with ``exact_zeros`` False: the
+    zeros of y)."""
+    lo, up, maxpat, sh, _, half = c
+    k = xs.size
+    ac, bc, sc = (buf[:k] for buf in _scratch())
+    af, bf = ac.view(np.float32), bc.view(np.float32)
+    np.multiply(xs, s, out=af)  # y, rounded in float32
+    np.bitwise_and(ac, _SIGN, out=sc)
+    np.bitwise_and(ac, _ABS, out=ac)
+    if saturate:  # integer order is value order for magnitudes
+        _clip(ac, _U32(0), maxpat, out=ac)
+    if exact_zeros:
+        np.subtract(ac, _U32(1), out=bc)
+        flushed = int(np.count_nonzero(bc < half))
+    else:
+        flushed = int(np.count_nonzero(ac <= half))
+    np.bitwise_and(ac, _EXP, out=bc)
+    _clip(bc, lo, _EXP, out=bc)
+    bc += up  # b = 2**(e + 23 - man)
+    af += bf  # THE rounding: onto fp8's grid, ties to even
+    np.subtract(af, bf, out=out32)  # exact
+    u = out32.view(_U32)
+    np.bitwise_or(u, sc, out=u)  # the sign
+    if out8 is not None:
+        np.right_shift(bc, sh, out=bc)
+        ac += bc
+        np.right_shift(sc, _U32(24), out=sc)
+        ac += sc
+        np.copyto(out8, ac, casting="unsafe")  # the low byte, as astype keeps it
+    return flushed
