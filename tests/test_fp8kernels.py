@@ -153,3 +153,16 @@ def test_step_amax_max_is_numpys():
     vals = [-0.0, 0.0, 1.0, 2.0, float("nan"), float("-nan"), float("inf"), 5e-324]
     for a, b in itertools.product(vals, vals):
         assert np.float64(_max_nan(a, b)).tobytes() == np.float64(float(np.max([a, b]))).tobytes(), (a, b)
+
+
+def test_history_amax_is_numpys():
+    """ScalingState.amax over the history (the "max" algorithm) is np.max's, bit for bit."""
+    import itertools
+
+    from fpsim.lowp import DelayedScaling, ScalingState
+
+    st = ScalingState("t", get_format("e4m3"), DelayedScaling(amax_history_len=4))
+    vals = [-0.0, 0.0, 1.5, 3.0, float("nan"), float("-nan"), float("inf")]
+    for hist in itertools.product(vals, repeat=3):
+        st.amax_history = list(hist)
+        assert np.float64(st.amax).tobytes() == np.float64(float(np.max(hist))).tobytes(), hist

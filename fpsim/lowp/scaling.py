@@ -69,11 +69,15 @@ class ScalingState:
     @property
     def amax(self) -> float:
         """The amax the current scale came from (0.0 before the first update)."""
-        if not self.amax_history:
+        h = self.amax_history
+        if not h:
             return 0.0
         if self.recipe.amax_compute_algo == "most_recent":
-            return self.amax_history[-1]
-        return float(np.max(self.amax_history))  # NaN-propagating, unlike max()
+            return h[-1]
+        m = max(h)
+        if m > 0 and not any(map(math.isnan, h)):  # then ties are the same number: np.max's
+            return m
+        return float(np.max(h))  # NaN-propagating, unlike max(); the sign of a zero as numpy picks it
 
     def round_scaled(self, x32, backend: Backend, op: str = "fp8.cast", direction: str = "forward",
                      target: str = ""):
