@@ -114,8 +114,7 @@ class ScalingState:
         s = xp.float32(self.scale)
         # The cast rounds x * scale in float32, so the early-out must too (an exact product just
         # below the threshold can round up onto it when the scale is not a power of two).
-        with np.errstate(over="ignore", invalid="ignore"):
-            top = float(np.float32(amax) * s)  # max |x * scale|: the rounding is monotonic
+        top = float(np.float32(amax) * s)  # max |x * scale|: the rounding is monotonic (errstate: the decorator's)
         codes, codes32, under = self._round(x32, s, top, backend, op, direction, target)
         sat = 0
         if not top < _limits(self.fmt)[1]:
