@@ -1,9 +1,9 @@
 """The tiny GPT's fp8-delayed training step against fpsim's fp32 step, interleaved in one process,
 timed in process CPU time (the machine is shared: CPU time is steadier than wall time); prints the
 median step, the median and range of the ratio, and the load average.  With ``--old`` the fp8 step
-is timed a second time with every cast taking the general path (``round_result`` with saturation,
-the table look-ups, the widening and the zero count as separate passes), for a before / after in
-one process.  Freed memory is kept for reuse, as the ``fpsim`` commands keep it (``keep_freed_memory``).
+is timed a second time with every cast's rounding taking the general path (``round_result`` with
+saturation, the table look-ups, the widening and the zero counts as separate passes; the branch's
+other changes stay), for a before / after of the kernel in one process.  Freed memory is kept for reuse, as the ``fpsim`` commands keep it (``keep_freed_memory``).
 
     OPENBLAS_NUM_THREADS=1 python scripts/fp8_step_ratio.py [rounds] [--old]
 """

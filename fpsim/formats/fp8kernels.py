@@ -2,12 +2,12 @@
 
 :func:`scaled_fp8` gives, for float32 ``x`` and a float32 scale ``s``, the fp8 numbers of
 ``x * s`` (the product rounded in float32 first, then rounded to nearest even into
-float8_e4m3fn / float8_e5m2 with saturation) both as stored bytes and widened exactly to
-float32, and how many of them are zero - what ``kernels.f32_to_fp8(x * s, fmt, saturate=True)``,
-``kernels.fp8_to_f32`` and a count of the non-zero values made 0 give, bit for bit, for NaN-free ``x``.  Instead of
-about eleven whole-array passes (with two index look-ups that numpy first widens to 64-bit
-indices), it makes seventeen cheap ones over chunks of 2**16 values in three preallocated
-scratch buffers that stay in L2.
+float8_e4m3fn / float8_e5m2 with saturation) widened exactly to float32, optionally as stored
+bytes too, and how many non-zero values became 0 - what ``kernels.f32_to_fp8(x * s, fmt,
+saturate=True)``, ``kernels.fp8_to_f32`` and counts of zeros give, bit for bit, for NaN-free
+``x``.  Instead of about eleven whole-array passes (two of them index look-ups that numpy first
+widens to 64-bit indices), it makes twelve cheap ones (seventeen with the bytes) over chunks of
+2**16 values in three preallocated scratch buffers that stay in L2.
 """
 
 from __future__ import annotations
