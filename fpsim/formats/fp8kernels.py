@@ -103,7 +103,8 @@ def _chunk(xs, s, out32, out8, c, saturate: bool, exact_zeros: bool) -> int:
     zeros of y)."""
     lo, up, maxpat, sh, _, half = c
     k = xs.size
-    ac, bc, sc = (buf[:k] for buf in _scratch())
+    a, b, sgn = _scratch()
+    ac, bc, sc = a[:k], b[:k], sgn[:k]
     af, bf = ac.view(np.float32), bc.view(np.float32)
     np.multiply(xs, s, out=af)  # y, rounded in float32
     np.bitwise_and(ac, _SIGN, out=sc)
