@@ -6,6 +6,9 @@ saturation, the table look-ups, the widening and the zero counts as separate pas
 other changes stay), for a before / after of the kernel in one process.  Freed memory is kept for reuse, as the ``fpsim`` commands keep it (``keep_freed_memory``).
 
     OPENBLAS_NUM_THREADS=1 python scripts/fp8_step_ratio.py [rounds] [--old]
+
+Run from this checkout with ``PYTHONPATH=<another checkout>`` (without ``--old``) it times that
+fpsim's steps, for a before / after in fresh processes taken in turn.
 """
 
 import os
@@ -20,7 +23,7 @@ from fpsim.lowp.quant import _widen
 from fpsim.tensor import round_result
 from fpsim.tools.allocator import keep_freed_memory
 
-NEW_ROUND = scaling.ScalingState._round
+NEW_ROUND = getattr(scaling.ScalingState, "_round", None)  # None: an fpsim from before the kernel
 
 
 def old_round(self, x32, s, top, backend, op, direction, target):
@@ -35,6 +38,8 @@ def main() -> None:
     rounds = int(args[0]) if args else 15
     variants = [("fp32", False), ("fp8-delayed", False)]
     if "--old" in sys.argv:
+        if NEW_ROUND is None:
+            raise SystemExit("--old: this fpsim has no ScalingState._round to swap (it is the old one)")
         variants.append(("fp8-delayed", True))
     keep_freed_memory()
     task = TinyGPTTask()
@@ -46,12 +51,14 @@ def main() -> None:
     with np.errstate(all="ignore"):
         for _ in range(rounds):
             for r, old in variants:
-                scaling.ScalingState._round = old_round if old else NEW_ROUND
+                if NEW_ROUND is not None:
+                    scaling.ScalingState._round = old_round if old else NEW_ROUND
                 t0 = time.process_time()
                 fns[r]()
                 fns[r]()
                 times[(r, old)].append((time.process_time() - t0) / 2)
-    scaling.ScalingState._round = NEW_ROUND
+    if NEW_ROUND is not None:
+        scaling.ScalingState._round = NEW_ROUND
     fp32 = np.array(times[("fp32", False)])
     for (r, old), v in times.items():
         ratio = np.array(v) / fp32
