@@ -46,6 +46,7 @@ __all__ = ["Backend", "NumpyBackend", "NumpyF32Backend", "CupyBackend", "get_bac
            "DEFAULT_ENV"]
 
 BF16_BITS_MIN_SIZE = 16384  # below this the integer passes' per-call overhead outweighs ml_dtypes' cast
+BF16_ROUND_MIN_SIZE = 32768  # the same for rounding (six passes, not two): a wash at 16k values
 
 
 def _engine_aware(round_nearest):
@@ -141,7 +142,7 @@ class NumpyBackend(Backend):
             return x32.astype(np.float32, copy=False)
         if fmt.name == "float16" and x32.dtype == np.float32 and x32.size >= F16_BITS_MIN_SIZE:
             return f32_to_f16(x32)  # integer passes: no floating-point warnings to silence
-        if fmt.name == "bfloat16" and x32.dtype == np.float32 and x32.size >= BF16_BITS_MIN_SIZE:
+        if fmt.name == "bfloat16" and x32.dtype == np.float32 and x32.size >= BF16_ROUND_MIN_SIZE:
             return f32_to_bf16(x32)  # the rounding add on the patterns: ~0.7x ml_dtypes' cast
         with np.errstate(over="ignore", invalid="ignore"):
             if fmt.name == "float16":

@@ -39,7 +39,7 @@ def test_widening_equals_ml_dtypes_on_every_pattern():
 
 @pytest.mark.parametrize("shape", [(), (1,), (3, 5), (70_000,), (2, 40_000)])
 def test_shapes_and_chunks(shape):
-    """0-d, small and multi-chunk arrays (2**16 values a chunk), NaN in a late chunk."""
+    """0-d, small and large arrays (over 2**16 values), NaN near the end."""
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     if x.size > 1:
         x.reshape(-1)[-3] = np.nan
@@ -54,4 +54,27 @@ def test_backends_round_and_widen_bfloat16_as_ml_dtypes(name):
     be = fb.get_backend(name)
     x = _patterns()[: 2**18]
     stored = be.round(x, get_format("bfloat16"))
+    assert np.array_equal(be.to_f32(stored).view(np.uint32), _ref(x).astype(np.float32).view(np.uint32))
+
+
+def test_non_contiguous_inputs():
+    """A transposed or strided float32 input rounds (and a strided bfloat16 array widens) in its own
+    shape and element order, as ml_dtypes' cast does."""
+    x = _patterns()[: 2**16 * 3].reshape(3 * 256, 256)
+    for v in (x.T, x[:, ::3], x[::2].T):
+        assert np.array_equal(f32_to_bf16(v).view(np.uint16), _ref(v).view(np.uint16))
+        assert np.array_equal(snap_bf16(v).view(np.uint32), _ref(v).astype(np.float32).view(np.uint32))
+        b = _ref(v)
+        assert np.array_equal(bf16_to_f32(b).view(np.uint32), b.astype(np.float32).view(np.uint32))
+
+
+@pytest.mark.parametrize("size", [fb.BF16_BITS_MIN_SIZE - 1, fb.BF16_BITS_MIN_SIZE, fb.BF16_ROUND_MIN_SIZE - 1,
+                                  fb.BF16_ROUND_MIN_SIZE])
+def test_numpy_backend_on_both_sides_of_the_size_thresholds(size):
+    """Below a threshold the backend uses ml_dtypes' cast, from it the bit kernels: the same bits."""
+    be = fb.get_backend("numpy")
+    x = _patterns()[7 * 2**16 : 7 * 2**16 + size]  # tie-breaking low halves, NaN-free exponents
+    x = np.r_[x[:-2], np.float32(np.nan), np.float32(3.4e38)]
+    stored = be.round(x, get_format("bfloat16"))
+    assert stored.dtype == BF16 and np.array_equal(stored.view(np.uint16), _ref(x).view(np.uint16))
     assert np.array_equal(be.to_f32(stored).view(np.uint32), _ref(x).astype(np.float32).view(np.uint32))
