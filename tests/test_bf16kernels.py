@@ -78,3 +78,15 @@ def test_numpy_backend_on_both_sides_of_the_size_thresholds(size):
     stored = be.round(x, get_format("bfloat16"))
     assert stored.dtype == BF16 and np.array_equal(stored.view(np.uint16), _ref(x).view(np.uint16))
     assert np.array_equal(be.to_f32(stored).view(np.uint32), _ref(x).astype(np.float32).view(np.uint32))
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "float8_e4m3fn", "float8_e5m2"])
+def test_small_float32_roundings_raise_no_floating_point_flags(fmt):
+    """The numpy backend rounds small float32 arrays with ml_dtypes' cast outside ``np.errstate``:
+    overflow, inf and NaN must not warn (or raise, with numpy's flags set to raise)."""
+    x = np.array([3.4e38, -3.4e38, np.inf, np.nan, 1e-45, 1.0], np.float32)
+    with np.errstate(all="raise"):
+        stored = fb.get_backend("numpy").round(x, get_format(fmt))
+    with np.errstate(all="ignore"):
+        want = x.astype(get_format(fmt).dtype)
+    assert np.array_equal(stored.view(np.uint8), want.view(np.uint8), equal_nan=False)
