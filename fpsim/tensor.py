@@ -229,16 +229,18 @@ class Tensor:
             raise RuntimeError(_FREED_MESSAGE)
         # the seed is rounded into the gradient format like every stored value: the hooks see it
         grads = {id(self): round_result(seed, self.grad_fmt, be, "backward_seed", "backward", self.name)}
+        wide: dict = {}  # id -> the float32 values of a gradient passed through unchanged (see _propagate)
         with state.pinned_blas():  # one fixed BLAS thread count for every product of the walk
             for node in order:
                 g = grads.pop(id(node), None)
+                g32 = wide.pop(id(node), None)
                 if g is None:
                     continue
                 if node._backward is None:  # a leaf: its gradient is kept
                     _accumulate_leaf(node, g)
                     continue
                 with backward_scope(node._scope):
-                    _propagate(node, g, grads)
+                    _propagate(node, g, grads, wide, g32)
         if not retain_graph:
             for node in order:
                 if node._backward is not None:
@@ -258,12 +260,18 @@ def _freed(g, node):
     raise RuntimeError(_FREED_MESSAGE)
 
 
-def _propagate(node: Tensor, g, grads: dict) -> None:
+def _propagate(node: Tensor, g, grads: dict, wide: dict, g32=None) -> None:
     """Run one node's backward on its (stored) output gradient ``g`` and hand each parent its
     gradient, rounded once into the parent's gradient format on the parent's backend (the same
     as the node's, except across :func:`to_backend`); a parent reached twice gets the float32
-    sum of both, rounded again."""
-    g32 = node.backend.to_f32(g)
+    sum of both, rounded again.
+
+    ``g32``: g's float32 values where the walk has them already; a gradient passed through
+    unchanged (an add's) is handed on with its float32 values in ``wide``, so that a 16-bit
+    gradient is widened once, not again by the parent (the same values: widening is exact; no
+    backward writes into the g32 it is given)."""
+    if g32 is None:
+        g32 = node.backend.to_f32(g)
     parent_grads = node._backward(g32, node)
     ins = (g, node, *node._parents) if HOOKS else ()  # for the hooks only (the non-finite tracer)
     for p, pg in zip(node._parents, parent_grads):
@@ -280,11 +288,16 @@ def _propagate(node: Tensor, g, grads: dict) -> None:
             r = g  # passed through unchanged (add, cast to the same format): no rounding
         else:
             r = round_result(pg, p.grad_fmt, be, node._op, "backward", p.name, inputs=ins)
+        r32 = g32 if r is g and be is node.backend else None
         prev = grads.get(id(p))
         if prev is not None:  # a node used twice: add in float32, round again
-            r = round_result(be.to_f32(prev) + be.to_f32(r), p.grad_fmt, be, "accumulate", "backward", p.name,
-                             inputs=(prev, r) if HOOKS else ())
+            prev32 = wide.pop(id(p), None)
+            r = round_result((be.to_f32(prev) if prev32 is None else prev32) + (be.to_f32(r) if r32 is None else r32),
+                             p.grad_fmt, be, "accumulate", "backward", p.name, inputs=(prev, r) if HOOKS else ())
+            r32 = None
         grads[id(p)] = r
+        if r32 is not None:
+            wide[id(p)] = r32
 
 
 def _topo_order(root: Tensor) -> list[Tensor]:
