@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from numpy import broadcast_shapes as _broadcast_shapes  # shape arithmetic only
 
+from .. import state
 from ..checks import is_real
 from ..tensor import Exact, Tensor
 from .core import _autocast, _make, _op
@@ -155,8 +156,13 @@ def masked_fill(x: Tensor, mask, value) -> Tensor:
         raise ValueError(f"masked_fill: mask shape {tuple(m.shape)} does not broadcast to the tensor's shape "
                          f"{x.shape}") from None
     keep = ~m
-    out32 = xp.where(m, xp.float32(value), x.f32())
+    v32 = xp.float32(value)
+    stored = None
+    if not state.ENGINE_ROUNDING:  # x's stored values are exact, the fill value rounds alike everywhere:
+        # selected straight from the storage, nothing widened or rounded but the one value (the same bits)
+        stored = xp.where(m, x.backend.round(xp.asarray(v32), x.fmt), x.data)
+    out32 = xp.where(m, v32, x.f32()) if stored is None or state.HOOKS else None  # what the hooks see
     # the fill value is an input too: a -inf written on purpose is not an overflow (fpsim.trace)
     # backward: the stored gradient where the mask is False, +0 (even where it is inf) where True
     return _make(out32, x.fmt, (x,), lambda g, out: (Exact(lambda gs: _select(gs, keep)),), "masked_fill",
-                 inputs=(x, xp.float32(value)))
+                 stored=stored, inputs=(x, v32))
