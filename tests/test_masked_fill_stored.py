@@ -41,11 +41,13 @@ def test_hooks_see_the_exact_float32_result():
     seen = []
     x = fpsim.tensor(np.linspace(-3, 3, 12, dtype=np.float32), "bfloat16")
     m = np.arange(12) % 3 == 0
-    state.add_hook(seen.append)
+    hook = seen.append  # one bound method: remove_hook looks for the very object added
+    state.add_hook(hook)
     try:
         out = ops.masked_fill(x, m, -65504.0)
     finally:
-        state.remove_hook(seen.append)
+        state.remove_hook(hook)
+    assert hook not in state.HOOKS
     (ev,) = [e for e in seen if e.op == "masked_fill"]
     assert np.array_equal(ev.exact32, np.where(m, np.float32(-65504.0), x.f32()))
     assert ev.stored is out.data or np.array_equal(ev.stored.view(np.uint16), out.data.view(np.uint16))
