@@ -1,4 +1,4 @@
-"""The tiny GPT's bf16-master step with and without the bf16gpt branch's four changes, in one process,
+"""The tiny GPT's bf16-master step with and without four changes made to it (listed below), in one process,
 interleaved with fpsim's fp32 step and PyTorch's (medians of N alternating samples; allocator as the
 fpsim commands set it).  "old" puts back: the previous bfloat16 widening (one left_shift with a
 uint32 dtype), np.errstate around every ml_dtypes rounding, the backward walk widening a passed-through

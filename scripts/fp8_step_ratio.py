@@ -2,8 +2,9 @@
 timed in process CPU time (the machine is shared: CPU time is steadier than wall time); prints the
 median step, the median and range of the ratio, and the load average.  With ``--old`` the fp8 step
 is timed a second time with every cast's rounding taking the general path (``round_result`` with
-saturation, the table look-ups, the widening and the zero counts as separate passes; the branch's
-other changes stay), for a before / after of the kernel in one process.  Freed memory is kept for reuse, as the ``fpsim`` commands keep it (``keep_freed_memory``).
+saturation, the table look-ups, the widening and the zero counts as separate passes; the
+other changes to the fp8 casts stay), for a before / after of the kernel in one process.  Freed
+memory is kept for reuse, as the ``fpsim`` commands keep it (``keep_freed_memory``).
 
     OPENBLAS_NUM_THREADS=1 python scripts/fp8_step_ratio.py [rounds] [--old]
 
