@@ -156,8 +156,9 @@ def _scratch16():
 
 
 class _Limits:
-    """What :func:`_finite_counts` reads of a format, looked up once (the Format's properties
-    compute on every access); for 16-bit formats also the patterns :func:`_counts16` compares."""
+    """What :func:`_finite_counts` reads of a format as numpy scalars (made once: a comparison with
+    a Python float costs numpy a conversion per call); for 16-bit formats also the patterns
+    :func:`_counts16` compares."""
 
     def __init__(self, fmt):
         self.max = np.float32(fmt.max)

@@ -5,12 +5,14 @@ bfloat16, the two fp8), ``ELEMENT_FORMATS`` the element types of block-scaled fo
 fp6, fp4) and float8_e8m0fnu is the MX block scale.
 
 Every limit (``max``, ``tiny``, ``smallest_subnormal``, ``eps``) is *derived* from the layout,
-and the tests pin each one to an exact literal.  Canonical names are ml_dtypes'/numpy's; short
+and the tests pin each one to an exact literal; a Format is immutable, so each is computed on first
+read and kept (the hot paths read them per call).  Canonical names are ml_dtypes'/numpy's; short
 aliases (``fp16``, ``bf16``, ``e4m3``, ...) are accepted wherever a format is named.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -111,12 +113,12 @@ class Format:
         """No inf and no NaN to overflow to: every overflow (and +-inf) becomes +-max."""
         return self.specials == "none"
 
-    @property
+    @functools.cached_property
     def emin(self) -> int:
         """Exponent of the smallest normal binade."""
         return (1 if self.subnormals else 0) - self.bias
 
-    @property
+    @functools.cached_property
     def emax(self) -> int:
         """Exponent of the largest finite binade (floor(log2(max)))."""
         if self.specials == "p3109" or self.twos_complement:
@@ -126,7 +128,7 @@ class Format:
             return top - 1
         return top
 
-    @property
+    @functools.cached_property
     def max(self) -> float:
         """Largest finite value ("fn" formats with mantissa bits: the top pattern is NaN, so
         one step less; P3109: the largest magnitude pattern that is neither NaN nor inf)."""
@@ -149,23 +151,23 @@ class Format:
             return math.ldexp(mf, self.emin - m)
         return math.ldexp((1 << m) + mf, ef - self.bias - m)
 
-    @property
+    @functools.cached_property
     def tiny(self) -> float:
         """Smallest positive normal value."""
         return 2.0**self.emin
 
-    @property
+    @functools.cached_property
     def smallest_subnormal(self) -> float:
         """Smallest positive value (``tiny`` itself in a format without subnormals)."""
         return 2.0 ** (self.emin - self.mantissa_bits) if self.subnormals else self.tiny
 
-    @property
+    @functools.cached_property
     def eps(self) -> float:
         """The ulp of 1.0: 2^-mantissa_bits where 1.0 is normal; where it lies in the subnormal
         range (ocp_int8: i/64, so 1 + 1/64 follows 1) the subnormal spacing 2^(emin - mantissa_bits)."""
         return 2.0 ** (max(self.emin, 0) - self.mantissa_bits)
 
-    @property
+    @functools.cached_property
     def flush_threshold(self) -> float:
         """|x| at or below this rounds to zero (to nearest): half the smallest subnormal.
 
@@ -174,7 +176,7 @@ class Format:
         """
         return self.smallest_subnormal / 2 if self.has_zero else 0.0
 
-    @property
+    @functools.cached_property
     def overflow_threshold(self) -> float:
         """|x| at or above this overflows when rounding to nearest: max + half an ulp of max
         (in a saturating format, it is clamped to max from there on)."""

@@ -117,7 +117,7 @@ class ScalingState:
         top = float(np.float32(amax) * s)  # max |x * scale|: the rounding is monotonic (errstate: the decorator's)
         codes, codes32, under = self._round(x32, s, top, backend, op, direction, target)
         sat = 0
-        if not top < _limits(self.fmt)[1]:
+        if not top < _beyond_threshold(self.fmt):
             a_s = xp.abs(x32) * s
             thr = self.fmt.overflow_threshold
             beyond = (a_s >= thr) if self.fmt.has_inf else (a_s > thr)  # e4m3fn rounds the tie itself to max
@@ -138,7 +138,7 @@ class ScalingState:
         if type(backend) in _FAST_BACKENDS and not ENGINE_ROUNDING and isinstance(x32, np.ndarray) \
                 and not math.isnan(top):
             bytes_now = bool(HOOKS) and type(backend) is NumpyBackend
-            codes, codes32, under = scaled_fp8(x32, s, self.fmt, saturate=not top <= _limits(self.fmt)[0],
+            codes, codes32, under = scaled_fp8(x32, s, self.fmt, saturate=not top <= self.fmt.max,
                                                codes=bytes_now)
             if type(backend) is NumpyF32Backend:  # its storage is the float32 values
                 codes = codes32
@@ -270,16 +270,6 @@ def _scale_str(scale) -> str:
 def _beyond_threshold(f: Format) -> float:
     """Scaled magnitudes below this cannot saturate."""
     return f.overflow_threshold if f.has_inf else math.nextafter(f.overflow_threshold, math.inf)
-
-
-_LIMITS: dict = {}  # format name -> (max, _beyond_threshold): Format computes them on every read
-
-
-def _limits(f: Format) -> tuple[float, float]:
-    lim = _LIMITS.get(f.name)
-    if lim is None:
-        lim = _LIMITS[f.name] = (f.max, _beyond_threshold(f))
-    return lim
 
 
 def _max_nan(a: float, b: float) -> float:
