@@ -124,6 +124,12 @@ def stop_workers(pool) -> None:
         if p.is_alive():
             p.kill()
             p.join()
+    # Let the pool's manager thread finish closing its wake-up pipe now: at interpreter exit,
+    # concurrent.futures (Python < 3.12) writes to that pipe unless it is closed already, and a
+    # close racing that write printed an OSError traceback after a stopped sweep.
+    manager = getattr(pool, "_executor_manager_thread", None)
+    if manager is not None:
+        manager.join(timeout=10)
 
 
 def run_all(specs: list[RunSpec], executor=None, *, env=None, on_start=None, on_done=None, progress=None) -> dict:
