@@ -86,7 +86,7 @@ def test_cancellation_and_zeros(arch, fmt):
 @pytest.mark.parametrize("arch,fmt", CASES)
 def test_subnormal_products_and_tiny_accumulator(arch, fmt):
     np_t = _NP[fmt]
-    tiny = float(np.finfo(np_t).smallest_subnormal) if fmt != "tf32" else 2.0**-140
+    tiny = float(ml_dtypes.finfo(np_t).smallest_subnormal) if fmt != "tf32" else 2.0**-140
     rng = np.random.default_rng(4)
     a = (rng.integers(1, 8, (4, 40)) * tiny).astype(np_t)
     b = (rng.integers(-8, 8, (40, 4)) * tiny * 2**rng.integers(0, 4, (40, 4))).astype(np_t)
