@@ -4,6 +4,7 @@ against a direct count, Four Over Six against exact rationals, the KV-cache roll
 full forward); the CLI and the table."""
 
 import dataclasses
+import functools
 import json
 import math
 from fractions import Fraction as Q
@@ -24,12 +25,17 @@ from fpsim.experiments.findings import (
     kahan,
     lossscale,
     mismatch,
+    mxlayernorm,
     mxscale,
     nvfp4round,
+    outliers,
     overflow,
     promotion,
+    proxies,
+    ptq,
     sqrt3,
     table,
+    unitscaling,
 )
 from fpsim.experiments.gradnoise import GradientNoiseMonitor
 from fpsim.lowp import BlockScaling
@@ -38,21 +44,59 @@ from fpsim.tools import reproduce
 RUNNABLE = [n for n, f in FINDINGS.items() if f.available()]
 
 
+@functools.cache
+def _quick(name: str):
+    """The finding's quick run on seed 0, as ``fpsim reproduce NAME --quick`` makes it: made once in
+    this module and read by every test of a quick run here (the tests never change it)."""
+    return get_finding(name).reproduce(quick=True, seeds=(0,))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", RUNNABLE)
 def test_each_quick_run_gives_its_numbers_and_a_verdict(name):
-    r = get_finding(name).reproduce(quick=True, seeds=(0,))
+    r = _quick(name)
     assert r.name == name and r.quick and r.seeds == (0,)
     assert r.verdict in VERDICTS and r.reason and r.measured
     assert r.numbers and all(isinstance(v, float) for v in r.numbers.values())
     assert get_finding(name).verdict(r.numbers) == (r.verdict, r.reason)
+    assert r.seconds < 60  # "in seconds": the quick runs are what the tests and a first look use
 
 
 def test_the_block_format_findings_reproduce_their_sources_in_quick_runs():
     """What the sources report is what fpsim measures: these three are deterministic and fast."""
-    assert mxscale.run(True).verdict == "reproduced"
-    assert fouroversix.run(True).verdict == "reproduced"
-    assert nvfp4round.run(True).verdict == "reproduced"
+    assert _quick(mxscale.NAME).verdict == "reproduced"
+    assert _quick(fouroversix.NAME).verdict == "reproduced"
+    assert _quick(nvfp4round.NAME).verdict == "reproduced"
+
+
+@pytest.mark.parametrize("finding", [proxies, outliers])
+def test_the_finding_module_is_the_registered_finding(finding):
+    assert FINDINGS[finding.NAME] is finding.FINDING
+
+
+def test_unit_scaling_quick_run():
+    r = _quick(unitscaling.NAME)
+    assert r.verdict == "partly" and r.numbers["steps"] == 10
+    assert r.numbers["plain_grad_output_flushed"] > 0.3 > r.numbers["unit_grad_output_flushed"]
+    assert all(math.isfinite(r.numbers[f"{k}_mean"]) for k in unitscaling.RATIOS)
+    assert set(r.series) == {"fp8-delayed", "scale-1 start", "fixed scale 1", "unit-scaled, fixed scale 1"}
+
+
+def test_mx_layernorm_quick_run():
+    r = _quick(mxlayernorm.NAME)
+    assert r.verdict in ("not at this scale", "partly", "reproduced") and r.numbers["steps"] == 15
+    assert all(math.isfinite(r.numbers[f"{a}_final_loss"]) for a in mxlayernorm.ARMS)
+    assert set(r.series) == set(mxlayernorm.ARMS)
+
+
+@pytest.mark.slow
+def test_ptq_quick_run():
+    r = _quick(ptq.NAME)
+    assert r.verdict == "partly" and list(r.series["steps"]) == [0, 5, 10, 15, 20]
+    # the summary from the per-seed curves: early rise = increase at the middle less that at step 5
+    assert r.numbers["mxfp4_early_rise"] == pytest.approx(r.series["mxfp4"][0, 2] - r.series["mxfp4"][0, 1])
+    assert r.numbers["fp32_loss_at_20"] < r.numbers["fp32_loss_at_0"]
+    assert all(math.isfinite(v) for v in r.numbers.values())
 
 
 # ---- the verdict rules, on fixed inputs -----------------------------------------------------------

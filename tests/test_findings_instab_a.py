@@ -1,23 +1,13 @@
-"""Issue 31's findings 1 and 4 (``small-scale-proxies``, ``outliers-and-kurtosis``): the quick runs
-give numbers and a verdict in seconds; each verdict rule on fixed inputs; the LR sensitivity,
+"""The findings ``small-scale-proxies`` and ``outliers-and-kurtosis`` (their quick runs are tested in
+test_findings.py, with every finding's): each verdict rule on fixed inputs; the LR sensitivity,
 the edge of stability and the rank correlation against hand computations; the BOS task and the
 planted activation."""
 
 import numpy as np
 import pytest
 
-from fpsim.experiments.findings import FINDINGS, outliers, proxies
+from fpsim.experiments.findings import outliers, proxies
 from fpsim.experiments.tinygpt import BOS, SEP, TinyGPTTask
-
-
-@pytest.mark.parametrize("finding", [proxies, outliers])
-def test_the_quick_run_gives_numbers_and_its_verdict_in_seconds(finding):
-    r = finding.run(True, (0,))
-    assert FINDINGS[finding.NAME] is finding.FINDING
-    assert r.quick and r.seeds == (0,) and r.measured and r.reason
-    assert all(isinstance(v, float) for v in r.numbers.values())
-    assert finding.verdict(r.numbers) == (r.verdict, r.reason)
-    assert r.seconds < 60
 
 
 class _Seen(Exception):

@@ -1,6 +1,6 @@
 """Issue 31's findings 2, 3 and 5 (unit scaling, the MX LayerNorm instability proxy, PTQ against
 training length): the scaled ops and the fixed fp8 scale against float64 references, the
-verdict rules on fixed inputs, and each finding's quick run."""
+verdict rules on fixed inputs (their quick runs are tested in test_findings.py, with every finding's)."""
 
 import math
 
@@ -222,13 +222,6 @@ def test_unit_scaling_verdict(numbers, verdict):
 
 
 @pytest.mark.slow
-def test_unit_scaling_quick_run():
-    r = unitscaling.run(quick=True, seeds=(0,))
-    assert r.verdict == "partly" and r.numbers["steps"] == 10
-    assert r.numbers["plain_grad_output_flushed"] > 0.3 > r.numbers["unit_grad_output_flushed"]
-    assert all(math.isfinite(r.numbers[f"{k}_mean"]) for k in unitscaling.RATIOS)
-    assert set(r.series) == {"fp8-delayed", "scale-1 start", "fixed scale 1", "unit-scaled, fixed scale 1"}
-
 
 # ---- the MX "bump" scale rule against float64 ------------------------------------------------------
 
@@ -319,12 +312,6 @@ def test_student_teacher_data_is_fixed_by_the_data_seed():
     assert np.abs(y - h).max() < 0.05 and np.std(y - h) == pytest.approx(0.005, rel=0.3)
 
 
-def test_mx_layernorm_quick_run():
-    r = mxlayernorm.run(quick=True, seeds=(0,))
-    assert r.verdict in ("not at this scale", "partly", "reproduced") and r.numbers["steps"] == 15
-    assert all(math.isfinite(r.numbers[f"{a}_final_loss"]) for a in mxlayernorm.ARMS)
-    assert set(r.series) == set(mxlayernorm.ARMS)
-
 
 # ---- PTQ along training ----------------------------------------------------------------------------
 
@@ -383,11 +370,3 @@ def test_ptq_verdict(numbers, verdict):
     assert ptq.verdict(numbers)[0] == verdict
 
 
-@pytest.mark.slow
-def test_ptq_quick_run():
-    r = ptq.run(quick=True, seeds=(0,))
-    assert r.verdict == "partly" and list(r.series["steps"]) == [0, 5, 10, 15, 20]
-    # the summary from the per-seed curves: early rise = increase at the middle less that at step 5
-    assert r.numbers["mxfp4_early_rise"] == pytest.approx(r.series["mxfp4"][0, 2] - r.series["mxfp4"][0, 1])
-    assert r.numbers["fp32_loss_at_20"] < r.numbers["fp32_loss_at_0"]
-    assert all(math.isfinite(v) for v in r.numbers.values())

@@ -1,6 +1,6 @@
 """The reference task's default runs, trained once per test process and shared.
 
-``test_experiments``, ``test_bf16_updates`` and ``test_quoted_numbers`` all read full 150-step
+``test_experiments``, ``test_bf16_updates`` and ``test_fp8`` read full 150-step
 runs of the reference task (seed 0, the defaults of ``fpsim compare``).  Each recipe is trained
 once per process here, by the same ``compare`` the command calls; a recipe trains alone exactly as
 it trains beside others (every run starts from the same weights and data; ``test_determinism``
