@@ -39,7 +39,7 @@ except ImportError:
     sys.exit("try_numba_kernels.py needs numba: pip install numba (it is not a dependency of fpsim)")
 
 import fpsim.backend
-from fpsim.formats import bf16kernels, kernels
+from fpsim.formats import kernels
 
 U32 = np.uint32
 
@@ -258,13 +258,12 @@ def time_kernels(rounds: int = 15) -> None:
         "f16: fpsim kernels.f32_to_f16": kernels.f32_to_f16,
         "f16: numpy astype": lambda x: x.astype(np.float16),
         "bf16: numba": nb_f32_to_bf16,
-        "bf16: fpsim bf16kernels.f32_to_bf16": bf16kernels.f32_to_bf16,
         "bf16: ml_dtypes astype": lambda x: x.astype(ml_dtypes.bfloat16),
         "widen f16: numba (arithmetic, branches)": lambda h: nb_f16_to_f32(h, "bits"),
         "widen f16: numba (table gather)": nb_f16_to_f32,
         "widen f16: fpsim kernels.f16_to_f32": kernels.f16_to_f32,
         "widen f16: numpy astype": lambda h: h.astype(np.float32),
-        "widen bf16: fpsim bf16kernels.bf16_to_f32": bf16kernels.bf16_to_f32,
+        "widen bf16: ml_dtypes astype": lambda h: h.astype(np.float32),
     }
     for n in (10**6, 65536):
         reps = 5 if n > 100000 else 40
