@@ -371,3 +371,41 @@ def test_the_default_backend_comes_from_the_environment():
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ("ValueError the environment variable FPSIM_BACKEND='tpu' names no backend; "
                                   "known: numpy, numpy-f32, cupy")
+
+
+# ---- bfloat16: ml_dtypes' own casts ------------------------------------------------------------
+
+
+def _bf16_patterns():
+    """Every float32 high half (each sign, exponent and kept mantissa, subnormals, inf and NaN) with
+    low halves at and around the rounding boundary and a few random ones."""
+    hi = np.arange(65536, dtype=np.uint32) << 16
+    lows = np.r_[[0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF], np.random.default_rng(0).integers(0, 65536, 4)]
+    return (hi[:, None] | lows.astype(np.uint32)[None, :]).ravel().view(np.float32)
+
+
+@pytest.mark.parametrize("name", ["numpy", "numpy-f32"])
+def test_backends_round_and_widen_bfloat16_as_ml_dtypes(name):
+    """Both backends' bfloat16 rounding and widening are ml_dtypes' casts, bit for bit: ties to
+    even, carries into the next binade and into inf, subnormals, NaN."""
+    be = B.get_backend(name)
+    x = _bf16_patterns()
+    with np.errstate(all="ignore"):
+        want = x.astype(ml_dtypes.bfloat16)
+    stored = be.round(x, get_format("bfloat16"))
+    assert np.array_equal(be.to_f32(stored).view(np.uint32), want.astype(np.float32).view(np.uint32))
+    if name == "numpy":
+        assert stored.dtype == ml_dtypes.bfloat16 and np.array_equal(stored.view(np.uint16), want.view(np.uint16))
+
+
+@pytest.mark.parametrize("size", [6, 60_000])
+@pytest.mark.parametrize("fmt", ["bfloat16", "float8_e4m3fn", "float8_e5m2"])
+def test_float32_roundings_by_ml_dtypes_raise_no_floating_point_flags(fmt, size):
+    """The numpy backend rounds float32 into bfloat16 / fp8 with ml_dtypes' cast outside
+    ``np.errstate``: overflow, inf and NaN must not warn (or raise, with numpy's flags set to raise)."""
+    x = np.resize(np.array([3.4e38, -3.4e38, np.inf, np.nan, 1e-45, 1.0], np.float32), size)
+    with np.errstate(all="raise"):
+        stored = B.get_backend("numpy").round(x, get_format(fmt))
+    with np.errstate(all="ignore"):
+        want = x.astype(get_format(fmt).dtype)
+    assert np.array_equal(stored.view(np.uint8), want.view(np.uint8))
