@@ -9,6 +9,9 @@ skipped on the float32 carrier.  ``FPSIM_BACKEND=numpy-f32 pytest`` runs the who
 Each test process (and, through the environment, the processes it starts: lab kernels, --jobs
 workers) runs with glibc's allocator thresholds that ``fpsim`` commands set
 (``fpsim.tools.allocator``): the training steps the tests run are faster, their bits the same.
+
+The longest modules are collected first (``LONGEST_FIRST``), so that pytest-xdist, handing out
+whole modules in collection order, never starts one of them last.
 """
 
 from __future__ import annotations
