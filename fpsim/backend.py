@@ -39,10 +39,21 @@ from .formats.kernels import (
     rne_round,
     snap_f16,
 )
-from .state import ENGINE_ROUNDING, blas_call, default_rng
+from . import numerics
+from .numerics import matmul_f32
+from .numerics.sums import reduced_axes as _axes
+from .state import ENGINE_ROUNDING, default_rng
 
 __all__ = ["Backend", "NumpyBackend", "NumpyF32Backend", "CupyBackend", "get_backend", "available", "BACKENDS",
            "DEFAULT_ENV"]
+
+
+def _grid(fmt: Format | None):
+    """(mantissa bits, the power of two that divides every value) of ``fmt`` - float16: (10,
+    2**-24) - or None where the format is not known (any float32 value)."""
+    if fmt is None:
+        return None
+    return fmt.mantissa_bits, 2.0 ** (fmt.emin - fmt.mantissa_bits)
 
 
 def _engine_aware(round_nearest):
@@ -113,9 +124,38 @@ class Backend(ABC):
         """z[idx] += g, adding where an index repeats (numpy's ``add.at``)."""
         self.xp.add.at(z, idx, g)
 
-    def matmul(self, a32, b32):
-        """float32 x float32 -> float32, accumulating in float32 (BLAS sgemm)."""
+    def matmul(self, a32, b32, fa: Format | None = None, fb: Format | None = None):
+        """float32 x float32 -> float32 (the GPU backend: cuBLAS sgemm, float32 accumulation in the
+        library's order).  ``fa`` / ``fb``: the formats the values are in, where known."""
         return self.xp.matmul(a32, b32)
+
+    # The reductions and elementary functions the ops compute in float32.  Here (the GPU
+    # backend) they are the array library's own - its order, its implementation; the numpy
+    # backends override them with fpsim's definitions (fpsim.numerics), the same on every machine.
+
+    def sum(self, x32, axis=None, keepdims: bool = False):
+        """float32 sum over ``axis`` of float32 values."""
+        return self.xp.asarray(x32.sum(axis=axis, dtype=self.xp.float32, keepdims=keepdims))
+
+    def mean(self, x32, axis=None, keepdims: bool = False):
+        """float32 sum over ``axis`` divided in float32 by the number of values."""
+        n = 1
+        for a in _axes(axis, x32.ndim):
+            n *= x32.shape[a]
+        return self.sum(x32, axis, keepdims) / self.xp.float32(n)
+
+    def exp(self, x32):
+        return self.xp.exp(x32)
+
+    def log(self, x32):
+        return self.xp.log(x32)
+
+    def tanh(self, x32):
+        return self.xp.tanh(x32)
+
+    def pow(self, x32, p):
+        """x32 ** p for a scalar p."""
+        return x32 ** self.xp.float32(p)
 
     def __repr__(self) -> str:
         return f"<backend {self.name}>"
@@ -149,10 +189,33 @@ class NumpyBackend(Backend):
 
     round = _engine_aware(_round_nearest)
 
-    def matmul(self, a32, b32):
-        """float32 x float32 -> float32 (BLAS sgemm) on fpsim's fixed BLAS thread count
-        (:func:`fpsim.state.blas_threads`): the bits of the K sum depend on it."""
-        return blas_call(np.matmul, a32, b32)
+    def matmul(self, a32, b32, fa: Format | None = None, fb: Format | None = None):
+        """The exact sums of the exact products, each rounded once to float32
+        (:func:`fpsim.numerics.matmul_f32`): the same bits on every BLAS, kernel and thread count.
+        ``fa`` / ``fb``, the operands' formats, let it skip the checks where every float64 sum is
+        exact (float16 values are multiples of 2**-24, for instance)."""
+        return matmul_f32(a32, b32, _grid(fa), _grid(fb))
+
+    def sum(self, x32, axis=None, keepdims: bool = False):
+        """The exact sum over ``axis``, rounded once to float32 (:func:`fpsim.numerics.sum_f32`)."""
+        return numerics.sum_f32(x32, axis, keepdims)
+
+    def mean(self, x32, axis=None, keepdims: bool = False):
+        """The exact sum rounded to float32, divided by the count in float32 (:func:`fpsim.numerics.mean_f32`)."""
+        return numerics.mean_f32(x32, axis, keepdims)
+
+    def exp(self, x32):
+        """Correctly rounded float32 (:mod:`fpsim.numerics.elementary`), as log, tanh and pow."""
+        return numerics.exp(x32)
+
+    def log(self, x32):
+        return numerics.log(x32)
+
+    def tanh(self, x32):
+        return numerics.tanh(x32)
+
+    def pow(self, x32, p):
+        return numerics.pow(x32, float(np.float32(p)))
 
     def round_saturating(self, x32, fmt: Format):
         if fmt.bits == 8 and x32.dtype == np.float32 and not ENGINE_ROUNDING:

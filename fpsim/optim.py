@@ -48,6 +48,7 @@ import numpy as np
 from .checks import check_finite, is_integer, is_real
 from .formats import F32, default_rng
 from .formats.survival import is_float_dtype
+from .numerics.scalars import powi
 from .statedict import Problems
 from .tensor import Tensor, no_grad, round_result, tensor
 
@@ -312,8 +313,8 @@ class Adam(Optimizer):
         v_new += v
         state["exp_avg_sq"].data = self._r(v_new, t, "exp_avg_sq")  # v + ((1 - b2) g) g: addcmul_
         m, v = f(state["exp_avg"].data), f(state["exp_avg_sq"].data)
-        step_size = self.lr / (1 - b1**step)
-        bc2_sqrt = math.sqrt(1 - b2**step)
+        step_size = self.lr / (1 - powi(b1, step))  # PyTorch: lr / (1 - beta1 ** step); correctly rounded here
+        bc2_sqrt = math.sqrt(1 - powi(b2, step))
         denom = f(self._r(xp.sqrt(v), t, "denom"))
         denom = f(self._r(denom / xp.float32(bc2_sqrt), t, "denom"))
         denom = f(self._r(denom + xp.float32(self.eps), t, "denom"))

@@ -38,7 +38,7 @@ from .. import nn, state, tensorcore
 from ..checks import is_integer
 from ..formats import SCALE_ROUNDINGS, get_block_format, get_format, quantize, round_to
 from ..formats.blockfast import fake_quantize
-from ..state import blas_call
+from ..numerics import matmul_f32
 from ..tensor import Tensor, promote, round_result
 from ..tensorcore import instruction
 from .swap import check_linear_args, linears_to_swap, share_linear
@@ -206,43 +206,15 @@ def _hadamard(seed: int, size: int) -> np.ndarray:
 
 def hadamard_transform(a32: np.ndarray, h: np.ndarray) -> np.ndarray:
     """Apply ``h`` (size x size) to every group of ``size`` consecutive rows of ``a32`` (the token
-    axis), zero-padding the last group: float32 in and out, each output the float32 rounding of
-    a float64 sum of +-a/4 (exact for all but the rarest inputs).
-
-    Where every such sum is exact in float64 - h's entries one power of two in magnitude, the
-    inputs finite, and in each group of ``size`` the largest and smallest non-zero magnitudes
-    within 2**(29 - log2 size) of each other, so that every partial sum in any order fits in 53
-    bits - the order cannot matter, and BLAS sums them (an all-zero sum made +0, as einsum's sums,
-    which start from a zeroed output, give).  Otherwise numpy's einsum sums them in its own loops,
-    the same order whatever the thread count."""
+    axis), zero-padding the last group: float32 in and out, each output the exact sum of
+    +-a/sqrt(size) rounded once to float32 (:func:`fpsim.numerics.matmul_f32`; h's entries are
+    one power of two in magnitude, so every float64 sum whose magnitudes span under
+    2**(29 - log2 size) is exact and needs no check)."""
     n = h.shape[0]
     t, c = a32.shape
     pad = -t % n
     a32 = (np.pad(a32, [(0, pad), (0, 0)]) if pad else np.ascontiguousarray(a32)).reshape(-1, n, c)
-    a, h64 = a32.astype(np.float64), h.astype(np.float64)
-    if _sums_exact(a32, h):
-        out = blas_call(np.matmul, h64, a)
-        out += 0.0  # -0 + 0 = +0: the only way the order shows when every sum is exact
-    else:
-        out = np.einsum("ij,gjc->gic", h64, a)
-    return out.reshape(t + pad, c).astype(np.float32)
-
-
-def _sums_exact(g32: np.ndarray, h: np.ndarray) -> bool:
-    """Whether every sum of ``h[i, j] * g32[k, j, c]`` over j is exact in float64 whatever the order:
-    each term a multiple of ulp(smallest non-zero |g|) * |h| and below 2 * 2**emax(|g|) * |h|, so
-    n terms need at most emax - emin + 24 + 1 + log2(n) bits (float32 subnormals: emin = -126)."""
-    mag = np.abs(h)
-    if not (mag.size and np.all(mag == mag.flat[0]) and np.frexp(mag.flat[0])[0] == 0.5):
-        return False
-    m = np.bitwise_and(g32.view(np.uint32), np.uint32(0x7FFFFFFF))
-    top = m.max(axis=1) >> np.uint32(23)
-    if top.size and top.max() == 255:  # inf or NaN
-        return False
-    m -= np.uint32(1)  # 0 wraps round to the largest: the smallest non-zero magnitude is the minimum
-    low = (m.min(axis=1) + np.uint32(1)) >> np.uint32(23)  # an all-zero group: 0
-    spread = top.astype(np.int32) - np.maximum(low, np.uint32(1)).astype(np.int32)
-    return bool(spread.size == 0 or spread.max() <= 29 - math.ceil(math.log2(h.shape[0])))
+    return matmul_f32(h, a32).reshape(t + pad, c)
 
 
 # --------------------------------------------------------------------------------------------
@@ -250,11 +222,12 @@ def _sums_exact(g32: np.ndarray, h: np.ndarray) -> bool:
 
 
 def gemm(a: np.ndarray, b: np.ndarray, accumulate=None, promote_every: int | None = None) -> np.ndarray:
-    """float32 ``a @ b``: exact float32 products, accumulated in float32 (BLAS), or in
+    """float32 ``a @ b``: exact products, their exact sum rounded once to float32
+    (:func:`fpsim.numerics.matmul_f32`), or accumulated in
     ``accumulate`` (a format name, or mantissa bits with float32's range) one product at a time
     along K, the partial sum added into a float32 total every ``promote_every`` products."""
     if accumulate is None:
-        return blas_call(np.matmul, a, b)
+        return matmul_f32(a, b)
     k = a.shape[1]
     total = np.zeros((a.shape[0], b.shape[1]), np.float32)
     part = np.zeros_like(total)
@@ -284,8 +257,8 @@ def gemm_tensor_core(a, b, arch: str, block: int, be=None, direction: str = "for
             part = tensorcore.matmul(ae[:, k0:k0 + block], bq[k0:k0 + block], arch=arch)
             total += part * (af[:, k0:k0 + 1] * bf[k0:k0 + 1, :])
     if be is not None and state.HOOKS:
-        exact = blas_call(np.matmul, ae.astype(np.float64) * af, bq.astype(np.float64) * bf)
-        round_result(exact.astype(np.float32), get_format("float32"), be, "block.linear.accumulate", direction,
+        exact = matmul_f32(ae.astype(np.float64) * af, bq.astype(np.float64) * bf)
+        round_result(exact, get_format("float32"), be, "block.linear.accumulate", direction,
                      stored=total, inputs=(ae, af, bq, bf))
     return total
 
@@ -356,7 +329,7 @@ def block_linear(x: Tensor, weight: Tensor, bias: Tensor | None, recipe: BlockSc
                 g_in, x_in = hadamard_transform(g2, h), hadamard_transform(x32, h)
             g_w, x_w = r.q(g_in, 0, grad=True), r.q(x_in, 0)  # along tokens: wgrad's K
         gw = be.asarray(_gemm(r, _t(g_w, True), x_w, be, "backward"))
-        gb = be.asarray(g2.sum(axis=0, dtype=np.float32)) if bias is not None else None
+        gb = be.asarray(be.sum(g2, 0)) if bias is not None else None
         return (gx, gw) if bias is None else (gx, gw, gb)
 
     return Tensor._from_op(round_result(out32, fmt, be, "block.linear", "forward"), fmt, ins, backward,

@@ -84,7 +84,7 @@ def fp8_linear(x: Tensor, weight: Tensor, bias: Tensor | None, meta: LinearScali
                 gx *= xp.float32(float(gq.scale_inv) * float(wq.scale_inv))  # gx is the GEMM's own new array
             gw = tensor_core_gemm(g2.T, x8.reshape(-1, x8.shape[-1]), f_bwd, f_fwd, be, tc, "fp8.linear", "backward")
             gw *= xp.float32(float(gq.scale_inv) * float(xq.scale_inv))
-            gb = g.reshape(-1, g.shape[-1]).sum(axis=0, dtype=xp.float32) if bias is not None else None
+            gb = be.sum(g.reshape(-1, g.shape[-1]), 0) if bias is not None else None
         return (gx, gw) if bias is None else (gx, gw, gb)
 
     return Tensor._from_op(round_result(out32, fmt, be, "fp8.linear", "forward", inputs=ins), fmt, ins, backward,

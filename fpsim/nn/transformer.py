@@ -25,6 +25,8 @@ import numpy as np
 
 from .. import ops
 from ..checks import check_finite, check_seed, is_real
+from ..numerics import exp, matmul_f32
+from ..numerics.random import normal
 from ..ops.norm import check_acc
 from ..tensor import Tensor, tensor
 from .modules import GELU, Linear, Module, Sequential, model_format
@@ -73,7 +75,7 @@ class Embedding(Module):
         self.num_embeddings = _positive_int(num_embeddings, "num_embeddings", "Embedding")
         self.dim = _positive_int(dim, "dim", "Embedding")
         rng = _generator(rng, seed, "Embedding")
-        self.weight = tensor(rng.standard_normal((num_embeddings, dim)) * std, fmt, requires_grad=True,
+        self.weight = tensor(normal(rng, (num_embeddings, dim)).astype(np.float64) * std, fmt, requires_grad=True,
                              backend=backend, name="weight")
 
     def forward(self, ids) -> Tensor:
@@ -160,7 +162,7 @@ class CausalSelfAttention(Module):
         be = q.backend
         q32, k32 = (np.asarray(be.to_numpy(a.f32()), dtype=np.float32) for a in (q, k))
         scale = np.float32(1.0 / math.sqrt(self.head_dim) if self.qk_scale is None else self.qk_scale)
-        s = np.abs(np.matmul(q32, np.swapaxes(k32, -1, -2)) * scale)
+        s = np.abs(matmul_f32(q32, np.swapaxes(k32, -1, -2)) * scale)
         self.max_logits.append(float(np.where(allowed, s, np.float32(0)).max()))
 
     def forward(self, x: Tensor) -> Tensor:
@@ -343,7 +345,9 @@ class TinyGPT(Module):
             for _ in range(new_tokens):
                 logits = self.decode(step_ids, caches, fused=fused)[:, -1].to("float32")
                 lp = logits.backend.to_numpy(ops.log_softmax(logits * (1.0 / temperature), axis=-1).f32())
-                cdf = np.cumsum(np.exp(lp.astype(np.float64)), axis=-1)
+                # float32 probabilities (correctly rounded exp), summed in float64 one after the
+                # other (cumsum's order is its definition): the same draw on every machine
+                cdf = np.cumsum(exp(lp).astype(np.float64), axis=-1)
                 tok = np.minimum((cdf < rng.random((len(cdf), 1)) * cdf[:, -1:]).sum(axis=-1), self.vocab_size - 1)
                 chosen.append(lp[np.arange(len(tok)), tok])
                 step_ids = tok[:, None].astype(arr.dtype)

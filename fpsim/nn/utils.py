@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from ..checks import is_real
+from ..backend import get_backend
 from ..tensor import Tensor, round_result
 
 __all__ = ["clip_grad_norm_"]
@@ -35,29 +36,20 @@ def _norm_order(norm_type) -> float:
     return p
 
 
-def _tensor_norm(g32, p: float, xp) -> np.float32:
-    """The p-norm of one gradient, accumulated in float32, as a host float32."""
-    a = xp.abs(g32)
+def _p_norm(a32, p: float, be) -> np.float32:
+    """The p-norm of float32 values: the largest |x| (p = inf), or (sum |x|**p)**(1/p) with each
+    power rounded to float32 and the sum exact, rounded once to float32 (the backend's sum and
+    pow: on the CPU, the same bits on every machine), as a host float32."""
+    a = be.xp.abs(a32)
     if p == math.inf:
-        n = a.max() if a.size else xp.float32(0)
+        n = a.max() if a.size else be.xp.float32(0)
     elif p == 1.0:
-        n = a.sum(dtype=xp.float32)
+        n = be.sum(a)
     elif p == 2.0:
-        n = xp.sqrt((a * a).sum(dtype=xp.float32))
+        n = be.xp.sqrt(be.sum(a * a))
     else:
-        n = (a ** xp.float32(p)).sum(dtype=xp.float32) ** xp.float32(1.0 / p)
+        n = be.pow(be.xp.asarray(be.sum(be.pow(a, p))), 1.0 / p)
     return np.float32(float(n))
-
-
-def _total_norm(norms: np.ndarray, p: float) -> np.float32:
-    """The p-norm of the per-tensor norms (float32): the norm of all gradients as one vector."""
-    if p == math.inf:
-        return np.float32(norms.max())
-    if p == 1.0:
-        return np.float32(norms.sum(dtype=np.float32))
-    if p == 2.0:
-        return np.float32(np.sqrt((norms * norms).sum(dtype=np.float32)))
-    return np.float32(np.float32((norms ** np.float32(p)).sum(dtype=np.float32)) ** np.float32(1.0 / p))
 
 
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite: bool = False) -> np.float32:
@@ -71,8 +63,10 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite: boo
 
     The numbers, as PyTorch computes them for float32 gradients:
 
-    - each gradient's p-norm is accumulated in float32 from its exact float32 values (numpy's
-      pairwise summation); the total is the p-norm of those per-tensor norms, in float32.
+    - each gradient's p-norm: the exact sum of |g|**2 (of |g|**p, each power rounded to float32)
+      rounded once to float32, then its square root (p-th root); the total is the p-norm of those
+      per-tensor norms, the same way.  (PyTorch's float32 sums follow its kernel's order; fpsim's
+      are exact, so the last bit can differ from PyTorch's.)
     - ``coef = max_norm / (total + 1e-6)``, evaluated as PyTorch evaluates a number divided by
       a tensor: ``float32(1 / float32(total + 1e-6)) * float32(max_norm)``, then clamped to
       ``<= 1`` (NaN stays NaN).  It is applied even when it is 1 (a no-op on finite values).
@@ -104,8 +98,8 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite: boo
     if not with_grad:
         return np.float32(0.0)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        norms = np.array([_tensor_norm(p.grad.f32(), p_order, p.backend.xp) for p in with_grad], dtype=np.float32)
-        total = _total_norm(norms, p_order)
+        norms = np.array([_p_norm(p.grad.f32(), p_order, p.backend) for p in with_grad], dtype=np.float32)
+        total = _p_norm(norms, p_order, get_backend("numpy"))  # the norm of the per-tensor norms
         if error_if_nonfinite and not np.isfinite(total):
             raise RuntimeError(
                 f"The total norm of order {p_order} for gradients from `parameters` is non-finite, so it cannot be "

@@ -1,7 +1,8 @@
 """Arithmetic and matrix products: + - * / neg pow, matmul, and linear (addmm) as one op.
 
-Matmul multiplies the low-precision inputs exactly and accumulates in float32 (BLAS sgemm on the
-widened inputs - what tensor cores and PyTorch CPU do), then rounds once.  Non-tensor operands
+Matmul multiplies the low-precision inputs exactly and sums the products exactly, rounding the sum
+once to float32 (:func:`fpsim.numerics.matmul_f32`: the same bits whatever BLAS the machine has),
+then once more into the output's format.  Non-tensor operands
 (Python numbers, numpy arrays) are constants: they enter the float32 computation as float32 and
 do not change the result's format - a float16 tensor times 1e-8 is float16, computed as
 float32(x) * float32(1e-8) and rounded once, as PyTorch does.
@@ -15,6 +16,7 @@ from numpy import broadcast_shapes as _broadcast_shapes
 
 from .. import state, tensorcore
 from ..formats import F32, Format, get_format
+from ..numerics import matmul_f32
 from ..tensor import Tensor, promote, round_result
 from .core import _autocast, _broadcast_pair, _const, _make, _op, _pair, _unbroadcast
 
@@ -64,10 +66,10 @@ def pow(x: Tensor, p) -> Tensor:
     if isinstance(p, Tensor) or not isinstance(p, numbers.Real):
         raise TypeError(f"pow takes a scalar exponent, got {type(p).__name__}")
     (x,) = _autocast("pow", x)
-    xp = x.backend.xp
+    be = x.backend
     x32 = x.f32()
-    p32 = xp.float32(p)
-    return _make(x32**p32, x.fmt, (x,), lambda g, out: (g * p32 * x32 ** (p32 - 1),), "pow")
+    p32 = be.xp.float32(p)
+    return _make(be.pow(x32, p32), x.fmt, (x,), lambda g, out: (g * p32 * be.pow(x32, p32 - 1),), "pow")
 
 
 # ------------------------------------------------------------------------------- matmul
@@ -77,8 +79,8 @@ def pow(x: Tensor, p) -> Tensor:
 def matmul(a, b, acc=None) -> Tensor:
     """a @ b for 2-d and batched (..., n, k) @ (..., k, m) operands.
 
-    Products of the low-precision inputs are exact in float32; they are summed in float32
-    (BLAS) and the result is rounded once.  ``acc="float16"`` (or any format) instead keeps
+    Products of the low-precision inputs are exact; their exact sum is rounded once to float32
+    (:func:`fpsim.numerics.matmul_f32`), then into the output's format.  ``acc="float16"`` (or any format) instead keeps
     a running sum in that format, rounding after every one of the k additions - swamping.
     Inside ``fpsim.tensorcore.emulate(arch)`` the sums (forward and both gradients) are that
     architecture's tensor-core accumulation instead (:func:`tensor_core_gemm`).
@@ -107,15 +109,15 @@ def matmul(a, b, acc=None) -> Tensor:
         bt, at = xp.swapaxes(b32, -1, -2), xp.swapaxes(a32, -1, -2)
         ga = tensor_core_gemm(g, bt, out.grad_fmt, b.fmt, be, tc, "matmul", "backward")
         gb = tensor_core_gemm(at, g, a.fmt, out.grad_fmt, be, tc, "matmul", "backward")
-        return _unbroadcast(ga, a.shape, xp), _unbroadcast(gb, b.shape, xp)
+        return _unbroadcast(ga, a.shape, be), _unbroadcast(gb, b.shape, be)
 
     return _make(out32, fmt, (a, b), backward, "matmul")
 
 
 @_op("weight", "bias?")
 def linear(x, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """x @ weight.T + bias as ONE op, like PyTorch's ``linear`` (addmm): float32 products and
-    accumulation, the bias added in float32, one rounding.  Under autocast all three inputs
+    """x @ weight.T + bias as ONE op, like PyTorch's ``linear`` (addmm): the exact product sums
+    rounded to float32, the bias added in float32, one rounding into the output's format.  Under autocast all three inputs
     are narrowed to the autocast format, as PyTorch does for ``linear``.  Inside
     ``fpsim.tensorcore.emulate(arch)`` the three GEMMs accumulate as that tensor core does."""
     if not isinstance(x, Tensor):
@@ -142,20 +144,21 @@ def linear(x, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         gx = tensor_core_gemm(g, w32, out.grad_fmt, weight.fmt, be, tc, "linear", "backward") if x.requires_grad \
             else None
         gw = tensor_core_gemm(g2.T, x32.reshape(-1, x32.shape[-1]), out.grad_fmt, x.fmt, be, tc, "linear", "backward")
-        gb = g2.sum(axis=0, dtype=xp.float32) if bias is not None else None
+        gb = be.sum(g2, axis=0) if bias is not None else None
         return (gx, gw) if bias is None else (gx, gw, gb)
 
     return _make(out32, fmt, ins, backward, "linear")
 
 
 def tensor_core_gemm(a32, b32, fa: Format, fb: Format, be, tc, op: str, direction: str):
-    """float32 ``a32 @ b32`` of values exactly in ``fa`` / ``fb``: float32 BLAS when ``tc`` is
-    None or its architecture has no instruction for that pair (float32 operands, say); otherwise
+    """float32 ``a32 @ b32`` of values exactly in ``fa`` / ``fb``: the exact sums rounded once
+    (the backend's ``matmul``) when ``tc`` is None or its architecture has no instruction for
+    that pair (float32 operands, say); otherwise
     ``tc`` = (architecture, promote_every) as :func:`fpsim.tensorcore.matmul` computes it, on the
     numpy backends.  The hooks see that accumulation as ONE rounding, op ``"<op>.accumulate"``
-    into float32: exact32 the float64 sum rounded to float32, stored the tensor core's result."""
+    into float32: exact32 the exact sum rounded to float32, stored the tensor core's result."""
     if tc is None or not tensorcore.takes(tc[0], fa.name, fb.name):
-        return be.matmul(a32, b32)
+        return be.matmul(a32, b32, fa, fb)
     if be.name not in ("numpy", "numpy-f32"):
         raise ValueError(f"tensor-core emulation runs on the numpy backends, not {be.name}")
     a, b = be.to_numpy(a32), be.to_numpy(b32)
@@ -166,7 +169,7 @@ def tensor_core_gemm(a32, b32, fa: Format, fb: Format, be, tc, op: str, directio
     if a.ndim == 2 and len(lead) > 1:
         a, out = a.reshape(*lead, a.shape[-1]), out.reshape(*lead, out.shape[-1])
     if state.HOOKS:
-        exact = state.blas_call(be.xp.matmul, a.astype("float64"), b.astype("float64")).astype("float32")
+        exact = matmul_f32(a, b)
         round_result(exact, F32, be, f"{op}.accumulate", direction, stored=be.asarray(out), inputs=(a32, b32))
     return be.asarray(out)
 

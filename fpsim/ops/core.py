@@ -166,13 +166,14 @@ def _broadcast_pair(a: Tensor, b: Tensor, op: str):
     return broadcast_to(a, shape), broadcast_to(b, shape)
 
 
-def _unbroadcast(g, shape, xp):
-    """Sum g (float32) down to ``shape`` over the axes broadcasting added or stretched."""
+def _unbroadcast(g, shape, be):
+    """Sum g (float32) down to ``shape`` over the axes broadcasting added or stretched (the
+    backend's sum: on the CPU, exact and rounded once)."""
     if tuple(g.shape) == tuple(shape):
         return g
     lead = g.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(shape) if n == 1 and g.shape[i + lead] != 1)
-    return g.sum(axis=axes, dtype=xp.float32).reshape(shape)
+    return be.sum(g, axes).reshape(shape)
 
 
 # --------------------------------------------------------------------------------- casting
@@ -195,7 +196,7 @@ def broadcast_to(x: Tensor, shape) -> Tensor:
         data = xp.broadcast_to(x.data, shape)
     except ValueError:
         raise ValueError(f"cannot broadcast shape {x.shape} to {shape}") from None
-    return _view(data, x.fmt, (x,), lambda g, out: (_unbroadcast(g, x.shape, xp),), "broadcast")
+    return _view(data, x.fmt, (x,), lambda g, out: (_unbroadcast(g, x.shape, x.backend),), "broadcast")
 
 
 def _norm_axes(axis, ndim):

@@ -1,5 +1,7 @@
 """Elementwise functions: exp, log, sqrt, tanh, sigmoid, relu, gelu, abs, masked_fill - each
-computed in float32 from the input's exact values and rounded once.
+computed in float32 from the input's exact values and rounded once.  exp, log and tanh are the
+backend's: on the CPU backends correctly rounded to float32 (:mod:`fpsim.numerics.elementary`),
+the same bits on every machine; sigmoid and gelu are their float32 formulas around them.
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ __all__ = ['exp', 'log', 'sqrt', 'tanh', 'sigmoid', 'relu', 'gelu', 'abs', 'mask
 @_op("x")
 def exp(x: Tensor) -> Tensor:
     (x,) = _autocast("exp", x)
-    return _make(x.backend.xp.exp(x.f32()), x.fmt, (x,), lambda g, out: (g * out.f32(),), "exp")
+    return _make(x.backend.exp(x.f32()), x.fmt, (x,), lambda g, out: (g * out.f32(),), "exp")
 
 
 @_op("x")
 def log(x: Tensor) -> Tensor:
     (x,) = _autocast("log", x)
     x32 = x.f32()
-    return _make(x.backend.xp.log(x32), x.fmt, (x,), lambda g, out: (g / x32,), "log")
+    return _make(x.backend.log(x32), x.fmt, (x,), lambda g, out: (g / x32,), "log")
 
 
 @_op("x")
@@ -40,14 +42,14 @@ def tanh(x: Tensor) -> Tensor:
         y = out.f32()
         return (g * (1 - y * y),)
 
-    return _make(x.backend.xp.tanh(x.f32()), x.fmt, (x,), backward, "tanh")
+    return _make(x.backend.tanh(x.f32()), x.fmt, (x,), backward, "tanh")
 
 
 @_op("x")
 def sigmoid(x: Tensor) -> Tensor:
     xp = x.backend.xp
     x32 = x.f32()
-    e = xp.exp(-xp.abs(x32))  # exp of a non-positive number only: no overflow for large |x|
+    e = x.backend.exp(-xp.abs(x32))  # exp of a non-positive number only: no overflow for large |x|
     s32 = xp.where(x32 >= 0, 1 / (1 + e), e / (1 + e))
 
     def backward(g, out):
@@ -90,7 +92,8 @@ def gelu(x: Tensor) -> Tensor:
     formula's, in its order; the passes write into arrays the op owns (``out=``), which changes
     no bit (each step is one correctly rounded float32 operation) and keeps the op's fresh
     arrays to three in the forward and two in the backward."""
-    xp = x.backend.xp
+    be = x.backend
+    xp = be.xp
     x32 = x.f32()
     c = xp.float32(_GELU_C)
     t = x32 * x32
@@ -98,7 +101,7 @@ def gelu(x: Tensor) -> Tensor:
     t *= xp.float32(0.044715)  # 0.044715 * x^3
     t += x32  # x + 0.044715 x^3
     t *= c  # u
-    t = xp.tanh(t, out=t) if t.ndim else xp.tanh(t)  # (a 0-d result is a numpy scalar: no out=)
+    t = be.tanh(t)
     out32 = t + 1
     out32 *= xp.float32(0.5) * x32  # (0.5 x) (1 + t)
 

@@ -72,13 +72,15 @@ def _low_moments(x32, axes, fmt, eps: float, be):
     return mean.reshape(keep), rstd.reshape(keep)
 
 
-def _moments(x32, axes, eps: float, xp):
+def _moments(x32, axes, eps: float, be):
     """Mean, 1/sqrt(var + eps) and x - mean over ``axes`` in float32 (two passes: the mean, then
-    the mean of squared deviations).  The deviations come back for the normalisation to reuse."""
-    mean = x32.mean(axis=axes, keepdims=True, dtype=xp.float32)
+    the mean of squared deviations; each sum exact, rounded once to float32, then divided).  The
+    deviations come back for the normalisation to reuse."""
+    xp = be.xp
+    mean = be.mean(x32, axes, True)
     d = x32 - mean
     sq = d * d
-    var = sq.mean(axis=axes, keepdims=True, dtype=xp.float32)
+    var = be.mean(sq, axes, True)
     return mean, xp.float32(1) / xp.sqrt(var + xp.float32(eps)), d
 
 
@@ -112,7 +114,7 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
     x32 = x.f32()
     acc_fmt = x.fmt if acc == "input" else acc
     if acc_fmt is None or acc_fmt == F32:  # float32 statistics: the ordinary kernel
-        mean, rstd, xhat = _moments(x32, axes, eps, xp)  # xhat holds x - mean here
+        mean, rstd, xhat = _moments(x32, axes, eps, be)  # xhat holds x - mean here
     else:
         mean, rstd = _low_moments(x32, axes, acc_fmt, eps, be)
         xhat = x32 - mean
@@ -125,27 +127,28 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
     else:
         out32 = xhat + bias.f32() if bias is not None else xhat
     return _make(out32, fmt, ins, _layer_norm_backward(xhat, rstd, w32, axes, weight is not None,
-                                                       bias is not None, xp), "layer_norm")
+                                                       bias is not None, be), "layer_norm")
 
 
-def _layer_norm_backward(xhat, rstd, w32, axes: tuple, dw: bool, db: bool, xp):
+def _layer_norm_backward(xhat, rstd, w32, axes: tuple, dw: bool, db: bool, be):
     """The fused backward of layer_norm, in float32 with the formula's operations in its order:
     gw = g w, dx = rstd ((gw - mean(gw)) - xhat mean(gw xhat)), dw = sum(g xhat), db = sum(g) -
     four reductions, and two temporaries the passes write into (never into g or what the
     forward saved: a retained graph runs its backward again)."""
     lead = tuple(range(xhat.ndim - len(axes)))
+    xp = be.xp
 
     def backward(g, out):
         gw = g * w32 if w32 is not None else g  # (g itself is never written into)
-        m1 = gw.mean(axis=axes, keepdims=True, dtype=xp.float32)
+        m1 = be.mean(gw, axes, True)
         tmp = gw * xhat
-        m2 = tmp.mean(axis=axes, keepdims=True, dtype=xp.float32)
+        m2 = be.mean(tmp, axes, True)
         grads = []
         if dw:
             xp.multiply(g, xhat, out=tmp)
-            grads.append(tmp.sum(axis=lead, dtype=xp.float32))
+            grads.append(be.sum(tmp, lead))
         if db:
-            grads.append(g.sum(axis=lead, dtype=xp.float32))
+            grads.append(be.sum(g, lead))
         if w32 is None:
             gx = gw - m1
         else:

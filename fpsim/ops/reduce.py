@@ -1,5 +1,6 @@
-"""Reductions: sum, mean, max.  Every reduction states its accumulation: float32 by default,
-or, for ``sum(acc=fmt)``, a running sum rounded into ``fmt`` after every addition (the
+"""Reductions: sum, mean, max.  Every reduction states its accumulation: by default the exact
+sum rounded once to float32 (the backend's ``sum``: on the CPU backends :func:`fpsim.numerics.sum_f32`,
+the same bits in every order), or, for ``sum(acc=fmt)``, a running sum rounded into ``fmt`` after every addition (the
 swamping lesson: counting by 1 stalls at 2048 in float16, 256 in bfloat16).
 """
 
@@ -14,7 +15,7 @@ __all__ = ['sum', 'mean', 'max']
 
 @_op("x")
 def sum(x: Tensor, axis=None, keepdims=False, acc=None) -> Tensor:  # noqa: A001
-    """Sum over ``axis``, accumulating in float32 - or, with ``acc=fmt``, in a running sum
+    """Sum over ``axis``: the exact sum rounded once to float32 - or, with ``acc=fmt``, a running sum
     rounded into ``fmt`` after every addition (to show swamping: counting by 1 stalls at
     2048 in float16, 256 in bfloat16)."""
     (x,) = _autocast("sum", x)
@@ -23,7 +24,7 @@ def sum(x: Tensor, axis=None, keepdims=False, acc=None) -> Tensor:  # noqa: A001
     axes = _norm_axes(axis, x.ndim)
     x32 = x.f32()
     if acc is None:
-        out32 = x32.sum(axis=axes, dtype=xp.float32, keepdims=keepdims)
+        out32 = be.sum(x32, axes, keepdims)
     else:
         accf = get_format(acc)
         moved = xp.moveaxis(x32, axes, tuple(range(len(axes))))
@@ -37,17 +38,18 @@ def sum(x: Tensor, axis=None, keepdims=False, acc=None) -> Tensor:  # noqa: A001
 
 @_op("x")
 def mean(x: Tensor, axis=None, keepdims=False) -> Tensor:
-    """Mean with a float32 sum and one float32 division, rounded once.  Its gradient is
+    """Mean: the exact sum rounded to float32, one float32 division, rounded once into x's format.  Its gradient is
     g / N: with N in the millions (dense prediction) that is where gradients get tiny.  The
     mean of nothing (N = 0) is NaN, as in PyTorch (0 / 0), with an empty gradient."""
     (x,) = _autocast("mean", x)
-    xp = x.backend.xp
+    be = x.backend
+    xp = be.xp
     axes = _norm_axes(axis, x.ndim)
     n = 1
     for a in axes:
         n *= x.shape[a]
     inv = xp.float32(1.0 / n) if n else xp.float32(xp.nan)
-    out32 = x.f32().sum(axis=axes, dtype=xp.float32, keepdims=keepdims) / xp.float32(n)
+    out32 = be.mean(x.f32(), axes, keepdims)
     return _make(out32, x.fmt, (x,), lambda g, out: (_expand_back(g * inv, x.shape, axes, keepdims, xp),), "mean")
 
 
@@ -61,7 +63,7 @@ def max(x: Tensor, axis=None, keepdims=False) -> Tensor:  # noqa: A001
 
     def backward(g, out):
         hit = (x32 == m).astype(xp.float32)
-        share = hit / hit.sum(axis=axes, keepdims=True)
+        share = hit / hit.sum(axis=axes, keepdims=True)  # a count: exact in any order
         return (_expand_back(g, x.shape, axes, keepdims, xp) * share,)
 
     out32 = m if keepdims else m.reshape(tuple(n for i, n in enumerate(x.shape) if i not in axes))

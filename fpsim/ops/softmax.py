@@ -28,14 +28,15 @@ def log_softmax(x: Tensor, axis=-1, stable: bool = True) -> Tensor:
     if not stable:
         return sub(x, log(_sum(exp(x), axis=axis, keepdims=True)))
     (x,) = _autocast("log_softmax", x)
-    xp = x.backend.xp
+    be = x.backend
+    xp = be.xp
     x32 = x.f32()
     z = _less_max(x32, axis, x.shape, "log_softmax")
-    out32 = z - xp.log(xp.exp(z).sum(axis=axis, keepdims=True, dtype=xp.float32))
+    out32 = z - be.log(be.sum(be.exp(z), axis, True))
 
     def backward(g, out):
-        d = xp.exp(out.f32())
-        d *= g.sum(axis=axis, keepdims=True, dtype=xp.float32)
+        d = be.exp(out.f32())
+        d *= be.sum(g, axis, True)
         return (xp.subtract(g, d, out=d),)  # g - exp(y) sum(g)
 
     return _make(out32, x.fmt, (x,), backward, "log_softmax")
@@ -50,19 +51,16 @@ def softmax(x: Tensor, axis=-1, stable: bool = True) -> Tensor:
         e = exp(x)
         return div(e, _sum(e, axis=axis, keepdims=True))
     (x,) = _autocast("softmax", x)
-    xp = x.backend.xp
+    be = x.backend
+    xp = be.xp
     x32 = x.f32()
-    e = _less_max(x32, axis, x.shape, "softmax")
-    if e is not x32:  # x - max is the op's own array: exp in place (the same bits as a fresh result)
-        xp.exp(e, out=e)
-    else:
-        e = xp.exp(e)
-    e /= e.sum(axis=axis, keepdims=True, dtype=xp.float32)  # e is the op's own array
+    e = be.exp(_less_max(x32, axis, x.shape, "softmax"))
+    e /= be.sum(e, axis, True)  # e is the op's own array
 
     def backward(g, out):
         y = out.f32()
         d = g * y
-        s = d.sum(axis=axis, keepdims=True, dtype=xp.float32)
+        s = be.sum(d, axis, True)
         xp.subtract(g, s, out=d)
         d *= y
         return (d,)  # y (g - sum(g y)), one temporary
@@ -94,10 +92,11 @@ def mse_loss(pred: Tensor, target) -> Tensor:
     if target.shape != pred.shape:
         raise ValueError(f"mse_loss: prediction shape {pred.shape} and target shape {target.shape} differ")
     pred, target = _autocast("mse_loss", pred, target)
-    xp = pred.backend.xp
+    be = pred.backend
+    xp = be.xp
     d = pred.f32() - target.f32()
     n = d.size
-    out32 = (d * d).sum(dtype=xp.float32) / xp.float32(n)
+    out32 = be.mean(d * d)
     scale = xp.float32(2.0 / n)
     return _make(out32, pred.fmt if weak else promote(pred.fmt, target.fmt), (pred, target),
                  lambda g, out: (g * scale * d, -(g * scale * d)), "mse_loss")

@@ -1,0 +1,22 @@
+"""Layer 1: the arithmetic whose results fpsim defines itself, the same bits on every machine.
+
+A float32 sum's bits depend on the order it is added in, which numpy and the BLAS choose by
+CPU (blocking, vector width, fused multiply-adds, threads); numpy's float32 exp, log and tanh
+have one implementation per instruction set.  fpsim does not inherit those choices:
+
+- ``matmul.py``   :func:`matmul_f32`: every product exact, their exact sum rounded once to float32;
+- ``sums.py``     :func:`sum_f32`, :func:`mean_f32`: the exact sum of float32 values, rounded once;
+- ``elementary.py`` :func:`exp`, :func:`log`, :func:`tanh`, :func:`log1p`, :func:`expm1`, :func:`pow`:
+  correctly rounded to float32 (and cos, sin);
+- ``checked.py``  the test that lets a float64 library result stand in for the exact one;
+- ``exactsum.py`` exact sums of float64 terms (TwoSum trees, ``math.fsum``) for what the test leaves open;
+- ``highprec.py`` the rare elementary-function values decided with Python's ``decimal``.
+
+numpy and the BLAS still do the work; they only no longer decide the bits.
+"""
+
+from .elementary import cos, exp, expm1, log, log1p, pow, sin, tanh
+from .matmul import matmul_f32
+from .sums import mean_f32, sum_f32
+
+__all__ = ["matmul_f32", "sum_f32", "mean_f32", "exp", "log", "tanh", "log1p", "expm1", "cos", "sin", "pow"]

@@ -1,0 +1,100 @@
+"""Sums that no library's order can change: the exact sum of float32 values, rounded once.
+
+numpy's ``sum`` adds in an order of its own (pairwise blocks for a contiguous axis, one element
+at a time along a strided one, buffered chunks for several axes), and float32 addition is not
+associative, so the bits of a float32 sum are numpy's choice.  fpsim defines a reduction's
+result instead as the EXACT sum of the values, rounded once to float32 (to nearest, ties to
+even; an exact zero is +0).  It is computed fast: the float64 sum of the float32 values is
+within gamma_(n-1) * sum|x| of the exact sum whatever the order (``checked.gamma``); where that
+interval rounds to one float32 number, that is the answer; the few sums it leaves open are
+summed exactly (``exactsum.round_rows``).  With ``grid`` - what is known of the values' format,
+(mantissa bits, a power of two that divides every value), as 2**-24 divides every float16 - a
+float64 sum whose sum|x| stays below 2**53 * that power is exact in any order, and nothing needs
+checking.
+
+inf and NaN follow IEEE arithmetic, which no order changes: NaN if any value is NaN or both
++inf and -inf occur, else the infinity (NaN comes out as the one positive quiet NaN).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .checked import gamma, round_within
+from .exactsum import round_rows
+
+__all__ = ["sum_f32", "mean_f32", "reduced_axes"]
+
+
+def reduced_axes(axis, ndim: int) -> tuple:
+    """``axis`` (None, an int or a tuple, negative allowed) as a sorted tuple of axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (tuple, list)):
+        return tuple(sorted(a % ndim if ndim else a for a in axis))
+    return (axis % ndim if ndim else axis,)
+
+
+def sum_f32(x, axis=None, keepdims: bool = False, grid=None) -> np.ndarray:
+    """The exact sum of float32 (or narrower) ``x`` over ``axis``, rounded once to float32.
+
+    ``axis``/``keepdims`` as numpy's.  Returns a float32 array (0-d for a full reduction, as
+    ``np.float32`` scalars are awkward to write into).  ``grid``: optional (mantissa bits,
+    quantum) of the format the values are in, as :func:`fpsim.numerics.matmul_f32` takes it; only
+    the speed depends on it (see the module docstring)."""
+    x = np.asarray(x)
+    axes = reduced_axes(axis, x.ndim)
+    n = 1
+    for a in axes:
+        n *= x.shape[a]
+    x64 = x.astype(np.float64)
+    s = x64.sum(axis=axes, keepdims=keepdims)
+    if n <= 1:  # one value (or none: +0) is its own sum: exact
+        return np.asarray((s + 0.0).astype(np.float32))
+    t = np.abs(x64, out=x64).sum(axis=axes, keepdims=keepdims)  # sum |x|, for the bound
+    del x64
+    with np.errstate(over="ignore", invalid="ignore"):
+        if grid is not None:
+            exact = t < 2.0**53 * grid[1]
+        else:
+            exact = None
+        out, ok = round_within(s, t * (2 * gamma(n - 1) * (1 + 2.0**-30)))  # round_within decides within w / 2
+    if exact is not None:
+        ok |= exact & np.isfinite(s)
+        out = np.where(exact & np.isfinite(s), (s + 0.0).astype(np.float32), out) if exact.any() else out
+    if not ok.all():
+        _settle(x, axes, keepdims, s, out, ~ok)
+    return np.asarray(out, dtype=np.float32)
+
+
+def _settle(x, axes, keepdims, s, out, todo) -> None:
+    """The sums ``round_within`` left open, exactly; inf and NaN by IEEE's rules."""
+    lead = [i for i in range(x.ndim) if i not in axes]
+    rows = np.moveaxis(x, axes, tuple(range(x.ndim - len(axes), x.ndim))).reshape(
+        tuple(x.shape[i] for i in lead) + (-1,))
+    flat_out = out.reshape(-1)
+    flat_s = s.reshape(-1)
+    flat_todo = np.flatnonzero(todo.reshape(-1))
+    rows = rows.reshape(-1, rows.shape[-1])
+    bad = ~np.isfinite(flat_s[flat_todo])
+    if bad.any():  # NaN or inf: the same whatever the order (only NaN's sign varies: made +NaN)
+        b = flat_todo[bad]
+        v = flat_s[b].astype(np.float32)
+        v[np.isnan(v)] = np.float32(np.nan)
+        flat_out[b] = v
+    fin = flat_todo[~bad]
+    if fin.size:
+        flat_out[fin] = round_rows(rows[fin].astype(np.float64))
+
+
+def mean_f32(x, axis=None, keepdims: bool = False, grid=None) -> np.ndarray:
+    """:func:`sum_f32` divided by the number of values in float32 (two roundings: the sum, then
+    the quotient), as a float32 kernel's mean is; the mean of nothing is NaN (0 / 0)."""
+    x = np.asarray(x)
+    axes = reduced_axes(axis, x.ndim)
+    n = 1
+    for a in axes:
+        n *= x.shape[a]
+    s = sum_f32(x, axis, keepdims, grid)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(s / np.float32(n), dtype=np.float32)
