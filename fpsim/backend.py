@@ -27,6 +27,7 @@ from abc import ABC, abstractmethod
 import ml_dtypes
 import numpy as np
 
+from . import numerics
 from .formats import Format, cast
 from .formats.kernels import (
     F16_BITS_MIN_SIZE,
@@ -39,7 +40,6 @@ from .formats.kernels import (
     rne_round,
     snap_f16,
 )
-from . import numerics
 from .numerics import matmul_f32
 from .numerics.sums import reduced_axes as _axes
 from .state import ENGINE_ROUNDING, default_rng
@@ -206,16 +206,16 @@ class NumpyBackend(Backend):
 
     def exp(self, x32):
         """Correctly rounded float32 (:mod:`fpsim.numerics.elementary`), as log, tanh and pow."""
-        return numerics.exp(x32)
+        return numerics.exp_f32(x32)
 
     def log(self, x32):
-        return numerics.log(x32)
+        return numerics.log_f32(x32)
 
     def tanh(self, x32):
-        return numerics.tanh(x32)
+        return numerics.tanh_f32(x32)
 
     def pow(self, x32, p):
-        return numerics.pow(x32, float(np.float32(p)))
+        return numerics.pow_f32(x32, float(np.float32(p)))
 
     def round_saturating(self, x32, fmt: Format):
         if fmt.bits == 8 and x32.dtype == np.float32 and not ENGINE_ROUNDING:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .numerics import matmul_f32, tanh
+from .numerics import matmul_f32, tanh_f32
 from .numerics.random import normal
 
 __all__ = ["lowrank_autoencoder", "classification_blobs"]
@@ -25,7 +25,7 @@ def lowrank_autoencoder(n: int = 16384, dim: int = 64, rank: int = 4, seed: int 
     rng = np.random.default_rng(seed)
     basis = normal(rng, (dim, rank), 0.5)
     z = normal(rng, (n, rank))
-    return np.float32(amplitude) * tanh(matmul_f32(z, basis.T))
+    return np.float32(amplitude) * tanh_f32(matmul_f32(z, basis.T))
 
 
 def classification_blobs(n: int = 1024, dim: int = 16, classes: int = 4, seed: int = 0):

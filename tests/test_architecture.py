@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent / "fpsim"
 # Layer of every module, from the ground up (ARCHITECTURE.md); a module may import its
 # own layer and the ones below, never a higher one.
 LAYERS = [
-    ("ground", ["fpsim.state", "fpsim.formats", "fpsim.textable", "fpsim.checks", "fpsim.tensorcore",
+    ("ground", ["fpsim.state", "fpsim.numerics", "fpsim.formats", "fpsim.textable", "fpsim.checks", "fpsim.tensorcore",
                 "fpsim.tensorcore_fp8"]),
     ("core", ["fpsim.backend", "fpsim.tensor", "fpsim.ops"]),
     ("modules", ["fpsim.statedict", "fpsim.nn", "fpsim.optim", "fpsim.amp", "fpsim.checkpoint"]),

@@ -29,7 +29,6 @@ cancels exactly in dY^T H^T H X).  The bias gradient is summed in float32 from t
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np

@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import ops
 from ..checks import check_finite, check_seed, is_real
-from ..numerics import exp, matmul_f32
+from ..numerics import exp_f32, matmul_f32
 from ..numerics.random import normal
 from ..ops.norm import check_acc
 from ..tensor import Tensor, tensor
@@ -347,7 +347,7 @@ class TinyGPT(Module):
                 lp = logits.backend.to_numpy(ops.log_softmax(logits * (1.0 / temperature), axis=-1).f32())
                 # float32 probabilities (correctly rounded exp), summed in float64 one after the
                 # other (cumsum's order is its definition): the same draw on every machine
-                cdf = np.cumsum(exp(lp).astype(np.float64), axis=-1)
+                cdf = np.cumsum(exp_f32(lp).astype(np.float64), axis=-1)
                 tok = np.minimum((cdf < rng.random((len(cdf), 1)) * cdf[:, -1:]).sum(axis=-1), self.vocab_size - 1)
                 chosen.append(lp[np.arange(len(tok)), tok])
                 step_ids = tok[:, None].astype(arr.dtype)

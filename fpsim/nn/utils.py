@@ -16,8 +16,8 @@ import math
 
 import numpy as np
 
-from ..checks import is_real
 from ..backend import get_backend
+from ..checks import is_real
 from ..tensor import Tensor, round_result
 
 __all__ = ["clip_grad_norm_"]

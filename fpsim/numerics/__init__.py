@@ -6,7 +6,7 @@ have one implementation per instruction set.  fpsim does not inherit those choic
 
 - ``matmul.py``   :func:`matmul_f32`: every product exact, their exact sum rounded once to float32;
 - ``sums.py``     :func:`sum_f32`, :func:`mean_f32`: the exact sum of float32 values, rounded once;
-- ``elementary.py`` :func:`exp`, :func:`log`, :func:`tanh`, :func:`log1p`, :func:`expm1`, :func:`pow`:
+- ``elementary.py`` :func:`exp_f32`, :func:`log_f32`, :func:`tanh_f32`, :func:`log1p_f32`, :func:`expm1_f32`, :func:`pow_f32`:
   correctly rounded to float32 (and cos, sin);
 - ``checked.py``  the test that lets a float64 library result stand in for the exact one;
 - ``exactsum.py`` exact sums of float64 terms (TwoSum trees, ``math.fsum``) for what the test leaves open;
@@ -15,8 +15,9 @@ have one implementation per instruction set.  fpsim does not inherit those choic
 numpy and the BLAS still do the work; they only no longer decide the bits.
 """
 
-from .elementary import cos, exp, expm1, log, log1p, pow, sin, tanh
+from .elementary import cos_f32, exp_f32, expm1_f32, log1p_f32, log_f32, pow_f32, sin_f32, tanh_f32
 from .matmul import matmul_f32
 from .sums import mean_f32, sum_f32
 
-__all__ = ["matmul_f32", "sum_f32", "mean_f32", "exp", "log", "tanh", "log1p", "expm1", "cos", "sin", "pow"]
+__all__ = ["matmul_f32", "sum_f32", "mean_f32", "exp_f32", "log_f32", "tanh_f32", "log1p_f32", "expm1_f32", "cos_f32",
+           "sin_f32", "pow_f32"]

@@ -25,7 +25,7 @@ import numpy as np
 from . import highprec
 from .checked import round_within
 
-__all__ = ["exp", "log", "tanh", "log1p", "expm1", "cos", "sin", "pow", "REL_MARGIN"]
+__all__ = ["exp_f32", "log_f32", "tanh_f32", "log1p_f32", "expm1_f32", "cos_f32", "sin_f32", "pow_f32", "REL_MARGIN"]
 
 REL_MARGIN = 2.0**-46  # the float64 value must lie this far (relative) from a float32 halfway point
 
@@ -52,43 +52,43 @@ def _correctly_rounded(x, f64, exact_fn) -> np.ndarray:
     return out
 
 
-def exp(x) -> np.ndarray:
+def exp_f32(x) -> np.ndarray:
     """e**x of float32 ``x``, correctly rounded to float32."""
-    return _correctly_rounded(x, np.exp, highprec.exp_f32)
+    return _correctly_rounded(x, np.exp, highprec.exp_decimal)
 
 
-def log(x) -> np.ndarray:
+def log_f32(x) -> np.ndarray:
     """The natural logarithm of float32 ``x``, correctly rounded (log 0 = -inf, log of a negative
     number NaN)."""
-    return _correctly_rounded(x, np.log, highprec.log_f32)
+    return _correctly_rounded(x, np.log, highprec.log_decimal)
 
 
-def tanh(x) -> np.ndarray:
+def tanh_f32(x) -> np.ndarray:
     """tanh of float32 ``x``, correctly rounded to float32."""
-    return _correctly_rounded(x, np.tanh, highprec.tanh_f32)
+    return _correctly_rounded(x, np.tanh, highprec.tanh_decimal)
 
 
-def log1p(x) -> np.ndarray:
+def log1p_f32(x) -> np.ndarray:
     """log(1 + x) of float32 ``x`` (exact for tiny x), correctly rounded to float32."""
-    return _correctly_rounded(x, np.log1p, highprec.log1p_f32)
+    return _correctly_rounded(x, np.log1p, highprec.log1p_decimal)
 
 
-def expm1(x) -> np.ndarray:
+def expm1_f32(x) -> np.ndarray:
     """e**x - 1 of float32 ``x`` (exact for tiny x), correctly rounded to float32."""
-    return _correctly_rounded(x, np.expm1, highprec.expm1_f32)
+    return _correctly_rounded(x, np.expm1, highprec.expm1_decimal)
 
 
-def cos(x) -> np.ndarray:
+def cos_f32(x) -> np.ndarray:
     """cos of float32 ``x`` (radians), correctly rounded to float32."""
-    return _correctly_rounded(x, np.cos, highprec.cos_f32)
+    return _correctly_rounded(x, np.cos, highprec.cos_decimal)
 
 
-def sin(x) -> np.ndarray:
+def sin_f32(x) -> np.ndarray:
     """sin of float32 ``x`` (radians), correctly rounded to float32."""
-    return _correctly_rounded(x, np.sin, highprec.sin_f32)
+    return _correctly_rounded(x, np.sin, highprec.sin_decimal)
 
 
-def pow(x, p) -> np.ndarray:  # noqa: A001 - numpy's name
+def pow_f32(x, p) -> np.ndarray:  # noqa: A001 - numpy's name
     """x**p of float32 ``x`` and a real scalar ``p``, correctly rounded to float32.
 
     p = 1, 2, 0.5 and -1 are one IEEE operation each (x, x * x, sqrt, 1 / x), correctly rounded
@@ -109,4 +109,4 @@ def pow(x, p) -> np.ndarray:  # noqa: A001 - numpy's name
             return np.sqrt(x)
         if p == -1:
             return np.float32(1) / x
-    return _correctly_rounded(x, lambda v: np.power(v, p), lambda v: highprec.pow_f32(v, p))
+    return _correctly_rounded(x, lambda v: np.power(v, p), lambda v: highprec.pow_decimal(v, p))

@@ -66,18 +66,18 @@ def _is_even(r):
     return (r.view(np.uint32) & 1) == 0
 
 
-def round_pairs(h, l):
-    """float32 of the exact sums h + l of float64 pairs with h = fl(h + l) (a TwoSum's output),
-    to nearest, ties to even.  If h is not halfway between two float32 numbers, h + l rounds as
-    h does (|l| <= ulp(h) / 2, and a halfway point other than h is a float64 at least that far
-    from h); if it is, the sign of l says which side, and l = 0 is a true tie."""
+def round_pairs(h, tail):
+    """float32 of the exact sums h + tail of float64 pairs with h = fl(h + tail) (a TwoSum's output),
+    to nearest, ties to even.  If h is not halfway between two float32 numbers, h + tail rounds as
+    h does (|tail| <= ulp(h) / 2, and a halfway point other than h is a float64 at least that far
+    from h); if it is, the sign of tail says which side, and tail = 0 is a true tie."""
     with np.errstate(over="ignore"):
         r = h.astype(np.float32)
     rd = r.astype(np.float64)
     out = r.copy()
     # h at the overflow threshold rounds (a tie, to "even" 2**128) to inf: back to the largest
-    # finite float32 if l pulls the sum below it
-    at = (np.abs(h) == _THRESHOLD) & (l * h < 0)
+    # finite float32 if tail pulls the sum below it
+    at = (np.abs(h) == _THRESHOLD) & (tail * h < 0)
     out[at] = np.copysign(np.float32(_F32_MAX), h[at]).astype(np.float32)
     off = (rd != h) & np.isfinite(rd)  # h itself is not a float32: maybe a halfway point
     if off.any():
@@ -88,17 +88,17 @@ def round_pairs(h, l):
         on = hh == (rdi + other) / 2  # exact: the mean of two neighbours has 25 bits
         if on.any():
             j = idx[on]
-            # past the midpoint, away from r: the other neighbour; a tie (l = 0) was rounded to
+            # past the midpoint, away from r: the other neighbour; a tie (tail = 0) was rounded to
             # even by astype already
-            away = (l[j] > 0) & (h[j] > rd[j]) | (l[j] < 0) & (h[j] < rd[j])
+            away = (tail[j] > 0) & (h[j] > rd[j]) | (tail[j] < 0) & (h[j] < rd[j])
             with np.errstate(over="ignore"):
                 out[j] = np.where(away, other[on].astype(np.float32), r[j])
     return out
 
 
-def _round_bounded(h, l, beta):
-    """(float32 rounding, decided) for sums known to lie in [h + l - beta, h + l + beta], with
-    (h, l) a TwoSum pair.  Decided where no halfway point, nor the overflow threshold, lies in
+def _round_bounded(h, tail, beta):
+    """(float32 rounding, decided) for sums known to lie in [h + tail - beta, h + tail + beta], with
+    (h, tail) a TwoSum pair.  Decided where no halfway point, nor the overflow threshold, lies in
     that interval."""
     with np.errstate(over="ignore"):
         r = h.astype(np.float32)
@@ -113,7 +113,7 @@ def _round_bounded(h, l, beta):
     # the distances to the halfway points, each rounded once (a relative error of at most 2**-53)
     d_up = m_up - h
     d_dn = h - m_dn
-    slack = (beta + np.abs(l)) * (1 + 2.0**-50)
+    slack = (beta + np.abs(tail)) * (1 + 2.0**-50)
     ok_up = (d_up > slack) | (np.isinf(m_up) & (m_up > 0))
     ok_dn = (d_dn > slack) | (np.isinf(m_dn) & (m_dn < 0))
     return r, ok_up & ok_dn & (r != 0)  # a zero's sign needs the sum's: left to fsum
@@ -175,17 +175,17 @@ def round_rows(terms: np.ndarray) -> np.ndarray:
 def _round_chunk(t):
     s1, e1 = _tree(t)
     s2, e2 = _tree(e1)
-    h, l = _two_sum(s1, s2)
+    h, tail = _two_sum(s1, s2)
     exact = ~(e2 != 0).any(axis=1)
     out = np.empty(t.shape[0], np.float32)
     if exact.any():
-        out[exact] = round_pairs(h[exact], l[exact])
+        out[exact] = round_pairs(h[exact], tail[exact])
     out[exact & (h == 0)] = 0  # an exact zero has no sign: +0 (a tiny negative sum rounds to -0)
     rest = ~exact
     if rest.any():
         idx = np.flatnonzero(rest)
         beta = np.abs(e2[idx]).sum(axis=1) * (1 + 2.0**-30)
-        r, ok = _round_bounded(h[idx], l[idx], beta)
+        r, ok = _round_bounded(h[idx], tail[idx], beta)
         out[idx[ok]] = r[ok]
         for i in idx[~ok]:
             out[i] = _fsum_row(t[i])

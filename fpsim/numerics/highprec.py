@@ -18,7 +18,7 @@ from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["to_f32", "exp_f32", "log_f32", "tanh_f32", "log1p_f32", "expm1_f32", "pow_f32", "cos_f32", "sin_f32"]
+__all__ = ["to_f32", "exp_decimal", "log_decimal", "tanh_decimal", "log1p_decimal", "expm1_decimal", "pow_decimal", "cos_decimal", "sin_decimal"]
 
 _DIGITS = 50
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -67,13 +67,13 @@ def _frac(d: Decimal) -> Fraction:
     return Fraction(d)
 
 
-def exp_f32(x: float) -> np.float32:
+def exp_decimal(x: float) -> np.float32:
     with localcontext() as ctx:
         ctx.prec = _DIGITS
         return to_f32(Decimal(x).exp())
 
 
-def log_f32(x: float) -> np.float32:
+def log_decimal(x: float) -> np.float32:
     if x <= 0 or not math.isfinite(x):
         return np.float32(np.log(np.float64(x)))
     with localcontext() as ctx:
@@ -81,14 +81,14 @@ def log_f32(x: float) -> np.float32:
         return to_f32(Decimal(x).ln())
 
 
-def tanh_f32(x: float) -> np.float32:
+def tanh_decimal(x: float) -> np.float32:
     with localcontext() as ctx:
         ctx.prec = _DIGITS + _extra(x) + 5
         e = (2 * Decimal(x)).exp()
         return to_f32((e - 1) / (e + 1))
 
 
-def log1p_f32(x: float) -> np.float32:
+def log1p_decimal(x: float) -> np.float32:
     if x <= -1 or not math.isfinite(x):
         return np.float32(np.log1p(np.float64(x)))
     with localcontext() as ctx:
@@ -96,13 +96,13 @@ def log1p_f32(x: float) -> np.float32:
         return to_f32((1 + Decimal(x)).ln())
 
 
-def expm1_f32(x: float) -> np.float32:
+def expm1_decimal(x: float) -> np.float32:
     with localcontext() as ctx:
         ctx.prec = _DIGITS + _extra(x) + 5
         return to_f32(Decimal(x).exp() - 1)
 
 
-def pow_f32(x: float, p: float) -> np.float32:
+def pow_decimal(x: float, p: float) -> np.float32:
     """x**p: exact (fractions) for an integer p, else decimal's exp(p ln |x|)."""
     if p == int(p) and abs(p) <= 4096:
         if x == 0 and p < 0:
@@ -156,13 +156,13 @@ def _sin_cos(x: float, prec: int) -> tuple[Decimal, Decimal]:
         return s, c
 
 
-def cos_f32(x: float) -> np.float32:
+def cos_decimal(x: float) -> np.float32:
     if not math.isfinite(x):
         return np.float32(np.nan)
     return to_f32(_sin_cos(x, _DIGITS)[1])
 
 
-def sin_f32(x: float) -> np.float32:
+def sin_decimal(x: float) -> np.float32:
     if not math.isfinite(x):
         return np.float32(np.nan)
     if abs(x) < 1e-30:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .elementary import cos, log, sin
+from .elementary import cos_f32, log_f32, sin_f32
 
 __all__ = ["normal"]
 
@@ -29,11 +29,11 @@ def normal(rng: np.random.Generator, size, scale: float = 1.0) -> np.ndarray:
     bits = rng.integers(0, 2**24, size=(2, m), dtype=np.int64)
     u1 = ((bits[0] + 1).astype(np.float32) * np.float32(2.0**-24))  # (0, 1]: log u1 is finite
     u2 = bits[1].astype(np.float32) * np.float32(2.0**-24)  # [0, 1)
-    r = np.sqrt(np.float32(-2) * log(u1))
+    r = np.sqrt(np.float32(-2) * log_f32(u1))
     t = _TWO_PI * u2
     z = np.empty(2 * m, np.float32)
-    z[0::2] = r * cos(t)
-    z[1::2] = r * sin(t)
+    z[0::2] = r * cos_f32(t)
+    z[1::2] = r * sin_f32(t)
     z = z[:n].reshape(shape)
     if scale != 1.0:
         z = z * np.float32(scale)

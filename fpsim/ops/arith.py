@@ -132,7 +132,6 @@ def linear(x, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if bias is not None and bias.shape != (weight.shape[0],):
         raise ValueError(f"linear: bias shape {bias.shape} does not fit weight shape {weight.shape}")
     be = x.backend
-    xp = be.xp
     x32, w32 = x.f32(), weight.f32()
     tc = state.tensor_core()
     out32 = tensor_core_gemm(x32, w32.T, x.fmt, weight.fmt, be, tc, "linear", "forward")

@@ -110,7 +110,6 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
     bias = ins[-1] if bias is not None else None
     fmt = promote(*(t.fmt for t in ins))
     be = x.backend
-    xp = be.xp
     x32 = x.f32()
     acc_fmt = x.fmt if acc == "input" else acc
     if acc_fmt is None or acc_fmt == F32:  # float32 statistics: the ordinary kernel
