@@ -241,3 +241,84 @@ def check_against_torch(fp_fn, torch_fn, inputs, fmt: str, *, grads=True, fwd_re
         assert t.grad is not None, f"input {i} got no gradient"
         shares[f"grad {i}"] = _agreement(t.grad.numpy(), want, fmt, f"{fmt} gradient of input {i}", min_identical)
     return shares
+
+
+# ------------------------------------------------------------------ fpsim's definitions, written out
+# The engine's sums are exact sums rounded once to float32, its exp / log / tanh correctly rounded
+# float32 values (fpsim.numerics).  These references compute the same from the definition, with
+# exact rationals and float64, never with fpsim: tests/test_numerics.py checks fpsim.numerics
+# itself on the hard cases (ties, cancellation, halfway points) against fractions and mpmath.
+
+
+def rne_f32(q) -> np.float32:
+    """The float32 nearest to the exact number q (a Fraction or int), ties to even; +-inf from the
+    overflow threshold up; an exact 0 is +0, a tiny negative q rounds to -0."""
+    from fractions import Fraction
+
+    q = Fraction(q)
+    if q == 0:
+        return np.float32(0.0)
+    sign, a = (-1 if q < 0 else 1), abs(q)
+    big = Fraction(float(np.finfo(np.float32).max))
+    if a >= big + Fraction(2) ** 103:
+        return np.float32(sign * np.inf)
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    e = e if Fraction(2) ** e <= a else e - 1
+    e = max(e, -126)
+    ulp = Fraction(2) ** (e - 23)
+    k, rem = divmod(a, ulp)
+    if rem * 2 > ulp or (rem * 2 == ulp and k % 2 == 1):
+        k += 1
+    return np.float32(sign * float(k * ulp))
+
+
+def exact_sum_f32(x, axis=None, keepdims: bool = False) -> np.ndarray:
+    """The exact sum of float32 values over ``axis`` (fractions), rounded once to float32; inf
+    and NaN by IEEE's rules (NaN if any NaN or +inf meets -inf)."""
+    from fractions import Fraction
+
+    x = np.asarray(x, dtype=np.float32)
+    axes = tuple(range(x.ndim)) if axis is None else ((axis,) if np.isscalar(axis) else tuple(axis))
+    axes = tuple(a % x.ndim for a in axes)
+    moved = np.moveaxis(x, axes, tuple(range(x.ndim - len(axes), x.ndim)))
+    lead = moved.shape[: x.ndim - len(axes)]
+    rows = moved.reshape(lead + (-1,)).reshape(-1, int(np.prod(moved.shape[len(lead):], dtype=int)))
+    out = []
+    for r in rows:
+        if np.isnan(r).any() or (np.isposinf(r).any() and np.isneginf(r).any()):
+            out.append(np.float32(np.nan))
+        elif np.isinf(r).any():
+            out.append(np.float32(r[np.isinf(r)][0]))
+        else:
+            out.append(rne_f32(sum((Fraction(float(v)) for v in r), Fraction(0))))
+    res = np.array(out, np.float32).reshape(lead)
+    if keepdims:
+        res = res.reshape(tuple(1 if i in axes else n for i, n in enumerate(x.shape)))
+    return res
+
+
+def exact_mean_f32(x, axis=None, keepdims: bool = False) -> np.ndarray:
+    """:func:`exact_sum_f32` divided by the count in float32 (two roundings, as the engine's mean)."""
+    x = np.asarray(x, dtype=np.float32)
+    axes = tuple(range(x.ndim)) if axis is None else ((axis,) if np.isscalar(axis) else tuple(axis))
+    n = int(np.prod([x.shape[a] for a in axes], dtype=int))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(exact_sum_f32(x, axis, keepdims) / np.float32(n), np.float32)
+
+
+def exact_matmul_f32(a, b) -> np.ndarray:
+    """2-d a @ b: every product exact, their exact sum (fractions) rounded once to float32."""
+    from fractions import Fraction
+
+    fa = [[Fraction(float(v)) for v in row] for row in np.asarray(a, np.float32)]
+    fb = [[Fraction(float(v)) for v in col] for col in np.asarray(b, np.float32).T]
+    return np.array([[rne_f32(sum((p * q for p, q in zip(r, c)), Fraction(0))) for c in fb] for r in fa],
+                    np.float32).reshape(len(fa), len(fb))
+
+
+def cr_f32(f64_fn, x) -> np.ndarray:
+    """f64_fn (numpy's float64 exp, log, tanh, ...) of float32 x, rounded to float32: the correctly
+    rounded value but in about one case in two million, which the fixed inputs of the tests avoid
+    (tests/test_numerics.py checks the engine's own functions on random inputs against mpmath)."""
+    with np.errstate(all="ignore"):
+        return f64_fn(np.asarray(x, np.float32).astype(np.float64)).astype(np.float32)

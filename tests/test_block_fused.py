@@ -9,6 +9,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from block_reference import MX_ELEM, blocks_1d, blocks_2d, fp8_block, mx_block, nvfp4_block, nvfp4_tensor_scale
+from helpers import exact_matmul_f32
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -247,56 +248,23 @@ def test_element_kernels_on_float32_patterns(elem):
 
 
 def test_hadamard_transform_sums():
-    """hadamard_transform against its definition: where the group's sums are exact in float64,
-    the exact sum (math.fsum, correctly rounded, is exact there) rounded to float32; elsewhere
-    numpy's einsum of the float64 operands, as the transform has always summed them - including
-    zeros of both signs, float32 subnormals and inf."""
-    from fpsim.lowp.block import _sums_exact
-
+    """hadamard_transform against its definition: each output the exact sum of h[i, j] * a[j]
+    over the group (fractions), rounded once to float32 - whatever the spread of magnitudes,
+    including zeros of both signs, float32 subnormals, a cancellation of 2**60, and inf."""
     rng = np.random.default_rng(12)
-    paths = set()
     for spread, shape in ((4, (37, 3)), (20, (32, 4)), (60, (40, 3)), (140, (21, 2))):
         a = (rng.standard_normal(shape) * 2.0 ** rng.integers(-spread, spread + 1, shape)).astype(np.float32)
         a[rng.random(shape) < 0.2] = 0.0
         a[rng.random(shape) < 0.1] = -0.0
         a[0, 0] = 1e-44 if spread > 20 else a[0, 0]
+        a[1, 0], a[2, 0] = (2.0**60, -(2.0**60)) if spread == 60 else (a[1, 0], a[2, 0])
         for h in (hadamard_matrix(spread), hadamard_matrix(spread).T.copy()):
             got = hadamard_transform(a, h)
             n, (t, c) = h.shape[0], a.shape
             padded = np.zeros((t + (-t % n), c), np.float32)
             padded[:t] = a
-            groups = padded.reshape(-1, n, c)
-            paths.add(_sums_exact(groups, h))
-            if _sums_exact(groups, h):
-                want = np.array([[[math.fsum(float(h[i, j]) * float(groups[g, j, k]) for j in range(n)) + 0.0
-                                   for k in range(c)] for i in range(n)] for g in range(len(groups))], np.float32)
-            else:
-                want = np.einsum("ij,gjc->gic", h.astype(np.float64), groups.astype(np.float64)).astype(np.float32)
-            assert np.array_equal(bits(got), bits(want.reshape(-1, c))), spread
-    assert paths == {True, False}
+            want = np.concatenate([exact_matmul_f32(h, g) for g in padded.reshape(-1, n, c)])
+            assert np.array_equal(bits(got), bits(want)), spread
     a = np.ones((16, 2), np.float32)
     a[3, 1] = np.inf
     assert np.isinf(hadamard_transform(a, hadamard_matrix(0))[:, 1]).all()
-
-
-def test_hadamard_blas_path_only_where_every_sum_is_exact():
-    """The order-free path is taken where the group's magnitudes span at most 2**25 (29 bits less
-    log2(16)), never beyond, never with inf or NaN, never for an h whose entries are not one power
-    of two; beyond, einsum's sums are kept."""
-    from fpsim.lowp.block import _sums_exact
-
-    h = hadamard_matrix(0)
-    g = np.zeros((1, 16, 3), np.float32)
-    g[0, 0], g[0, 5] = 2.0**10, 2.0**-15  # spread 25: exact
-    assert _sums_exact(g, h)
-    g[0, 5] = 2.0**-16  # spread 26
-    assert not _sums_exact(g, h)
-    g[0, 5] = 1e-45  # a float32 subnormal: exponent -126 for this purpose
-    assert not _sums_exact(g, h)
-    assert _sums_exact(np.zeros((2, 16, 3), np.float32), h)
-    assert not _sums_exact(np.full((1, 16, 1), np.inf, np.float32), h)
-    assert not _sums_exact(np.ones((1, 8, 1), np.float32), hadamard_matrix(0, 8))  # entries 8**-0.5
-    a = np.zeros((16, 1), np.float32)
-    a[0], a[1], a[2] = 2.0**60, 1.0, -(2.0**60)
-    want = np.einsum("ij,gjc->gic", h.astype(np.float64), a.reshape(1, 16, 1).astype(np.float64))
-    assert np.array_equal(hadamard_transform(a, h)[:, 0], want.reshape(-1).astype(np.float32))

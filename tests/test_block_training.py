@@ -5,6 +5,7 @@ and without promotion; lowp.convert with a BlockScaling and recipe errors."""
 
 import numpy as np
 import pytest
+from helpers import exact_sum_f32
 
 import fpsim
 from fpsim import nn
@@ -85,7 +86,7 @@ def test_forward_and_gradients_match_the_float64_reference(name):
     xq = q64(x, r.format, -1, block=r.block, **kw)
     wq = q64(w, r.format, -1, block=r.weight_block if r.weight_block is not None else r.block, **kw)
     assert_float32_sum(y, out, np.hstack([xq, np.ones((len(x), 1))]), np.hstack([wq, b[:, None]]).T)
-    assert np.array_equal(db, g.sum(0, dtype=np.float32))
+    assert np.array_equal(db, exact_sum_f32(g, 0))
     assert np.allclose(dx, rdx, rtol=1e-5, atol=1e-9) and np.allclose(dw, rdw, rtol=1e-5, atol=1e-9)
     assert np.abs(db - rdb).max() < 1e-6
 

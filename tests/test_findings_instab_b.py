@@ -68,11 +68,13 @@ def test_unit_linear_against_float64():
     np.testing.assert_allclose(x.grad.f32(), g64 @ w / math.sqrt(24), rtol=2e-6, atol=2e-6)
     np.testing.assert_allclose(layer.linear.weight.grad.f32(), g64.T @ x64, rtol=2e-6, atol=2e-5)
     np.testing.assert_allclose(layer.bias.grad.f32(), g64.sum(0), rtol=2e-6, atol=2e-5)
-    # the weights: N(0, 1) drawn in float64 from the seed (after the bias-free Linear's own draw), bias zeros
+    # the weights: N(0, 1) drawn by fpsim's normal (Box-Muller on the seed's integers; its own test
+    # is in test_numerics) after the bias-free Linear's own draw; bias zeros
+    from fpsim.numerics.random import normal
+
     rng3 = np.random.default_rng(3)
     rng3.uniform(size=(24, 48))
-    assert np.array_equal(nn.UnitLinear(48, 24, seed=3).linear.weight.f32(),
-                          rng3.standard_normal((24, 48)).astype(np.float32))
+    assert np.array_equal(nn.UnitLinear(48, 24, seed=3).linear.weight.f32(), normal(rng3, (24, 48)))
     assert not nn.UnitLinear(48, 24, seed=3).bias.f32().any()
 
 

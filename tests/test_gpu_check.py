@@ -33,9 +33,11 @@ def test_no_gpu_says_so_and_exits_0(capsys):
     assert "NO GPU HERE" in out and "Nothing was compared" in out and "--stand-in" in out
 
 
-def test_stand_in_quick_all_exact(tmp_path, capsys):
+def test_stand_in_quick_holds_every_bound(tmp_path, capsys):
     """The command the suite runs: every op, format and gradient, and the reference task under
-    fp32 / fp16-dynamic / bf16-master, numpy vs the stand-in: bit-identical everywhere."""
+    fp32 / fp16-dynamic / bf16-master, numpy vs the stand-in CupyBackend(xp=numpy): the exact
+    ops bit-identical, the others - summed in numpy's order with numpy's exp, where the numpy
+    backend's sums are exact and its exp correctly rounded - within their bounds."""
     path = tmp_path / "check.json"
     assert cli.main(["gpu-check", "--stand-in", "--quick", "--json", str(path)]) == 0
     out = capsys.readouterr().out
@@ -44,12 +46,12 @@ def test_stand_in_quick_all_exact(tmp_path, capsys):
     ops = res["ops"]
     assert {o["fmt"] for o in ops} == {"float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
     assert {"matmul", "linear", "exp", "gelu", "log_softmax", "mse_loss", "cast to float8_e4m3fn"} <= {o["op"] for o in ops}
-    assert all(o["mismatches"] == 0 and o["max_ulp"] == 0 for o in ops)
+    assert all(o["mismatches"] == 0 and o["max_ulp"] == 0 for o in ops if o["kind"] == "exact")
+    assert any(o["mismatches"] for o in ops if o["kind"] != "exact")  # numpy's order is not fpsim's
     assert sum(o["n"] for o in ops if o["kind"] == "exact") > 10_000
     assert [t["recipe"] for t in res["task"]] == ["fp32", "fp16-dynamic", "bf16-master"]
     for t in res["task"]:
-        assert t["ref_losses"] == t["dev_losses"] and len(t["ref_losses"]) == 3 and t["max_rel_diff"] == 0.0
-        assert t["count_n_mismatch"] == 0 and t["count_worst"] == [] and t["count_keys"] > 20
+        assert t["ok"] and len(t["ref_losses"]) == 3 and t["max_rel_diff"] < 1e-3, t["recipe"]
 
 
 def test_every_part_on_the_strict_stand_in_all_exact():
@@ -84,8 +86,8 @@ def test_op_sweep_catches_a_wrong_rounding():
 class _SloppyMatmul(GuardBackend):
     """A device whose matmul is off by 1%: the task check must see it in the loss curves."""
 
-    def matmul(self, a32, b32):
-        return super().matmul(a32, b32) * np.float32(1.01)
+    def matmul(self, a32, b32, fa=None, fb=None):
+        return super().matmul(a32, b32, fa, fb) * np.float32(1.01)
 
 
 def test_task_check_catches_a_wrong_matmul():

@@ -1,7 +1,8 @@
 """The ops whose float32 passes write into arrays the op owns (gelu, layer_norm, softmax,
-log_softmax, mul with a constant, Adam): bit for bit against the formula as written before, one
-fresh numpy float32 temporary per operation in the same order, rounded once by ml_dtypes into
-float32 / float16 / bfloat16 - forward and every gradient, on both numpy backends.  A second
+log_softmax, mul with a constant, Adam): bit for bit against the formula as written out, one
+fresh numpy float32 temporary per operation in the same order (tanh and exp correctly rounded,
+every sum exact and rounded once: fpsim's definitions, from tests/helpers.py), rounded once by
+ml_dtypes into float32 / float16 / bfloat16 - forward and every gradient, on both numpy backends.  A second
 backward through a retained graph gives the same bits (the backward writes into nothing the
 forward saved), and the incoming gradient is never written into."""
 
@@ -10,7 +11,7 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
-from helpers import assert_same_bits
+from helpers import assert_same_bits, cr_f32, exact_mean_f32, exact_sum_f32
 
 from fpsim import ops
 from fpsim.tensor import tensor
@@ -65,7 +66,7 @@ def _run(op, xs, g, fmt, backend, retain=False):
 def gelu_ref(x, g):
     c = F(0.7978845608028654)
     u = c * (x + F(0.044715) * (x * x * x))
-    t = np.tanh(u)
+    t = cr_f32(np.tanh, u)
     out = F(0.5) * x * (1 + t)
     du = c * (1 + F(3 * 0.044715) * x * x)
     return out, [g * (F(0.5) * (1 + t) + F(0.5) * x * (1 - t * t) * du)]
@@ -74,36 +75,36 @@ def gelu_ref(x, g):
 def layer_norm_ref(x, w, b, g, eps=1e-5):
     axes = (x.ndim - 1,)
     lead = tuple(range(x.ndim - 1))
-    mean = x.mean(axis=axes, keepdims=True, dtype=F)
+    mean = exact_mean_f32(x, axes, keepdims=True)
     d = x - mean
-    var = (d * d).mean(axis=axes, keepdims=True, dtype=F)
+    var = exact_mean_f32(d * d, axes, keepdims=True)
     rstd = F(1) / np.sqrt(var + F(eps))
     xhat = (x - mean) * rstd
     out = xhat * w if w is not None else xhat
     if b is not None:
         out = out + b
     gw = g * w if w is not None else g
-    m1 = gw.mean(axis=axes, keepdims=True, dtype=F)
-    m2 = (gw * xhat).mean(axis=axes, keepdims=True, dtype=F)
+    m1 = exact_mean_f32(gw, axes, keepdims=True)
+    m2 = exact_mean_f32(gw * xhat, axes, keepdims=True)
     grads = [rstd * (gw - m1 - xhat * m2)]
     if w is not None:
-        grads.append((g * xhat).sum(axis=lead, dtype=F))
+        grads.append(exact_sum_f32(g * xhat, lead))
     if b is not None:
-        grads.append(g.sum(axis=lead, dtype=F))
+        grads.append(exact_sum_f32(g, lead))
     return out, grads
 
 
 def softmax_ref(x, g, y_stored):
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    out = e / e.sum(axis=-1, keepdims=True, dtype=F)
+    e = cr_f32(np.exp, x - x.max(axis=-1, keepdims=True))
+    out = e / exact_sum_f32(e, -1, keepdims=True)
     y = y_stored
-    return out, [y * (g - (g * y).sum(axis=-1, keepdims=True, dtype=F))]
+    return out, [y * (g - exact_sum_f32(g * y, -1, keepdims=True))]
 
 
 def log_softmax_ref(x, g, y_stored):
     z = x - x.max(axis=-1, keepdims=True)
-    out = z - np.log(np.exp(z).sum(axis=-1, keepdims=True, dtype=F))
-    return out, [g - np.exp(y_stored) * g.sum(axis=-1, keepdims=True, dtype=F)]
+    out = z - cr_f32(np.log, exact_sum_f32(cr_f32(np.exp, z), -1, keepdims=True))
+    return out, [g - cr_f32(np.exp, y_stored) * exact_sum_f32(g, -1, keepdims=True)]
 
 
 def _check(got, grads, ref_out, ref_grads, fmt, what):

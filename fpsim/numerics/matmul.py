@@ -68,8 +68,8 @@ def matmul_f32(a, b, grid_a=None, grid_b=None) -> np.ndarray:
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
         raise ValueError(f"matmul_f32: shapes {a.shape} and {b.shape} do not fit (..., M, K) @ (..., K, N)")
     k = a.shape[-1]
-    if k == 0:
-        shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+    shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+    if k == 0 or 0 in shape:  # nothing to add: every sum is an exact +0
         return np.zeros(shape, np.float32)
     grid_a = grid_a or F32_GRID
     grid_b = grid_b or F32_GRID

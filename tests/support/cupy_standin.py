@@ -5,7 +5,10 @@
 mix with numpy arrays (:class:`HostArrayError`, where CuPy raises a TypeError or a hidden host
 round trip would happen), refuse implicit conversion to numpy, and count every device -> host
 copy (``GUARD.syncs``, with where each happened).  The tests run ops, training steps and the
-monitor through it and require the numpy backend's numbers bit for bit.
+monitor through it and require the numpy backend's numbers bit for bit.  For that, the stand-in's
+"cuBLAS" and "CUDA math" - matmul, the reductions, exp, log, tanh, pow - compute fpsim's own
+definitions (fpsim.numerics: exact sums, correctly rounded functions), where a real GPU uses its
+libraries' orders and implementations (``fpsim gpu-check`` measures that difference).
 
 The package itself does not ship this: ``fpsim gpu-check --stand-in`` runs against the plain
 numpy stand-in ``CupyBackend(xp=numpy)``.
@@ -18,7 +21,8 @@ import sys
 
 import numpy as np
 
-from fpsim.backend import CupyBackend
+from fpsim import numerics
+from fpsim.backend import CupyBackend, _grid
 from fpsim.formats.kernels import f16_to_f32, f32_to_f16
 
 __all__ = ["GuardArray", "GuardXP", "GUARD", "GuardBackend", "HostArrayError"]
@@ -287,6 +291,29 @@ class GuardBackend(CupyBackend):
 
     def index_add(self, z, idx, g) -> None:
         np.add.at(_unwrap(z, "index_add"), _unwrap(idx, "index_add", index=True), _unwrap(g, "index_add"))
+
+    # the stand-in's libraries compute fpsim's definitions (see the module docstring)
+
+    def matmul(self, a32, b32, fa=None, fb=None):
+        return _wrap(numerics.matmul_f32(_unwrap(a32, "matmul"), _unwrap(b32, "matmul"), _grid(fa), _grid(fb)))
+
+    def sum(self, x32, axis=None, keepdims: bool = False):
+        return _wrap(numerics.sum_f32(_unwrap(x32, "sum"), axis, keepdims))
+
+    def mean(self, x32, axis=None, keepdims: bool = False):
+        return _wrap(numerics.mean_f32(_unwrap(x32, "mean"), axis, keepdims))
+
+    def exp(self, x32):
+        return _wrap(numerics.exp_f32(_unwrap(x32, "exp")))
+
+    def log(self, x32):
+        return _wrap(numerics.log_f32(_unwrap(x32, "log")))
+
+    def tanh(self, x32):
+        return _wrap(numerics.tanh_f32(_unwrap(x32, "tanh")))
+
+    def pow(self, x32, p):
+        return _wrap(numerics.pow_f32(_unwrap(x32, "pow"), float(np.float32(p))))
 
     def __repr__(self) -> str:
         return "<backend cupy (CPU stand-in)>"

@@ -70,7 +70,7 @@ class OpCheck:
         return self.max_ulp <= self.bound
 
 
-MISMATCH_FRACTION = 0.01
+MISMATCH_FRACTION = 0.02
 
 
 def _bound(kind: str, fmt: str, k: int) -> float:
