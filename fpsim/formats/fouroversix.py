@@ -21,7 +21,8 @@ FOUR_OVER_SIX_SCALE_MAX = 256.0  # the tensor scale's e4m3 target: 256 * 6 / 4 =
 def nvfp4_four_over_six(xb: np.ndarray, amax: np.ndarray, s_enc: np.float32, expand, axes, elem: Format):
     """Four Over Six (arXiv 2512.02010): each block's scale maps its amax to 6 (as
     :func:`nvfp4_scales`) or to 4, whichever quantizes the block - nearest even, saturating, in
-    float32 - with the smaller sum of squared errors (summed in float64; a tie keeps 6).
+    float32 - with the smaller sum of squared errors (in float64, added in the block's element
+    order, so that no library's summation order picks the scale; a tie keeps 6).
     ``s_enc`` should come from ``block_scales.nvfp4_tensor_scale(amax, 256)``, so that the
     map-to-4 scale, 1.5 times the other, stays below e4m3's 448.  ``expand`` broadcasts a per-block array against ``xb``,
     ``axes`` are the block axes.  Returns :func:`nvfp4_scales`' three arrays, chosen per block,
@@ -31,6 +32,18 @@ def nvfp4_four_over_six(xb: np.ndarray, amax: np.ndarray, s_enc: np.float32, exp
     with np.errstate(invalid="ignore", over="ignore"):
         for _, enc, dec in cands:
             q = fp8_to_f32(narrow_cast(xb * expand(enc), elem, saturate=True)) * expand(dec)
-            errs.append(((q.astype(np.float64) - xb) ** 2).sum(axis=axes))
+            errs.append(_sum_in_order((q.astype(np.float64) - xb) ** 2, axes))
     four = errs[1] < errs[0]
     return (*(np.where(four, c4, c6).astype(c6.dtype) for c6, c4 in zip(*cands)), four)
+
+
+def _sum_in_order(a: np.ndarray, axes) -> np.ndarray:
+    """The float64 sum over ``axes``, one element after the other in C order (``np.cumsum`` adds
+    sequentially by definition): the same bits whatever numpy's reduction loops do."""
+    axes = (axes,) if np.isscalar(axes) else tuple(axes)
+    axes = tuple(x % a.ndim for x in axes)
+    moved = np.moveaxis(a, axes, tuple(range(a.ndim - len(axes), a.ndim)))
+    flat = moved.reshape(moved.shape[: a.ndim - len(axes)] + (-1,))
+    if flat.shape[-1] == 0:
+        return np.zeros(flat.shape[:-1])
+    return np.cumsum(flat, axis=-1)[..., -1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..numerics import mean64
 from .round import round_to
 from .sr import SR_VARIANTS
 from .table import get_format
@@ -37,11 +38,12 @@ def sr_bias(fmt="bfloat16", sr_bits=(1, 2, 3, 4, 6, 8, 12, None), variants=SR_VA
             else:
                 n = 2**k
                 reps = np.broadcast_to(np.arange(n, dtype=np.int64)[:, None], (n, v.size))
+                # the 2**k roundings are two neighbouring values: their float64 sum is exact in any order
                 mean = round_to(np.broadcast_to(v, (n, v.size)), f, "stochastic", sr_bits=k, sr_random=reps,
                                 sr_variant=variant).mean(axis=0)
             b = (mean - v) / ulp
-            rows.append({"sr_bits": k, "variant": variant, "mean_bias_ulp": float(b.mean()),
-                         "max_abs_bias_ulp": float(np.abs(b).max()), "mean_rel_bias": float(((mean - v) / v).mean())})
+            rows.append({"sr_bits": k, "variant": variant, "mean_bias_ulp": mean64(b),
+                         "max_abs_bias_ulp": float(np.abs(b).max()), "mean_rel_bias": mean64((mean - v) / v)})
     return rows
 
 

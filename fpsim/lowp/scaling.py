@@ -17,6 +17,7 @@ from ..backend import Backend, NumpyBackend, NumpyF32Backend
 from ..checks import is_real
 from ..formats import FP8_FORMATS, Format, get_format
 from ..formats.fp8kernels import scaled_fp8
+from ..numerics.scalars import log2_64
 from ..state import ENGINE_ROUNDING, HOOKS
 from ..statedict import Problems, all_or_nothing
 from ..tensor import round_result
@@ -260,7 +261,7 @@ def _is_power_of_two(scale) -> bool:
 
 def _log2_scale(scale):
     """log2 of a scale: an int for a power of two, else a float."""
-    return math.frexp(float(scale))[1] - 1 if _is_power_of_two(scale) else math.log2(float(scale))
+    return math.frexp(float(scale))[1] - 1 if _is_power_of_two(scale) else log2_64(float(scale))
 
 
 def _scale_str(scale) -> str:

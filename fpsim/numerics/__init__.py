@@ -17,7 +17,7 @@ numpy and the BLAS still do the work; they only no longer decide the bits.
 
 from .elementary import cos_f32, exp_f32, expm1_f32, log1p_f32, log_f32, pow_f32, sin_f32, tanh_f32
 from .matmul import matmul_f32
-from .sums import mean_f32, sum_f32
+from .sums import fsum64, mean64, mean_f32, sum_f32
 
-__all__ = ["matmul_f32", "sum_f32", "mean_f32", "exp_f32", "log_f32", "tanh_f32", "log1p_f32", "expm1_f32", "cos_f32",
+__all__ = ["matmul_f32", "sum_f32", "mean_f32", "fsum64", "mean64", "exp_f32", "log_f32", "tanh_f32", "log1p_f32", "expm1_f32", "cos_f32",
            "sin_f32", "pow_f32"]

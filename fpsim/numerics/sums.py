@@ -18,12 +18,14 @@ inf and NaN follow IEEE arithmetic, which no order changes: NaN if any value is 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .checked import gamma, round_within
 from .exactsum import round_rows
 
-__all__ = ["sum_f32", "mean_f32", "reduced_axes"]
+__all__ = ["sum_f32", "mean_f32", "reduced_axes", "fsum64", "mean64"]
 
 
 def reduced_axes(axis, ndim: int) -> tuple:
@@ -98,3 +100,35 @@ def mean_f32(x, axis=None, keepdims: bool = False, grid=None) -> np.ndarray:
     s = sum_f32(x, axis, keepdims, grid)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.asarray(s / np.float32(n), dtype=np.float32)
+
+
+def fsum64(x, axis=None) -> np.ndarray | float:
+    """The exact sum of float64 (or narrower) values, correctly rounded to float64
+    (``math.fsum``, Shewchuk's exact summation): for the statistics fpsim reports (an error's
+    mean square, a kurtosis), where numpy's float64 ``sum`` would leave the last bits to its own
+    order.  ``axis=None``: a float; an int axis: a float64 array.  inf and NaN as ``math.fsum``
+    gives them, except that +inf meeting -inf is NaN (not an error)."""
+    x = np.asarray(x, dtype=np.float64)
+    if axis is None:
+        return _fsum(x.ravel())
+    rows = np.moveaxis(x, axis, -1)
+    flat = rows.reshape(-1, rows.shape[-1])
+    return np.array([_fsum(r) for r in flat], np.float64).reshape(rows.shape[:-1])
+
+
+def _fsum(v: np.ndarray) -> float:
+    fin = np.isfinite(v)
+    if not fin.all():
+        bad = v[~fin]
+        if np.isnan(bad).any() or (bad > 0).any() and (bad < 0).any():
+            return math.nan
+        return float(bad[0])
+    return math.fsum(v.tolist())
+
+
+def mean64(x, axis=None) -> np.ndarray | float:
+    """:func:`fsum64` divided by the number of values (NaN for none)."""
+    x = np.asarray(x, dtype=np.float64)
+    n = x.size if axis is None else x.shape[axis]
+    s = fsum64(x, axis)
+    return s / n if n else (math.nan if axis is None else np.full(np.shape(s), np.nan))

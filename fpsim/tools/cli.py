@@ -325,6 +325,8 @@ TOOLS = (
      "and report how far they agree (bit-identical where they must be), with step times.  Without a GPU it "
      "says so and exits 0."),
     ("reproduce", "reproduce", "reproduce a published numerical finding in miniature (--list names them)", None),
+    ("bits", "samebits", "fingerprints of a fixed set of runs; --configs: the same under every BLAS kernel and SIMD "
+     "path this CPU has", None),
     ("labs", "labs_html", "list the lab notebooks; --html DIR runs them and writes each with its outputs as HTML",
      "Run the lab notebooks (all, or --lab N ...) in fresh kernels and write DIR/NN_name.html for each, outputs "
      "and figures included, and DIR/index.html linking them: a lab to read before installing anything."),
