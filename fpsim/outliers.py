@@ -28,6 +28,7 @@ import numpy as np
 
 from .formats import f32_to_fp8, fp8_to_f32, get_format
 from .lowp.recipes import compute_scale
+from .numerics import fsum64, mean64
 from .tensor import Tensor
 from .textable import text_table
 
@@ -36,15 +37,19 @@ __all__ = ["OutlierMonitor", "OutlierRow", "excess_kurtosis", "fp8_error"]
 
 def excess_kurtosis(x) -> float:
     """Fisher's excess kurtosis of all entries of ``x`` in float64: ``m4 / m2^2 - 3`` with the
-    biased central moments (scipy's default); NaN for a constant or empty array."""
+    biased central moments (scipy's default); NaN for a constant or empty array.  Every mean is
+    the exact sum rounded once, divided by the count (:func:`fpsim.numerics.mean64`), and d^4 is
+    (d * d) * (d * d) (numpy's ``d**4`` calls the C library's ``pow``): the same bits on every
+    machine."""
     v = np.asarray(x, dtype=np.float64).ravel()
     if v.size == 0:
         return float("nan")
-    d = v - v.mean()
-    m2 = float(np.mean(d * d))
+    d = v - mean64(v)
+    d2 = d * d
+    m2 = float(mean64(d2))
     if not m2 > 0:
         return float("nan")
-    return float(np.mean(d**4) / (m2 * m2) - 3.0)
+    return float(mean64(d2 * d2) / (m2 * m2) - 3.0)
 
 
 def fp8_error(x, fmt="float8_e4m3fn") -> dict:
@@ -53,7 +58,8 @@ def fp8_error(x, fmt="float8_e4m3fn") -> dict:
     (``lowp.compute_scale``), ``x * s`` (exact in float32: s is a power of two) rounded once to
     ``fmt`` (nearest even, saturating at max), divided by ``s`` in float64.
 
-    Returns ``rel_mse`` = sum (q - x)^2 / sum x^2 (float64), ``small``: the share of non-zero
+    Returns ``rel_mse`` = sum (q - x)^2 / sum x^2 (float64, each sum exact and rounded once:
+    :func:`fpsim.numerics.fsum64`), ``small``: the share of non-zero
     entries that land below ``fmt``'s smallest normal after scaling (subnormal or flushed: where
     the per-tensor scale costs the bulk its precision), and ``scale``."""
     v = np.asarray(x, dtype=np.float32).ravel()
@@ -63,11 +69,11 @@ def fp8_error(x, fmt="float8_e4m3fn") -> dict:
     scaled = v * np.float32(s)  # exact: a power of two, and nothing reaches float32's limits
     q = fp8_to_f32(f32_to_fp8(scaled, f, saturate=True)).astype(np.float64) / s
     v64 = v.astype(np.float64)
-    energy = float(np.dot(v64, v64))
+    energy = float(fsum64(v64 * v64))  # the squares of float32 values are exact in float64
     nonzero = int(np.count_nonzero(v))
     small = (int(np.count_nonzero(np.abs(scaled) < f.tiny)) - (v.size - nonzero)) / nonzero if nonzero else 0.0
     d = q - v64
-    rel = float(np.dot(d, d) / energy) if energy > 0 else 0.0
+    rel = float(fsum64(d * d) / energy) if energy > 0 else 0.0
     return {"rel_mse": rel, "small": float(small), "scale": s}
 
 
