@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from ..lowp import format_scaling_table
+from ..numerics import mean64
 from ..textable import percent, text_table
 from .recipes import RECIPES, get_recipe
 from .result import RunResult
@@ -31,9 +30,9 @@ def _seed_row(by_seed: dict[int, dict[str, RunResult]], name: str, baseline: str
     ok = [r.final_loss for r in runs if not r.failure and math.isfinite(r.final_loss)]
     every = len(ratios) == len(seeds)
     return [name, *cells,
-            f"{np.mean(ratios):.3f}x" if every else "-",
+            f"{mean64(ratios):.3f}x" if every else "-",
             f"{min(ratios):.3f} - {max(ratios):.3f}" if every else "-",
-            f"{np.mean(ok):.4e}" if len(ok) == len(seeds) else "-"]
+            f"{mean64(ok):.4e}" if len(ok) == len(seeds) else "-"]
 
 
 def format_seed_table(by_seed: dict[int, dict[str, RunResult]], baseline: str = "fp32") -> str:

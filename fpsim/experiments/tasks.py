@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import nn, ops
 from ..data import lowrank_autoencoder
+from ..numerics import mean64
 from ..tensor import tensor
 from .task import Task
 
@@ -64,9 +65,12 @@ class ReferenceTask(Task):
 
     def metrics(self, model, recipe) -> dict:
         """``r2``: 1 - the final model's mean squared error / the variance of the data (float64 on
-        the host; the forward pass in the model's formats, without autocast)."""
+        the host, every mean the exact sum rounded once over the count - :func:`fpsim.numerics.mean64`;
+        the forward pass in the model's formats, without autocast)."""
         x_np = self.data()
+        x64 = x_np.astype(np.float64)
         be = model.parameters()[0].backend
         pred = be.to_numpy(model(tensor(x_np, recipe.params, backend=be)).f32()).astype(np.float64)
-        err = float(((pred - x_np) ** 2).mean())
-        return {"r2": 1 - err / float(x_np.astype(np.float64).var())}
+        err = float(mean64((pred - x64) ** 2))
+        var = float(mean64((x64 - mean64(x64)) ** 2))  # numpy's var: the mean squared deviation from the mean
+        return {"r2": 1 - err / var}
