@@ -2,7 +2,9 @@
 overflow it provokes (fp16 dies in the forward pass, autocast and bfloat16 live), the table, and
 the default run reaching its accuracy."""
 
+import math
 from dataclasses import replace
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -40,6 +42,19 @@ def test_schedule_warms_up_then_decays():
     lrs = [t.lr_at(s, 100, t.lr) for s in range(100)]
     assert lrs[0] == pytest.approx(1e-3) and max(lrs) == pytest.approx(lrs[9]) and lrs[-1] < 1e-5
     assert all(a >= b for a, b in zip(lrs[9:], lrs[10:]))
+
+
+def test_the_schedules_cosine_is_correctly_rounded():
+    """lr_at's cos(pi * step / steps) is the exact cosine rounded once to float64 (mpmath at 60 digits,
+    rounded by Fraction), not the C library's."""
+    mpmath = pytest.importorskip("mpmath")
+    from fpsim.experiments.tinygpt import _cos64
+
+    with mpmath.workdps(60):
+        for steps in (60, 250):
+            for s in range(steps + 1):
+                x = math.pi * s / steps
+                assert _cos64(x) == float(Fraction(str(mpmath.cos(mpmath.mpf(x))))), (s, steps)
 
 
 def test_every_recipe_runs_through_compare():
