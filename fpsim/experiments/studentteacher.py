@@ -2,11 +2,15 @@
 Training Instabilities in Microscaling Formats"; code: Hither1/systems-scaling,
 ``olmo/synthetic/student_teacher.py``), ported at a laptop's width.
 
-- Data: every step a fresh batch x ~ N(0, 1) of shape (batch, width), drawn in float64 from a
-  generator seeded by (``data_seed``, step); the target y = teacher(x) + 0.005 * N(0, 1).
+- Data: every step a fresh batch x ~ N(0, 1) of shape (batch, width), fpsim's float32 normal
+  draws (:func:`fpsim.numerics.random.normal`) from a generator seeded by (``data_seed``, step);
+  the target y = teacher(x) + 0.005 * N(0, 1).
 - Teacher: ``depth`` blocks Linear(width, width, no bias) -> GELU -> Linear(width, width, no bias),
-  no residual and no LayerNorm, PyTorch's initialisation (uniform in +-1/sqrt(fan_in)) from
-  ``data_seed``, evaluated in float64 and fixed.
+  no residual and no LayerNorm, PyTorch's initialisation (uniform in +-1/sqrt(fan_in), rounded
+  once to float32) from ``data_seed``, fixed, and evaluated in float32 as fpsim's ops evaluate it:
+  every product sum exact and rounded once (:func:`fpsim.numerics.matmul_f32`), ``ops.gelu``'s
+  float32 formula with the correctly rounded tanh - the same bits on every machine (a float64
+  teacher's BLAS sums and libm tanh were not).
 - Student (:class:`ResidualMLP`): ``depth`` residual blocks x + fc2(GELU(fc1(LN(x)))), fc1 width ->
   4 width without bias, fc2 4 width -> width with bias, PyTorch's initialisation from the seed.
   GELU is ``ops.gelu``, PyTorch's tanh approximation (the reference uses the erf form), in the
@@ -30,6 +34,8 @@ import numpy as np
 
 from .. import nn, ops
 from ..formats import tensor_format
+from ..numerics import matmul_f32, tanh_f32
+from ..numerics.random import normal
 from ..tensor import tensor
 from .task import Task
 
@@ -66,9 +72,15 @@ class ResidualMLP(nn.Sequential):
         super().__init__(*(ResidualBlock(width, rng, ln_format) for _ in range(depth)))
 
 
-def _gelu64(x):
-    """ops.gelu's tanh approximation in float64."""
-    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+def _gelu32(x):
+    """ops.gelu's tanh approximation of float32 ``x``, step by step as ops.gelu computes it on the
+    CPU: u = c (x + 0.044715 x x x) in float32, 0.5 x (1 + tanh u) with the correctly rounded tanh."""
+    u = x * x
+    u *= x
+    u *= np.float32(0.044715)
+    u += x
+    u *= np.float32(math.sqrt(2 / math.pi))
+    return (tanh_f32(u) + np.float32(1)) * (np.float32(0.5) * x)
 
 
 @dataclass(frozen=True)
@@ -85,20 +97,20 @@ class StudentTeacherTask(Task):
     data_seed: int = 0
 
     def teacher(self) -> list:
-        """The teacher's weights, float64, (in, out) pairs per block."""
+        """The teacher's weights, float32 (uniform draws in float64, rounded once), (in, out) pairs per block."""
         rng = np.random.default_rng([self.data_seed, 1])
         b = 1 / math.sqrt(self.width)
-        return [(rng.uniform(-b, b, (self.width, self.width)), rng.uniform(-b, b, (self.width, self.width)))
+        return [tuple(rng.uniform(-b, b, (self.width, self.width)).astype(np.float32) for _ in range(2))
                 for _ in range(self.depth)]
 
     def sample(self, step: int, teacher=None) -> tuple[np.ndarray, np.ndarray]:
-        """(x, y) of ``step`` in float64."""
+        """(x, y) of ``step`` in float32 (module docstring)."""
         rng = np.random.default_rng([self.data_seed, 2, step])
-        x = rng.standard_normal((self.batch, self.width))
+        x = normal(rng, (self.batch, self.width))
         h = x
         for w1, w2 in teacher if teacher is not None else self.teacher():
-            h = _gelu64(h @ w1.T) @ w2.T
-        return x, h + NOISE_STD * rng.standard_normal(h.shape)
+            h = matmul_f32(_gelu32(matmul_f32(h, w1.T)), w2.T)
+        return x, h + normal(rng, h.shape, NOISE_STD)
 
     def model(self, seed: int = 0):
         return ResidualMLP(self.width, self.depth, seed, self.ln_format)
