@@ -4,10 +4,12 @@ and without DeepSeek-V3's promotion, Ampere's and Hopper's float16 / bfloat16 - 
 and on zero-mean data.
 
 Each point is ``n`` independent dot products of length K.  Their inputs are |N(0, 1)| (all
-positive) or N(0, 1) (zero mean) draws rounded once into the method's input format; the
-reference is their exact dot product (float64 products and sums: exact for fp8, within 1e-15 of
-exact for float16 / bfloat16), so the error is the accumulator's alone.  The relative error of a
-dot product is (computed - exact) / |exact|.
+positive) or N(0, 1) (zero mean) draws (fpsim's float32 normal draws,
+:func:`fpsim.numerics.random.normal`) rounded once into the method's input format; the reference
+is their exact dot product rounded once to float64 (the products of two 16-bit or 8-bit values
+are exact in float64; their sum is :func:`fpsim.numerics.fsum64`'s), so the error is the
+accumulator's alone, and the same bits on every machine.  The relative error of a dot product is
+(computed - exact) / |exact|; the sweep's mean is :func:`fpsim.numerics.mean64`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import ml_dtypes
 import numpy as np
 
 from .. import tensorcore
+from ..numerics import fsum64, matmul_f32, mean64
+from ..numerics.random import normal
 from ..textable import text_table
 
 __all__ = ["Method", "ACCUMULATORS", "DATA", "K_VALUES", "relative_errors", "sweep", "sweep_table", "sweep_figure",
@@ -26,8 +30,9 @@ __all__ = ["Method", "ACCUMULATORS", "DATA", "K_VALUES", "relative_errors", "swe
 
 @dataclass(frozen=True)
 class Method:
-    """One accumulator: ``arch`` None for float32 BLAS (fpsim's default: exact products, float32
-    sums), else the tensor core ``arch`` with ``promote_every``; ``fmt`` the input format."""
+    """One accumulator: ``arch`` None for fpsim's float32 default (exact products, their exact sum
+    rounded once to float32: :func:`fpsim.numerics.matmul_f32`), else the tensor core ``arch``
+    with ``promote_every``; ``fmt`` the input format."""
 
     name: str
     fmt: str
@@ -63,21 +68,32 @@ def relative_errors(k: int, method="hopper fp8", data: str = "all-positive", n: 
     """The ``n`` relative errors (float64) of ``n`` dot products of length ``k`` computed by
     ``method`` (a name in :data:`ACCUMULATORS` or a :class:`Method`) on ``data`` (:data:`DATA`)."""
     m = _method(method)
+    _check(k, n, data)
+    x = normal(np.random.default_rng(seed), (2, n, k))
+    return _errors(m, *_inputs(m.fmt, data, x))
+
+
+def _check(k, n, data) -> None:
     if data not in DATA:
         raise ValueError(f"unknown data {data!r}; known: {', '.join(DATA)}")
     for name, v in (("k", k), ("n", n)):
         if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((2, n, k))
+
+
+def _inputs(fmt: str, data: str, x: np.ndarray) -> tuple:
+    """(a (n, k), b (n, k), their n exact dot products rounded once to float64) from the draws
+    ``x`` (2, n, k): |x| for all-positive data, rounded once into ``fmt``."""
     if data == "all-positive":
         x = np.abs(x)
-    a = x[0].astype(_DTYPE[m.fmt])[:, None, :]  # n dot products: (n, 1, k) @ (n, k, 1)
-    b = x[1].astype(_DTYPE[m.fmt])[:, :, None]
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    exact = np.matmul(a64, b64)[:, 0, 0]
+    a, b = x[0].astype(_DTYPE[fmt]), x[1].astype(_DTYPE[fmt])
+    return a, b, fsum64(a.astype(np.float64) * b.astype(np.float64), axis=1)  # the products are exact
+
+
+def _errors(m: Method, a: np.ndarray, b: np.ndarray, exact: np.ndarray) -> np.ndarray:
+    a, b = a[:, None, :], b[:, :, None]  # n dot products: (n, 1, k) @ (n, k, 1)
     if m.arch is None:
-        got = np.matmul(a.astype(np.float32), b.astype(np.float32))[:, 0, 0]
+        got = matmul_f32(a.astype(np.float32), b.astype(np.float32))[:, 0, 0]
     else:
         got = tensorcore.matmul(a, b, arch=m.arch, promote_every=m.promote_every)[:, 0, 0]
     return (got.astype(np.float64) - exact) / np.abs(exact)
@@ -87,18 +103,25 @@ def sweep(ks=K_VALUES, methods=tuple(ACCUMULATORS), data=DATA, n: int = 2048, se
     """One row per (data, method, K): ``mean`` and ``median`` of the signed relative errors (the
     bias), ``median_abs`` and ``max_abs`` of the |relative errors|.  ``progress``: called with a short
     label before each point (a tqdm's ``set_description``, a print)."""
-    rows = []
+    ms = [_method(name) for name in methods]
     for d in data:
-        for name in methods:
-            m = _method(name)
-            for k in ks:
+        for k in ks:
+            _check(k, n, d)
+    rows = {}
+    for k in ks:  # K outermost: each K's draws and inputs are made once, for every method
+        x = normal(np.random.default_rng(seed), (2, n, k))
+        for d in data:
+            inputs = {}
+            for m in ms:
                 if progress is not None:
                     progress(f"{d}, {m.name}, K={k}")
-                e = relative_errors(k, m, d, n, seed)
-                rows.append({"data": d, "method": m.name, "k": int(k), "mean": float(e.mean()),
-                             "median": float(np.median(e)),
-                             "median_abs": float(np.median(np.abs(e))), "max_abs": float(np.abs(e).max())})
-    return rows
+                if m.fmt not in inputs:
+                    inputs[m.fmt] = _inputs(m.fmt, d, x)
+                e = _errors(m, *inputs[m.fmt])
+                rows[d, m.name, k] = {"data": d, "method": m.name, "k": int(k), "mean": float(mean64(e)),
+                                      "median": float(np.median(e)), "median_abs": float(np.median(np.abs(e))),
+                                      "max_abs": float(np.abs(e).max())}
+    return [rows[d, m.name, k] for d in data for m in ms for k in ks]
 
 
 def sweep_table(rows: list[dict]) -> str:
