@@ -8,6 +8,7 @@ import numpy as np
 
 from ... import nn, ops
 from ...capture import capture_gradients
+from ...numerics.random import normal
 from ..tasks import ReferenceTask
 from ..tinygpt import TinyGPTTask
 
@@ -17,14 +18,15 @@ SAMPLES = ("gaussian", "student_t3", "reference_grads", "tinygpt_grads")
 
 
 def sample(kind: str, n: int, seed: int = 0) -> np.ndarray:
-    """float32 values of ``kind`` (one of :data:`SAMPLES`): ``n`` draws for the two distributions
-    (float64 draws rounded once to float32); for the gradients, every value of one capture
-    (``n`` ignored; the model's initial weights drawn from ``seed``)."""
+    """float32 values of ``kind`` (one of :data:`SAMPLES`): ``n`` draws for the two distributions,
+    from fpsim's float32 normal draws (:func:`fpsim.numerics.random.normal`; numpy's normal and
+    Student-t draws call the C library's exp and log); for the gradients, every value of one
+    capture (``n`` ignored; the model's initial weights drawn from ``seed``)."""
     rng = np.random.default_rng(seed)
     if kind == "gaussian":
-        return rng.standard_normal(n).astype(np.float32)
+        return normal(rng, n)
     if kind == "student_t3":
-        return rng.standard_t(3, n).astype(np.float32)
+        return _student_t3(rng, n)
     if kind == "reference_grads":
         task = ReferenceTask(n=2048)
         x = task.data()
@@ -41,3 +43,12 @@ def sample(kind: str, n: int, seed: int = 0) -> np.ndarray:
         cap = capture_gradients(task.model(seed), loss, seq[:, :-1], seq[:, k + 1:].reshape(-1))
         return cap.values()
     raise ValueError(f"unknown sample {kind!r}; known: {', '.join(SAMPLES)}")
+
+
+def _student_t3(rng, n: int) -> np.ndarray:
+    """``n`` Student-t draws with 3 degrees of freedom, by definition: z0 / sqrt((z1^2 + z2^2 + z3^2) / 3)
+    with four independent standard normals (fpsim's float32 draws), computed in float64 - each step one
+    IEEE operation - and rounded once to float32."""
+    z = normal(rng, (4, n)).astype(np.float64)
+    chi2 = z[1] * z[1] + z[2] * z[2] + z[3] * z[3]  # in this order: no library's reduction
+    return (z[0] / np.sqrt(chi2 / 3)).astype(np.float32)
