@@ -10,6 +10,7 @@ gap to fp32 each cure closes.
 
 from __future__ import annotations
 
+from ...numerics import mean64
 from .base import Finding, FindingResult, pct
 from .runs import final_ratio, reference_runs
 
@@ -21,7 +22,7 @@ def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
     rr = reference_runs(RECIPES, quick, 15, seeds, progress)
     runs, steps, seeds = rr.runs, rr.steps, rr.seeds
     numbers = {f"{n}_ratio": final_ratio(runs, n) for n in RECIPES[1:]}
-    numbers["pure_stalled"] = sum(r.stalled[steps - 1] for r in runs["bf16-pure"]) / len(seeds)
+    numbers["pure_stalled"] = float(mean64([r.stalled[steps - 1] for r in runs["bf16-pure"]]))
     numbers["steps"] = float(steps)
     measured = (f"final loss / fp32: bf16-pure {numbers['bf16-pure_ratio']:.3f}x (its last update left "
                 f"{pct(numbers['pure_stalled'])} of the weights unchanged), bf16-kahan "

@@ -10,6 +10,7 @@ gradients float16 flushed to zero at the last step, and each final loss over fp3
 
 from __future__ import annotations
 
+from ...numerics import mean64
 from .base import Finding, FindingResult, pct
 from .runs import final_ratio, reference_runs
 
@@ -20,8 +21,8 @@ RECIPES = ("fp32", "fp16-master", "fp16-dynamic")
 def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
     rr = reference_runs(RECIPES, quick, 20, seeds, progress)
     runs, steps, seeds = rr.runs, rr.steps, rr.seeds
-    numbers = {"unscaled_flushed": sum(r.act_grad_flushed[steps - 1] for r in runs["fp16-master"]) / len(seeds),
-               "scaled_flushed": sum(r.act_grad_flushed[steps - 1] for r in runs["fp16-dynamic"]) / len(seeds),
+    numbers = {"unscaled_flushed": float(mean64([r.act_grad_flushed[steps - 1] for r in runs["fp16-master"]])),
+               "scaled_flushed": float(mean64([r.act_grad_flushed[steps - 1] for r in runs["fp16-dynamic"]])),
                "unscaled_ratio": final_ratio(runs, "fp16-master"), "scaled_ratio": final_ratio(runs, "fp16-dynamic"),
                "steps": float(steps)}
     measured = (f"at step {steps - 1}: fp16 without scaling flushed {pct(numbers['unscaled_flushed'])} of the activation "

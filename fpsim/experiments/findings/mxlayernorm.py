@@ -37,6 +37,7 @@ import time
 import numpy as np
 
 from ...lowp import BlockScaling
+from ...numerics import mean64
 from .. import run_recipe
 from ..recipes import Recipe
 from ..studentteacher import StudentTeacherTask
@@ -83,7 +84,7 @@ def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
         numbers[f"{arm}_spikes"] = float(np.mean([len(f) for f in found]))
         numbers[f"{arm}_seeds_spiking"] = float(sum(bool(f) for f in found))
         numbers[f"{arm}_first_spike"] = float(np.median(firsts)) if firsts else math.nan
-        numbers[f"{arm}_final_loss"] = float(np.mean([r[-1] for r in runs]))
+        numbers[f"{arm}_final_loss"] = float(mean64([r[-1] for r in runs]))
         curves[arm] = np.asarray(runs, np.float64)
     v, reason = verdict(numbers)
     measured = describe(numbers, size)

@@ -20,6 +20,7 @@ import numpy as np
 
 from ...formats import quantize
 from ...lowp import BlockScaling
+from ...numerics import fsum64, mean64
 from .. import run_recipe
 from ..recipes import Recipe
 from ..tinygpt import TinyGPTTask
@@ -34,14 +35,15 @@ TRAIN_STEPS = 40  # full runs: the tiny GPT in MXFP8 under floor and rceil (abou
 
 def measure(x: np.ndarray, rule: str, fmt: str = "mxfp8_e4m3") -> dict:
     """Saturated-block share, relative MSE and relative bias of ``x`` (float32, 1-D) quantized
-    in blocks of 32 under scale rule ``rule``."""
+    in blocks of 32 under scale rule ``rule``; every sum exact, rounded once to float64
+    (:func:`fpsim.numerics.fsum64`)."""
     q = quantize(x, fmt, scale_rounding=rule)
     d = q.dequantize().astype(np.float64)
     x64 = x.astype(np.float64)
-    sq = float((x64 ** 2).sum())
+    sq = float(fsum64(x64 ** 2))
     return {"saturated": float((q.stats.saturated > 0).mean()),
-            "mse": float(((d - x64) ** 2).sum()) / sq if sq else 0.0,
-            "bias": float((np.abs(d) - np.abs(x64)).sum() / np.abs(x64).sum()) if sq else 0.0}
+            "mse": float(fsum64((d - x64) ** 2)) / sq if sq else 0.0,
+            "bias": float(fsum64(np.abs(d) - np.abs(x64)) / fsum64(np.abs(x64))) if sq else 0.0}
 
 
 def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
@@ -84,7 +86,7 @@ def training_effect(seeds, progress=None) -> dict:
             recipe = Recipe(f"mxfp8-{rule}", "float32", block=BlockScaling("mxfp8_e4m3", scale_rounding=rule))
             losses[rule] = run_recipe(recipe, task, steps=TRAIN_STEPS, seed=seed, measure_at=[]).final_loss
         ratios.append(losses["floor"] / losses["rceil"])
-    return {"tinygpt_floor_over_rceil": float(np.mean(ratios))}
+    return {"tinygpt_floor_over_rceil": float(mean64(ratios))}
 
 
 def verdict(numbers: dict) -> tuple[str, str]:

@@ -12,11 +12,14 @@ tiles).
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
 
 from ...formats import quantize
+from ...numerics import mean64
+from ...numerics.random import normal
 from .base import Finding, FindingResult, pct, say
 
 NAME = "nvfp4-rounding"
@@ -24,7 +27,8 @@ SOURCE_RATIO = 2.09
 
 
 def measure(x: np.ndarray, draws: int, seed: int) -> dict:
-    """MSE ratio SR / RTN and the two biases (relative to RMS x) of ``x`` (float32, (n, 16))."""
+    """MSE ratio SR / RTN and the two biases (relative to RMS x) of ``x`` (float32, (n, 16)); every
+    mean the exact sum rounded once, over the count (:func:`fpsim.numerics.mean64`)."""
     x64 = x.astype(np.float64)
     near = quantize(x, "nvfp4").dequantize().astype(np.float64) - x64
     rng = np.random.default_rng(seed)
@@ -33,11 +37,11 @@ def measure(x: np.ndarray, draws: int, seed: int) -> dict:
     for _ in range(draws):
         e = quantize(x, "nvfp4", rounding="stochastic", rng=rng).dequantize().astype(np.float64) - x64
         sr_sum += e
-        sr_sq += float((e**2).mean())
-    rms = float(np.sqrt((x64**2).mean()))
-    return {"mse_ratio": sr_sq / draws / float((near**2).mean()),
-            "sr_bias": float(np.abs(sr_sum / draws).mean()) / rms, "rtn_bias": float(np.abs(near).mean()) / rms,
-            "sr_bias_mean": float(sr_sum.mean() / draws) / rms}
+        sr_sq += float(mean64(e**2))
+    rms = math.sqrt(mean64(x64**2))
+    return {"mse_ratio": sr_sq / draws / float(mean64(near**2)),
+            "sr_bias": float(mean64(np.abs(sr_sum / draws))) / rms, "rtn_bias": float(mean64(np.abs(near))) / rms,
+            "sr_bias_mean": float(mean64(sr_sum) / draws) / rms}
 
 
 def transpose_mismatch(w: np.ndarray, block) -> float:
@@ -53,10 +57,10 @@ def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
     rng = np.random.default_rng(seeds[0])
     n, draws = (2**14, 16) if quick else (2**16, 64)
     say(progress, f"Gaussian 1x16 blocks: nearest, and {draws} stochastic draws")
-    x = rng.standard_normal((n // 16, 16)).astype(np.float32)
+    x = normal(rng, (n // 16, 16))
     numbers = measure(x, draws, seeds[0])
     say(progress, "a 256 x 256 weight: W against W^T, 1x16 blocks and 16x16 tiles")
-    w = (rng.standard_normal((256, 256)) / 16).astype(np.float32)
+    w = normal(rng, (256, 256), 1 / 16)
     numbers["transpose_mismatch_1x16"] = transpose_mismatch(w, 16)
     numbers["transpose_mismatch_16x16"] = transpose_mismatch(w, (16, 16))
     v, reason = verdict(numbers)

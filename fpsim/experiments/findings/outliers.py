@@ -27,10 +27,12 @@ usual relative precision.
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
 
+from ...numerics import fsum64, mean64
 from ...optim import Adam
 from ...outliers import OutlierMonitor
 from ...tensor import tensor
@@ -74,7 +76,8 @@ def train_watched(value: float, steps: int, seed: int, task: TinyGPTTask = TASK,
 
 
 def rank_correlation(a, b) -> float:
-    """Spearman's rho: the Pearson correlation of the ranks (ties share their mean rank), in float64."""
+    """Spearman's rho: the Pearson correlation of the ranks (ties share their mean rank), in float64,
+    every sum exact and rounded once (:func:`fpsim.numerics.fsum64`)."""
     def ranks(x):
         x = np.asarray(x, dtype=np.float64)
         order = np.argsort(x, kind="stable")
@@ -85,13 +88,13 @@ def rank_correlation(a, b) -> float:
         return sums[inv] / counts[inv]
 
     ra, rb = ranks(a), ranks(b)
-    ra, rb = ra - ra.mean(), rb - rb.mean()
-    den = np.sqrt(np.sum(ra * ra) * np.sum(rb * rb))
-    return float(np.sum(ra * rb) / den) if den > 0 else float("nan")
+    ra, rb = ra - mean64(ra), rb - mean64(rb)
+    den = math.sqrt(fsum64(ra * ra) * fsum64(rb * rb))
+    return float(fsum64(ra * rb) / den) if den > 0 else float("nan")
 
 
 def _spread(n: dict, name: str, vals) -> None:
-    n[name], n[f"{name}_min"], n[f"{name}_max"] = float(np.mean(vals)), float(np.min(vals)), float(np.max(vals))
+    n[name], n[f"{name}_min"], n[f"{name}_max"] = float(mean64(vals)), float(np.min(vals)), float(np.max(vals))
 
 
 def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
@@ -110,9 +113,9 @@ def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
             om, loss = train_watched(p, steps, seed, every=every)
             end = max(r.pass_ for r in om.rows)
             last = [r for r in om.rows if r.pass_ == end and r.module.count(".") == 1]  # the block outputs
-            per[p]["ratio"].append(np.mean([r.top_ratio for r in last]))
-            per[p]["kurt"].append(np.mean([r.kurtosis for r in last]))
-            per[p]["small"].append(np.mean([r.fp8_small for r in last]))
+            per[p]["ratio"].append(mean64([r.top_ratio for r in last]))
+            per[p]["kurt"].append(mean64([r.kurtosis for r in last]))
+            per[p]["small"].append(mean64([r.fp8_small for r in last]))
             per[p]["loss"].append(loss)
             rows += [(p, r) for r in om.rows]
         k = [r.kurtosis for _, r in rows]

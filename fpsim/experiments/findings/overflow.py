@@ -19,6 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ...numerics import mean64
 from ..tinygpt import OVERFLOW
 from .base import Finding, FindingResult, pct
 from .runs import train_recipes
@@ -38,7 +39,7 @@ def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
                "fp16_died_at": float(np.mean([d for d in died if d is not None])) if any(d is not None for d in died)
                else math.nan,
                "amp_died": float(np.mean([r.died_at is not None for r in runs["fp16-amp"]])),
-               "amp_accuracy": float(np.mean([r.accuracy for r in runs["fp16-amp"]])), "steps": float(steps)}
+               "amp_accuracy": float(mean64([r.accuracy for r in runs["fp16-amp"]])), "steps": float(steps)}
     where = f"; first inf: {first.op} in {first.scope} ({first.kind})" if first is not None else ""
     v, reason = verdict(numbers)
     at = f" (at step {numbers['fp16_died_at']:.0f})" if numbers["fp16_died"] else ""

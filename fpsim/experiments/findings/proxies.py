@@ -25,6 +25,7 @@ import warnings
 
 import numpy as np
 
+from ...numerics import mean64
 from ..loop import train
 from ..tinygpt import TinyGPTTask
 from .base import Finding, FindingResult, pct, say
@@ -83,7 +84,7 @@ def sensitivity(loss: np.ndarray, init: np.ndarray) -> np.ndarray:
     """Per seed, Wortsman et al.'s LR sensitivity: mean over the grid of min(loss, initial loss)
     minus the best loss (a dead run counts as the initial loss)."""
     capped = np.minimum(np.where(np.isfinite(loss), loss, np.inf), init[:, None])
-    return capped.mean(axis=1) - capped.min(axis=1)
+    return mean64(capped, axis=1) - capped.min(axis=1)
 
 
 def edge(loss: np.ndarray, best: np.ndarray, lrs) -> np.ndarray:
@@ -93,7 +94,8 @@ def edge(loss: np.ndarray, best: np.ndarray, lrs) -> np.ndarray:
 
 
 def summarize(res: dict, lrs) -> dict:
-    """The numbers the verdict reads (seed means, mins and maxes; 'every seed' flags as 1.0 / 0.0)."""
+    """The numbers the verdict reads (seed means - :func:`fpsim.numerics.mean64` - mins and maxes;
+    'every seed' flags as 1.0 / 0.0)."""
     n = {}
     base = res[key("fp32", "default")]
     best = np.nanmin(base["loss"], axis=1)
@@ -102,13 +104,13 @@ def summarize(res: dict, lrs) -> dict:
         sens, edges = sensitivity(r["loss"], r["init"]), edge(r["loss"], best, lrs)
         for stat, vals in (("sensitivity", sens), ("edge", edges), ("logit_top", r["logit"][:, -1]),
                            ("best_loss", np.nanmin(r["loss"], axis=1))):
-            n[f"{k}_{stat}"], n[f"{k}_{stat}_min"], n[f"{k}_{stat}_max"] = (float(np.mean(vals)), float(np.min(vals)),
+            n[f"{k}_{stat}"], n[f"{k}_{stat}_min"], n[f"{k}_{stat}_max"] = (float(mean64(vals)), float(np.min(vals)),
                                                                            float(np.max(vals)))
         for j, lr in enumerate(lrs):
-            n[f"{k}_loss_lr{lr:g}"] = float(np.mean(r["loss"][:, j]))
-            n[f"{k}_logit_lr{lr:g}"] = float(np.mean(r["logit"][:, j]))
+            n[f"{k}_loss_lr{lr:g}"] = float(mean64(r["loss"][:, j]))
+            n[f"{k}_logit_lr{lr:g}"] = float(mean64(r["logit"][:, j]))
     qk = res[key("fp32", "qk-norm")]
-    n["logit_growth"] = float(np.mean(base["logit"][:, -1] / base["logit"][:, 0]))
+    n["logit_growth"] = float(mean64(base["logit"][:, -1] / base["logit"][:, 0]))
     n["qk_lowers_logit_every_seed"] = float(bool(np.all(qk["logit"][:, top:] < base["logit"][:, top:])))
     n["qk_wider_every_seed"] = float(bool(np.all(edge(qk["loss"], best, lrs) > edge(base["loss"], best, lrs))))
     for k, r in res.items():  # runs whose final loss is not finite (a forward overflow the scaler skips for ever)

@@ -26,6 +26,7 @@ import numpy as np
 from ... import nn
 from ...formats import quantize, round_to
 from ...lowp import compute_scale
+from ...numerics import mean64
 from ..recipes import get_recipe
 from ..tinygpt import TinyGPTTask
 from .base import Finding, FindingResult, say
@@ -110,20 +111,21 @@ def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
 
 def summarize(at: list, per_seed: list, steps: int) -> tuple[dict, str]:
     """The numbers (module docstring) and the one-line measurement from the checkpoint steps ``at``
-    and, per seed, {"fp32": float32 losses, fmt: loss increases} at those steps.  ``early_rise``:
+    and, per seed, {"fp32": float32 losses, fmt: loss increases} at those steps (every mean
+    :func:`fpsim.numerics.mean64`).  ``early_rise``:
     the increase at the middle checkpoint less that at the first after step 0; ``late_rise``: the
     mean increase over the checkpoints after the middle less that at the middle."""
     numbers = {"steps": float(steps), "seeds": float(len(per_seed))}
     mid = len(at) // 2
     for f in ("fp32", *FORMATS):
-        curve = np.mean([s[f] for s in per_seed], axis=0)
+        curve = mean64(np.asarray([s[f] for s in per_seed]), axis=0)
         for step, v in zip(at, curve):
             numbers[f"{f}_{'loss' if f == 'fp32' else 'increase'}_at_{step}"] = float(v)
         if f == "fp32":
             continue
         for key, rises in (("early", [float(s[f][mid] - s[f][1]) for s in per_seed]),
-                           ("late", [float(np.mean(s[f][mid + 1:]) - s[f][mid]) for s in per_seed])):
-            numbers[f"{f}_{key}_rise"] = float(np.mean(rises))
+                           ("late", [float(mean64(s[f][mid + 1:]) - s[f][mid]) for s in per_seed])):
+            numbers[f"{f}_{key}_rise"] = float(mean64(rises))
             numbers[f"{f}_{key}_rise_share"] = float(np.mean([r > 0 for r in rises]))
     n, last = len(per_seed), at[-1]
     measured = (f"loss increase at step {at[1]} / {at[mid]} / {last} (seed mean, {n} seed{'s' * (n > 1)}): " +

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...numerics import mean64
 from .. import run_recipe
 from ..recipes import get_recipe
 from ..tasks import ReferenceTask
@@ -74,12 +75,13 @@ def _every(progress, n: int, label: str, steps: int):
 
 
 def final_ratio(runs: dict, name: str, base: str = "fp32") -> float:
-    """Mean over seeds of the final loss of ``name`` over ``base``'s (inf for a run that died)."""
+    """Mean over seeds (:func:`fpsim.numerics.mean64`) of the final loss of ``name`` over ``base``'s
+    (inf for a run that died)."""
     ratios = []
     for r, b in zip(runs[name], runs[base]):
         loss = r.final_loss
         ratios.append(loss / b.final_loss if math.isfinite(loss) else math.inf)
-    return float(np.mean(ratios))
+    return float(mean64(ratios))
 
 
 def draw_ratio_curves(ax, runs: dict, base: str = "fp32", title: str = "") -> None:

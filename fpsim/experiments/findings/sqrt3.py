@@ -20,6 +20,7 @@ import numpy as np
 
 from ... import ops, state
 from ...lowp import BlockScaling
+from ...numerics import mean64
 from ...tensor import tensor
 from .. import run_recipe
 from ..gradnoise import SQRT3, GradientNoiseMonitor
@@ -57,7 +58,7 @@ def train_monitored(task: ReferenceTask, steps: int, seed: int, progress=None):
 
 
 def _smooth(a: np.ndarray, at: int) -> float:
-    return float(np.mean(a[max(0, at - WINDOW + 1): at + 1]))
+    return float(mean64(a[max(0, at - WINDOW + 1): at + 1]))
 
 
 def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
@@ -72,7 +73,7 @@ def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
     c = mon.first_below(SQRT3, WINDOW)
     c3 = mon.first_below(3 * SQRT3, WINDOW)  # the paper's v2 abstract reads 3 sqrt(3): reported beside it
     end = steps - 1
-    numbers = {"ratio_start": mon.ratios[0], "ratio_end": float(np.mean(mon.ratios[-WINDOW:])),
+    numbers = {"ratio_start": mon.ratios[0], "ratio_end": float(mean64(mon.ratios[-WINDOW:])),
                "cross_step": float("nan") if c is None else float(c),
                "gap_at_cross": float("nan") if c is None else _smooth(lq, c) / _smooth(lf, c),
                "gap_at_end": _smooth(lq, end) / _smooth(lf, end), "steps": float(steps),

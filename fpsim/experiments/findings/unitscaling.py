@@ -26,6 +26,7 @@ import numpy as np
 from ... import nn
 from ...lowp import FixedScaling
 from ...nn import unit
+from ...numerics import mean64
 from ..recipes import Recipe
 from ..tasks import ReferenceTask
 from ..tinygpt import TinyGPTTask
@@ -50,7 +51,8 @@ class UnitReferenceTask(ReferenceTask):
     lr: float = 1e-2 * math.sqrt(96)
 
     def data_rms(self) -> float:
-        return float(np.sqrt((self.data().astype(np.float64) ** 2).mean()))
+        """The data's root mean square: the exact mean of the squares rounded once (:func:`fpsim.numerics.mean64`)."""
+        return math.sqrt(mean64(self.data().astype(np.float64) ** 2))
 
     def model(self, seed: int = 0):
         rms = self.data_rms()
@@ -142,8 +144,8 @@ def _reference(quick: bool, seeds: tuple, progress) -> tuple[dict, dict]:
     numbers = {"steps": float(steps)}
     numbers.update(_spread("delayed", _ratios(runs, "fp8-delayed")) | _spread("scale1_start", _ratios(runs, SCALE1.name))
                    | _spread("fixed1", _ratios(runs, FIXED1.name)) | _spread("unit_fixed1", _ratios(uruns, FIXED1.name)))
-    numbers["fp32_loss"] = float(np.mean([r.final_loss for r in runs["fp32"]]))
-    numbers["unit_fp32_loss"] = float(np.mean([r.final_loss for r in uruns["fp32"]]))
+    numbers["fp32_loss"] = float(mean64([r.final_loss for r in runs["fp32"]]))
+    numbers["unit_fp32_loss"] = float(mean64([r.final_loss for r in uruns["fp32"]]))
     for name, task in (("plain", plain), ("unit", unit_task)):
         numbers.update({f"{name}_{k}": v for k, v in scale1_casts(task, seeds[0]).items()})
     curves = {"fp8-delayed": _curve(runs, "fp8-delayed"), "scale-1 start": _curve(runs, SCALE1.name),
@@ -161,12 +163,12 @@ def _tinygpt(seeds: tuple, progress) -> dict:
     casts = {f"gpt_{name}_{k}": v for name, task in (("plain", TinyGPTTask()), ("unit", UnitTinyGPTTask()))
              for k, v in scale1_casts(task, seeds[0]).items()}
     return (_spread("gpt_delayed", _ratios(runs, "fp8-delayed")) | _spread("gpt_unit_fixed1", _ratios(uruns, FIXED1.name))
-            | {"gpt_fp32_loss": float(np.mean([r.final_loss for r in runs["fp32"]])),
-               "gpt_unit_fp32_loss": float(np.mean([r.final_loss for r in uruns["fp32"]]))} | casts)
+            | {"gpt_fp32_loss": float(mean64([r.final_loss for r in runs["fp32"]])),
+               "gpt_unit_fp32_loss": float(mean64([r.final_loss for r in uruns["fp32"]]))} | casts)
 
 
 def _spread(key: str, ratios: list) -> dict:
-    return {f"{key}_mean": float(np.mean(ratios)), f"{key}_min": float(np.min(ratios)),
+    return {f"{key}_mean": float(mean64(ratios)), f"{key}_min": float(np.min(ratios)),
             f"{key}_max": float(np.max(ratios))}
 
 
@@ -177,10 +179,10 @@ def _ratios(runs: dict, name: str) -> list:
 
 
 def _curve(runs: dict, name: str) -> np.ndarray:
-    """Seed mean, step by step, of ``name``'s loss over fp32's."""
+    """Seed mean (:func:`fpsim.numerics.mean64`), step by step, of ``name``'s loss over fp32's."""
     n = min(len(r.losses) for r in runs[name])
-    return np.mean([np.asarray(r.losses[:n]) / np.asarray(b.losses[:n]) for r, b in zip(runs[name], runs["fp32"])],
-                   axis=0)
+    return mean64(np.asarray([np.asarray(r.losses[:n]) / np.asarray(b.losses[:n])
+                              for r, b in zip(runs[name], runs["fp32"])], np.float64), axis=0)
 
 
 def _span(numbers: dict, key: str) -> str:
