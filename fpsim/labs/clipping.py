@@ -24,6 +24,7 @@ from ..amp import GradScaler, autocast
 from ..checks import is_real
 from ..data import classification_blobs
 from ..nn.utils import clip_grad_norm_
+from ..numerics import fsum64
 from ..optim import SGD, Adam
 from ..tensor import tensor
 
@@ -108,9 +109,10 @@ class ClipOrderDemo:
 
     @property
     def ratio(self) -> float:
-        """|correct update| / |wrong update| (float64): S * |g| / max_norm when |g| <= max_norm."""
-        c = float(np.linalg.norm(self.correct_update.astype(np.float64)))
-        w = float(np.linalg.norm(self.wrong_update.astype(np.float64)))
+        """|correct update| / |wrong update| (float64): S * |g| / max_norm when |g| <= max_norm.
+        Each norm the square root of the exact sum of the squares, rounded once (:func:`fpsim.numerics.fsum64`)."""
+        c = _norm64(self.correct_update)
+        w = _norm64(self.wrong_update)
         return c / w if w else math.inf
 
     def __str__(self) -> str:
@@ -122,6 +124,11 @@ class ClipOrderDemo:
             f"update {np.array2string(self.wrong_update, precision=6)}",
             f"  the wrong order moves the weights {self.ratio:.6g}x less",
         ])
+
+
+def _norm64(v: np.ndarray) -> float:
+    v = np.asarray(v, dtype=np.float64).ravel()  # float32 values: their squares are exact in float64
+    return math.sqrt(fsum64(v * v))
 
 
 def clip_order_demo(grads=(0.3, 0.4), scale: float = 1024.0, max_norm: float = 1.0, lr: float = 1.0) -> ClipOrderDemo:

@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import ops
 from ..experiments import ReferenceTask
+from ..numerics.scalars import log2_64
 from ..optim import SGD, Adam
 from ..tensor import Tensor, tensor
 
@@ -103,7 +104,7 @@ def binade_span(values, lo: float = 0.001, hi: float = 0.999) -> tuple[float, fl
     if not 0 <= lo < hi <= 1:
         raise ValueError(f"need 0 <= lo < hi <= 1, got lo={lo}, hi={hi}")
     q = np.quantile(v, [lo, hi])
-    return float(np.log2(q[0])), float(np.log2(q[1]))
+    return log2_64(q[0]), log2_64(q[1])  # correctly rounded: numpy's log2 differs by CPU in the last bit
 
 
 def _pct(k: int, n: int) -> str:

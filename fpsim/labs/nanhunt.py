@@ -3,7 +3,8 @@ trained with the first non-finite origin traced - and the same model in PyTorch,
 own tools (forward hooks, ``torch.autograd.detect_anomaly``).
 
 The data are what nobody normalised: 16 raw features, integers 0-255 (pixel values, counts),
-and a price-like target in the thousands, ``y = x @ w`` with ``w`` uniform in [0, 2).  The model
+and a price-like target in the thousands, ``y = x @ w`` with ``w`` uniform in [0, 2) (each sum
+exact, rounded once to float64, then to float32).  The model
 is ``nn.MLP([16, 32, 1])`` with ReLU.  :func:`hunt_run` trains it full batch with Adam under
 fpsim's ``trace_nonfinite``; :func:`torch_hunt` trains the same model, from the same initial
 weights, in PyTorch float16 on the CPU.  PyTorch is imported only when :func:`torch_hunt` runs.
@@ -18,6 +19,7 @@ import numpy as np
 
 from .. import nn, ops
 from ..amp import GradScaler
+from ..numerics import fsum64, mean64
 from ..optim import Adam
 from ..tensor import tensor
 from ..trace import NonFiniteTracer, trace_nonfinite
@@ -26,19 +28,25 @@ __all__ = ["raw_regression", "normalised", "HuntRun", "hunt_run", "TorchHunt", "
 
 
 def raw_regression(n: int = 256, dim: int = 16, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """``(x, y)``, float32: x (n, dim) integers 0-255, y (n, 1) = x @ w with w uniform in [0, 2)."""
+    """``(x, y)``, float32: x (n, dim) integers 0-255, y (n, 1) = x @ w with w uniform in [0, 2):
+    each product rounded to float64, their exact sum rounded once to float64
+    (:func:`fpsim.numerics.fsum64`: no BLAS order), then to float32."""
     rng = np.random.default_rng(seed)
     x = rng.integers(0, 256, (n, dim)).astype(np.float32)
-    y = (x @ rng.uniform(0.0, 2.0, (dim, 1))).astype(np.float32)
+    w = rng.uniform(0.0, 2.0, (dim, 1))
+    y = fsum64(x.astype(np.float64) * w[:, 0], axis=1).astype(np.float32)[:, None]
     return x, y
 
 
 def normalised(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The fix in the data: each feature and the target shifted to mean 0 and scaled to standard
-    deviation 1 (statistics in float64, results float32)."""
+    deviation 1 (statistics in float64, each mean the exact sum rounded once over the count -
+    :func:`fpsim.numerics.mean64`; the standard deviation numpy's, the root mean squared
+    deviation; results float32)."""
     def z(a):
         a = np.asarray(a, dtype=np.float64)
-        return ((a - a.mean(axis=0)) / a.std(axis=0)).astype(np.float32)
+        d = a - mean64(a, axis=0)
+        return (d / np.sqrt(mean64(d * d, axis=0))).astype(np.float32)
 
     return z(x), z(y)
 
