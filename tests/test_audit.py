@@ -8,6 +8,7 @@ import json
 import struct
 import subprocess
 import sys
+from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
@@ -247,3 +248,35 @@ def test_raw_bytes_and_pickled_npy_are_reported(tmp_path):
     np.save(tmp_path / "o.npy", np.array([{}], dtype=object), allow_pickle=True)
     with pytest.raises(ValueError, match=r"o\.npy: holds pickled"):
         list(read_tensors(tmp_path / "o.npy"))
+
+
+def _quarter(a: float) -> int:
+    """floor(4 log2 a) in exact rationals: the largest q with 2^q <= a^4."""
+    f = Fraction(a) ** 4
+    q = f.numerator.bit_length() - f.denominator.bit_length()
+    while Fraction(2) ** q > f:
+        q -= 1
+    while Fraction(2) ** (q + 1) <= f:
+        q += 1
+    return q
+
+
+def test_histogram_bins_are_exact_at_the_quarter_binade_edges():
+    """The audit's histogram bins log2|x| by quarter binades exactly (numpy's log2 differs by CPU in
+    the last bit): the float64 numbers on either side of every 2^(e + j/4) land on either side."""
+    edge = []
+    for e in (-40, -1, 0, 9):
+        for j in (1, 2, 3):
+            f = 2.0 ** (e + j / 4)
+            while _quarter(f) >= 4 * e + j:
+                f = np.nextafter(f, 0.0)
+            while _quarter(f) < 4 * e + j:
+                f = np.nextafter(f, np.inf)
+            edge += [f, np.nextafter(f, 0.0)]  # the first float64 in the quarter, the last before it
+    rng = np.random.default_rng(0)
+    vals = np.concatenate([edge, np.abs(rng.standard_normal(300)) * np.exp2(rng.integers(-60, 60, 300)),
+                           [2.0**-1074, 1e300]])
+    want = np.zeros(1200, np.int64)
+    for v in vals:
+        want[min(max(_quarter(float(v)) + 640, 0), 1199)] += 1
+    assert np.array_equal(audit_arrays({"v": vals}).counts, want)

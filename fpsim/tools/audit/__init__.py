@@ -17,10 +17,12 @@ Files are read by :func:`fpsim.tools.audit.tensorfiles.read_tensors` (``allow_pi
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
 from dataclasses import dataclass, field
+from decimal import Decimal, localcontext
 from fractions import Fraction
 
 import numpy as np
@@ -38,6 +40,32 @@ K_RANGE = (-30, 40)
 KEEP = 0.999
 # Quarter-binade bins of log2|x| covering every float32 magnitude (2^-149 .. 2^128) and then some.
 HIST_EDGES = np.arange(-160.0, 140.0 + 0.25, 0.25)
+
+
+def _quarter_steps() -> np.ndarray:
+    """The smallest float64 numbers >= 2^(1/4), 2^(1/2) and 2^(3/4) (from ``decimal`` at 60 digits:
+    none of the three is within 1e-60 of a float64): t in [1, 2) lies in quarter j of its binade
+    exactly when it has passed j of them."""
+    out = []
+    with localcontext() as ctx:
+        ctx.prec = 60
+        for j in (1, 2, 3):
+            c = Decimal(2) ** (Decimal(j) / 4)
+            f = float(c)
+            out.append(f if Decimal(f) >= c else math.nextafter(f, math.inf))
+    return np.array(out)
+
+
+_QUARTERS = _quarter_steps()
+
+
+def _quarter_bins(a: np.ndarray) -> np.ndarray:
+    """The :data:`HIST_EDGES` bin of each magnitude ``a`` (float64, > 0): floor(4 log2 a) decided
+    exactly from the binary exponent and the significand (numpy's log2 differs by CPU in the last
+    bit, which can move a value lying at a bin edge), clipped to the edges' range."""
+    m, e = np.frexp(a)  # a = m 2^e with m in [0.5, 1): log2 a in [e - 1, e)
+    q = 4 * (e.astype(np.int64) - 1) + np.searchsorted(_QUARTERS, 2 * m, side="right")
+    return np.clip(q - int(4 * HIST_EDGES[0]), 0, HIST_EDGES.size - 2)
 
 
 # --------------------------------------------------------------------------------------------
@@ -236,9 +264,7 @@ def _audit_one(arr: np.ndarray, fnames, ks):
         acc.flush_k = np.searchsorted(a, fthr * scales, side="right").astype(np.int64)
         acc.over_k = (a.size - np.searchsorted(a, othr * scales, side="left" if over_at else "right")).astype(np.int64)
         accs[name] = acc
-    with np.errstate(divide="ignore"):
-        lg = np.clip(np.log2(a), HIST_EDGES[0], HIST_EDGES[-1] - 1e-9)
-    hist = np.histogram(lg, HIST_EDGES)[0].astype(np.int64)
+    hist = np.bincount(_quarter_bins(a), minlength=HIST_EDGES.size - 1).astype(np.int64)
     return n, zeros, nonfinite, accs, hist
 
 
