@@ -111,7 +111,10 @@ def normal_scale_range(grad: float, fmt="float16") -> tuple[int, int]:
     if a == 0 or not math.isfinite(a):
         raise ValueError(f"grad must be finite and non-zero, got {grad!r}")
     normal = lambda k: _category(math.ldexp(a, k), f) == "normal"  # noqa: E731
-    lo = math.floor(math.log2(f.tiny) - math.log2(a)) - 1  # differences of logs: no overflow for tiny a
+    # differences of logs: no overflow for tiny a.  The logs only start the two searches, a step
+    # or more outside the answer, and the loops walk to it exactly: the C library's log2 (its last
+    # bit differs between machines) cannot change the k_lo and k_hi returned.
+    lo = math.floor(math.log2(f.tiny) - math.log2(a)) - 1
     while not normal(lo):
         lo += 1
     hi = math.ceil(math.log2(f.max) - math.log2(a)) + 1
