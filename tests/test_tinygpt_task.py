@@ -48,13 +48,13 @@ def test_the_schedules_cosine_is_correctly_rounded():
     """lr_at's cos(pi * step / steps) is the exact cosine rounded once to float64 (mpmath at 60 digits,
     rounded by Fraction), not the C library's."""
     mpmath = pytest.importorskip("mpmath")
-    from fpsim.experiments.tinygpt import _cos64
+    from fpsim.numerics.scalars import cos64
 
     with mpmath.workdps(60):
         for steps in (60, 250):
             for s in range(steps + 1):
                 x = math.pi * s / steps
-                assert _cos64(x) == float(Fraction(str(mpmath.cos(mpmath.mpf(x))))), (s, steps)
+                assert cos64(x) == float(Fraction(str(mpmath.cos(mpmath.mpf(x))))), (s, steps)
 
 
 def test_every_recipe_runs_through_compare():

@@ -26,12 +26,12 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass, replace
-from decimal import Decimal, localcontext
 
 import numpy as np
 
 from .. import nn, ops, state
 from ..checks import check_finite, check_positive, is_integer
+from ..numerics.scalars import cos64
 from ..tensor import Tensor, tensor
 from .loop import train
 from .recipes import get_recipe
@@ -60,27 +60,6 @@ def z_loss(logits: Tensor) -> Tensor:
     m = tensor(be.xp.max(logits.f32(), axis=-1, keepdims=True), logits.fmt, backend=be)
     log_z = ops.add(ops.log(ops.sum(ops.exp(ops.sub(logits, m)), axis=-1, keepdims=True)), m)
     return ops.mean(ops.mul(log_z, log_z))
-
-
-def _cos64(x: float) -> float:
-    """cos x of a float, correctly rounded to float64 - not ``math.cos``, the C library's, whose last
-    bit differs between libms.  The Taylor series in Python's ``decimal`` at 40 digits plus those
-    the terms' size cancels (about 0.44 |x|; the schedule's x lie in [0, pi]); the float conversion
-    rounds once, as :mod:`fpsim.numerics.scalars` argues for its functions."""
-    x = float(x)
-    if not math.isfinite(x):
-        return math.nan
-    with localcontext() as ctx:
-        ctx.prec = 40 + int(abs(x) / 2)
-        d2 = Decimal(x) ** 2
-        total = term = Decimal(1)
-        k = 0
-        eps = Decimal(10) ** -(ctx.prec + 2)
-        while abs(term) > eps:
-            k += 2
-            term = -term * d2 / (k * (k - 1))
-            total += term
-        return float(total)
 
 
 # The tiny GPT's runs are RunResults (accuracy, eval_loss and the traced first non-finite op filled
@@ -211,8 +190,8 @@ class TinyGPTTask(Task):
 
     def lr_at(self, step: int, steps: int, lr: float) -> float:
         """Linear warm-up over ``warmup`` steps, then a cosine decay to 0 at ``steps`` (the cosine
-        correctly rounded: :func:`_cos64`)."""
-        f = 0.5 * (1 + _cos64(math.pi * step / steps))
+        correctly rounded: :func:`fpsim.numerics.scalars.cos64`)."""
+        f = 0.5 * (1 + cos64(math.pi * step / steps))
         return lr * f * min(1.0, (step + 1) / self.warmup) if self.warmup else lr * f
 
     def describe(self) -> str:

@@ -4,7 +4,7 @@ Python's ``b ** n``, ``math.log`` and ``math.exp`` on floats call the C library,
 about half an ulp on glibc, a little less elsewhere: the last bit of Adam's bias correction
 1 - beta**step, or of a reported log-ratio, could differ between machines.  These are correctly
 rounded to float64 instead: :func:`powi` by exact rational arithmetic, :func:`log64`,
-:func:`log2_64` and :func:`exp64` with Python's ``decimal`` at 40 digits (its exp and ln are
+:func:`log2_64`, :func:`exp64` and :func:`cos64` with Python's ``decimal`` at 40 digits (its exp and ln are
 correctly rounded to those digits; the float conversion rounds once more, and a transcendental
 value is never within 1e-40 of a float64 halfway point in practice).  Slow (tens of
 microseconds): for scalars, not arrays.
@@ -17,7 +17,7 @@ import math
 from decimal import Decimal, localcontext
 from fractions import Fraction
 
-__all__ = ["powi", "log64", "log2_64", "exp64"]
+__all__ = ["powi", "log64", "log2_64", "exp64", "cos64"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -65,3 +65,13 @@ def exp64(x: float) -> float:
     if x < -746:
         return 0.0
     return _decimal(lambda d: d.exp(), x)
+
+
+def cos64(x: float) -> float:
+    """cos x (radians) of a float, correctly rounded (x reduced modulo 2 pi exactly enough first)."""
+    x = float(x)
+    if not math.isfinite(x):
+        return math.nan
+    from .highprec import _sin_cos
+
+    return float(_sin_cos(x, 40)[1])

@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-__all__ = ["add_arguments", "main", "fingerprints", "configurations"]
+__all__ = ["main", "fingerprints", "configurations"]  # add_arguments too, for the CLI (as every tool has)
 
 HELP = "fingerprints of a fixed set of runs; --configs: the same under every BLAS kernel and SIMD path here"
 
