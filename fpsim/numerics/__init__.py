@@ -10,7 +10,9 @@ have one implementation per instruction set.  fpsim does not inherit those choic
   correctly rounded to float32 (and cos, sin);
 - ``checked.py``  the test that lets a float64 library result stand in for the exact one;
 - ``exactsum.py`` exact sums of float64 terms (TwoSum trees, ``math.fsum``) for what the test leaves open;
-- ``highprec.py`` the rare elementary-function values decided with Python's ``decimal``.
+- ``highprec.py`` the rare elementary-function values decided with Python's ``decimal``;
+- ``compiled/``   the same steps with the passes around numpy's float64 work fused into numba
+  kernels, the same bits, where numba is installed (``FPSIM_NUMBA=0``: the numpy path only).
 
 numpy and the BLAS still do the work; they only no longer decide the bits.
 """

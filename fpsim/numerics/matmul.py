@@ -27,25 +27,16 @@ NaN comes out as the positive quiet NaN.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
+from . import compiled
 from .checked import gamma, round_within, round_within_outer
+from .chunks import chunk_of, chunk_sums
 from .exactsum import round_rows
 
 __all__ = ["matmul_f32", "chunk_of"]
 
-_CHUNK_FROM = 2048  # K from which the sum is split into chunks (a tighter bound, fewer open sums)
 _TERMS_AT_ONCE = 2**21  # products an exact pass holds at a time
-
-
-def chunk_of(k: int) -> int:
-    """The chunk length of a K-long sum: a power of two near sqrt(K) from K = 2048 up (the bound
-    is about (chunk + K / chunk) roundings, least at sqrt(K)), else K itself (one dgemm)."""
-    if k < _CHUNK_FROM:
-        return k
-    return 1 << round(math.log2(math.sqrt(k)))
 
 
 def _norms(x64, axis: int):
@@ -73,6 +64,9 @@ def matmul_f32(a, b, grid_a=None, grid_b=None) -> np.ndarray:
         return np.zeros(shape, np.float32)
     grid_a = grid_a or F32_GRID
     grid_b = grid_b or F32_GRID
+    fast = compiled.kernels() if a.dtype == b.dtype == np.float32 else None
+    if fast is not None:
+        return fast.matmul(a, b, grid_a, grid_b, grid_a != F32_GRID or grid_b != F32_GRID)
     a64 = a.astype(np.float64)
     b64 = b.astype(np.float64)
     kc = chunk_of(k)
@@ -103,16 +97,12 @@ F32_GRID = (23, 2.0**-149)
 def _chunked(a64, b64, kc: int):
     """(the float64 product as a sum of chunk products, Cauchy-Schwarz bounds summed per chunk)."""
     k = a64.shape[-1]
-    nc = k // kc
-    main = nc * kc
-    ac = np.moveaxis(a64[..., :main].reshape(a64.shape[:-1] + (nc, kc)), -2, -3)  # (..., nc, M, kc)
-    bc = b64[..., :main, :].reshape(b64.shape[:-2] + (nc, kc, b64.shape[-1]))  # (..., nc, kc, N)
-    c = (ac @ bc).sum(axis=-3)
+    main = (k // kc) * kc
+    c, ac, bc = chunk_sums(a64, b64, kc)
     na = np.sqrt(np.einsum("...cmk,...cmk->...mc", ac, ac))  # (..., M, nc)
     nb = np.sqrt(np.einsum("...ckn,...ckn->...cn", bc, bc))  # (..., nc, N)
     mags = na @ nb
     if main < k:
-        c += a64[..., main:] @ b64[..., main:, :]
         mags += _norms(a64[..., main:], -1)[..., :, None] * _norms(b64[..., main:, :], -2)[..., None, :]
     return c, mags * (1 + 2.0**-30)  # the norms and their small product round too
 

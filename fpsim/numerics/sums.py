@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from . import compiled
 from .checked import gamma, round_within
 from .exactsum import round_rows
 
@@ -37,6 +38,10 @@ def reduced_axes(axis, ndim: int) -> tuple:
     return (axis % ndim if ndim else axis,)
 
 
+def _consecutive(axes: tuple) -> bool:
+    return axes[-1] - axes[0] + 1 == len(axes)
+
+
 def sum_f32(x, axis=None, keepdims: bool = False, grid=None) -> np.ndarray:
     """The exact sum of float32 (or narrower) ``x`` over ``axis``, rounded once to float32.
 
@@ -49,6 +54,9 @@ def sum_f32(x, axis=None, keepdims: bool = False, grid=None) -> np.ndarray:
     n = 1
     for a in axes:
         n *= x.shape[a]
+    fast = compiled.kernels() if n > 1 and x.dtype == np.float32 and x.size and _consecutive(axes) else None
+    if fast is not None:
+        return fast.sum(x, axes, keepdims, grid, n)
     x64 = x.astype(np.float64)
     s = x64.sum(axis=axes, keepdims=keepdims)
     if n <= 1:  # one value (or none: +0) is its own sum: exact

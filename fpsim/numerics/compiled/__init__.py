@@ -1,0 +1,81 @@
+"""The optional compiled path: numba kernels for the passes around numpy's float64 BLAS and ufuncs.
+
+``matmul.py``, ``sums.py`` and ``elementary.py`` are complete in numpy.  Where numba is installed,
+the same steps run with the passes around the float64 work fused into a few compiled loops:
+``_matmul.py`` (the float64 copies with the norms and quanta, the interval test, each open sum
+settled where it is found), ``_sums.py`` (a reduction read once, with its bound and test) and
+``_elementary.py`` (the functions' test, chunk by chunk); ``_exact.py`` holds the exact sums they
+share.  The float64 work itself stays numpy's (the dgemm, numpy's float64 exp), and the results
+are the same bits: each is still the exact value rounded once, decided by the same kind of test -
+only the number of passes over memory changes.
+
+Which path: the compiled one when numba can be imported, unless the environment variable
+``FPSIM_NUMBA`` is ``0`` (read once, when ``fpsim.numerics`` is imported); :func:`use_compiled`
+switches for a block (the tests run both paths).  ``import fpsim`` never imports numba: it is
+imported on the first call that uses a kernel; without numba the numpy path runs, and a numba
+that fails to import or to load the kernels leaves the numpy path in use too, with one warning.
+
+numba's cache: fpsim sets nothing.  The kernels are compiled on first use (about 5 s, once) and
+cached by numba's own rules (then about 0.3 s to load in a new process, numba's import included): ``__pycache__`` beside this package, or where that is not writable
+(a read-only install) numba's user-wide cache directory (``~/.cache/numba``), or
+``NUMBA_CACHE_DIR`` where the user sets it.  Where none of these is writable, the kernels are
+compiled without a cache, in each process that uses them - slower to start, never an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import types
+import warnings
+
+__all__ = ["numba_installed", "enabled", "use_compiled", "kernels"]
+
+_STATE = {"on": os.environ.get("FPSIM_NUMBA", "1").strip() != "0", "kernels": None, "failed": False}
+
+
+def numba_installed() -> bool:
+    """Whether numba is installed (it is not imported to tell)."""
+    try:
+        return importlib.util.find_spec("numba") is not None
+    except (ImportError, ValueError):  # a module hidden as sys.modules["numba"] = None, a broken spec
+        return False
+
+
+def enabled() -> bool:
+    """Whether fpsim.numerics uses the compiled path now: switched on and numba installed."""
+    return bool(_STATE["on"]) and not _STATE["failed"] and numba_installed()
+
+
+@contextlib.contextmanager
+def use_compiled(on: bool = True):
+    """Within the block, the compiled path on (if numba is there) or off (the numpy path)."""
+    before = _STATE["on"]
+    _STATE["on"] = bool(on)
+    try:
+        yield
+    finally:
+        _STATE["on"] = before
+
+
+def kernels():
+    """The compiled path's functions (a namespace: ``matmul``, ``sum``, ``elementary``), or None
+    where the numpy path is to be used."""
+    if not _STATE["on"] or _STATE["failed"]:
+        return None
+    if _STATE["kernels"] is None:
+        _STATE["kernels"] = _load()
+    return _STATE["kernels"]
+
+
+def _load():
+    try:
+        from . import _elementary, _matmul, _sums
+    except Exception as e:  # no numba: the numpy path, silently; a broken numba: the same, said once
+        _STATE["failed"] = True
+        if numba_installed():
+            warnings.warn(f"fpsim.numerics: the compiled path is off ({type(e).__name__}: {e})", RuntimeWarning,
+                          stacklevel=3)
+        return None
+    return types.SimpleNamespace(matmul=_matmul.fused_matmul, sum=_sums.fused_sum, elementary=_elementary.fused_elementary)
