@@ -499,9 +499,12 @@ def test_every_command_that_writes_json_writes_strict_json(tmp_path, audit_dir):
     rc, out, err = run_main(["reproduce", "nvfp4-four-over-six", "--quick", "--json", "--figure", "none"], tmp_path)
     assert rc == 0, err
     assert _strict(out)["verdict"] in ("reproduced", "partly", "not at this scale")
-    # the commands with a --json option: audit, compare, bench, reproduce (above), gpu-check (below)
+    rc, out, err = run_main(["bits", "--items", "arithmetic", "--json"], tmp_path)
+    assert rc == 0, err
+    assert set(_strict(out)["fingerprints"]) == {"arithmetic"}
+    # the commands with a --json option: audit, compare, bench, reproduce, bits (above), gpu-check (below)
     assert {n for n, p in SUBPARSERS.items() if any(a.dest == "json" for a in p._actions)} == \
-        {"audit", "compare", "bench", "reproduce", "gpu-check"}
+        {"audit", "compare", "bench", "reproduce", "gpu-check", "bits"}
 
 
 def test_gpu_check_json_file_is_strict(tmp_path):
