@@ -22,7 +22,7 @@ from .formats import (
     ulp,
 )
 from .monitor import monitor
-from .state import blas_threads, set_blas_threads
+from .state import arithmetic, blas_threads, set_blas_threads
 from .tensor import Tensor, no_grad, tensor  # fpsim.tensor(...) is the factory, as torch.tensor is
 from .trace import trace_nonfinite
 
@@ -56,6 +56,7 @@ __all__ = [
     "quantize",
     "manual_seed",
     "monitor",
+    "arithmetic",
     "blas_threads",
     "set_blas_threads",
     "trace_nonfinite",

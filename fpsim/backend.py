@@ -42,7 +42,7 @@ from .formats.kernels import (
 )
 from .numerics import matmul_f32
 from .numerics.sums import reduced_axes as _axes
-from .state import ENGINE_ROUNDING, default_rng
+from .state import ENGINE_ROUNDING, arithmetic_mode, blas_call, default_rng
 
 __all__ = ["Backend", "NumpyBackend", "NumpyF32Backend", "CupyBackend", "get_backend", "available", "BACKENDS",
            "DEFAULT_ENV"]
@@ -193,29 +193,38 @@ class NumpyBackend(Backend):
         """The exact sums of the exact products, each rounded once to float32
         (:func:`fpsim.numerics.matmul_f32`): the same bits on every BLAS, kernel and thread count.
         ``fa`` / ``fb``, the operands' formats, let it skip the checks where every float64 sum is
-        exact (float16 values are multiples of 2**-24, for instance)."""
+        exact (float16 values are multiples of 2**-24, for instance).  Under
+        ``fpsim.arithmetic("library")``: numpy's float32 product (BLAS sgemm), on fpsim's pinned
+        BLAS thread count."""
+        if arithmetic_mode() == "library":
+            return blas_call(np.matmul, a32, b32)
         return matmul_f32(a32, b32, _grid(fa), _grid(fb))
 
     def sum(self, x32, axis=None, keepdims: bool = False):
         """The exact sum over ``axis``, rounded once to float32 (:func:`fpsim.numerics.sum_f32`)."""
+        if arithmetic_mode() == "library":
+            return super().sum(x32, axis, keepdims)
         return numerics.sum_f32(x32, axis, keepdims)
 
     def mean(self, x32, axis=None, keepdims: bool = False):
         """The exact sum rounded to float32, divided by the count in float32 (:func:`fpsim.numerics.mean_f32`)."""
+        if arithmetic_mode() == "library":
+            return super().mean(x32, axis, keepdims)
         return numerics.mean_f32(x32, axis, keepdims)
 
     def exp(self, x32):
-        """Correctly rounded float32 (:mod:`fpsim.numerics.elementary`), as log, tanh and pow."""
-        return numerics.exp_f32(x32)
+        """Correctly rounded float32 (:mod:`fpsim.numerics.elementary`), as log, tanh and pow;
+        numpy's float32 loops under ``fpsim.arithmetic("library")``."""
+        return numerics.exp_f32(x32) if arithmetic_mode() == "exact" else super().exp(x32)
 
     def log(self, x32):
-        return numerics.log_f32(x32)
+        return numerics.log_f32(x32) if arithmetic_mode() == "exact" else super().log(x32)
 
     def tanh(self, x32):
-        return numerics.tanh_f32(x32)
+        return numerics.tanh_f32(x32) if arithmetic_mode() == "exact" else super().tanh(x32)
 
     def pow(self, x32, p):
-        return numerics.pow_f32(x32, float(np.float32(p)))
+        return numerics.pow_f32(x32, float(np.float32(p))) if arithmetic_mode() == "exact" else super().pow(x32, p)
 
     def round_saturating(self, x32, fmt: Format):
         if fmt.bits == 8 and x32.dtype == np.float32 and not ENGINE_ROUNDING:

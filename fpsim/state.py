@@ -14,6 +14,7 @@ did: the engine's one rounding point (``tensor.round_result``) calls each hook w
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 from typing import NamedTuple
 
@@ -47,6 +48,9 @@ __all__ = [
     "set_blas_threads",
     "pinned_blas",
     "blas_call",
+    "ARITHMETICS",
+    "arithmetic",
+    "arithmetic_mode",
 ]
 
 
@@ -175,6 +179,43 @@ def tensor_core_as(setting):
         yield
     finally:
         _tensor_core = prev
+
+
+# --------------------------------------------------------------------------------- arithmetic
+
+ARITHMETICS = ("exact", "library")
+_ARITH_ENV = "FPSIM_ARITHMETIC"
+_arith_default = os.environ.get(_ARITH_ENV, "").strip().lower() or "exact"  # read once; checked on use
+_arithmetic = contextvars.ContextVar("fpsim_arithmetic", default=None)
+
+
+def arithmetic_mode() -> str:
+    """How the CPU backends compute products, sums, exp, log, tanh and pow: ``"exact"`` (the
+    default: fpsim's own definitions, :mod:`fpsim.numerics` - exact sums rounded once, correctly
+    rounded functions, the same bits on every machine) or ``"library"`` (numpy's and the BLAS's
+    own float32 arithmetic: faster, but the last bits follow the CPU's BLAS kernel, numpy's SIMD
+    loops and the BLAS thread count - outside fpsim's promise).  The environment variable
+    ``FPSIM_ARITHMETIC`` sets the default for a process; :func:`arithmetic` for a block."""
+    mode = _arithmetic.get()
+    if mode is None:
+        if _arith_default not in ARITHMETICS:
+            raise ValueError(f"the environment variable {_ARITH_ENV}={_arith_default!r} names no arithmetic; "
+                             f"known: {', '.join(ARITHMETICS)}")
+        return _arith_default
+    return mode
+
+
+@contextlib.contextmanager
+def arithmetic(mode: str):
+    """Inside the block (this thread / task only: a context variable), the CPU backends compute
+    with ``mode`` = ``"exact"`` or ``"library"`` (:func:`arithmetic_mode` says what each means)."""
+    if not isinstance(mode, str) or mode.lower() not in ARITHMETICS:
+        raise ValueError(f"arithmetic: mode must be one of {', '.join(ARITHMETICS)}, got {mode!r}")
+    token = _arithmetic.set(mode.lower())
+    try:
+        yield mode.lower()
+    finally:
+        _arithmetic.reset(token)
 
 
 # --------------------------------------------------------------------------------- scope

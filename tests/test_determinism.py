@@ -147,3 +147,37 @@ def test_numpy_f32_gives_the_same_bits_at_one_and_two_blas_threads():
 def test_a_sweep_gives_the_same_bits_in_one_process_and_in_two():
     args = ["--recipes", "fp32", "fp16-dynamic", "--steps", "4", "--seeds", "0", "1"]
     assert _compare_json([*args, "--jobs", "1"]) == _compare_json([*args, "--jobs", "2"])
+
+
+def test_library_arithmetic_is_the_libraries_own_and_off_by_default():
+    """fpsim.arithmetic("library"): numpy's float32 product and exp, faster and outside the promise;
+    the default and fpsim.arithmetic("exact") are fpsim's definitions; a context variable, so
+    another thread keeps its own; a bad mode is one error naming the modes."""
+    import threading
+
+    from fpsim.numerics import exp_f32
+
+    a, b = _operands((128, 784), (784, 256), seed=4)
+    x = np.linspace(-30, 30, 100_001, dtype=np.float32)
+    assert state.arithmetic_mode() == "exact"
+    exact = fpsim.ops.matmul(fpsim.tensor(a), fpsim.tensor(b)).numpy()
+    assert exact.tobytes() == matmul_f32(a, b).tobytes()
+    seen = {}
+
+    def other():
+        seen["mode"] = state.arithmetic_mode()
+
+    with fpsim.arithmetic("library"):
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        with threadpoolctl.threadpool_limits(1, user_api="blas"):
+            lib = fpsim.ops.matmul(fpsim.tensor(a), fpsim.tensor(b)).numpy()
+            want = a @ b
+        assert lib.tobytes() == want.tobytes()
+        assert fpsim.ops.exp(fpsim.tensor(x)).numpy().tobytes() == np.exp(x).tobytes()
+    assert seen["mode"] == "exact"
+    assert fpsim.ops.exp(fpsim.tensor(x)).numpy().tobytes() == exp_f32(x).tobytes()
+    with pytest.raises(ValueError, match="mode must be one of exact, library, got 'fast'"):
+        with fpsim.arithmetic("fast"):
+            pass
