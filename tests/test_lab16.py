@@ -20,13 +20,18 @@ def test_the_lab_trains_the_findings_model_with_the_probe_and_tracer_on():
 
 def test_the_first_steps_agree_with_pytorch():
     """Same weights, batches, schedule and Adam in float32: the losses agree to a few float32 ulps
-    of accumulated difference, the largest logits to 1e-3, over the first 5 steps at LR 0.2."""
+    of accumulated difference, the largest logits to 1e-3, over the first 5 steps at LR 0.2.
+
+    Step 0 (the same weights, the same batch) agrees to 2 float32 ulps, not bit for bit: fpsim's
+    sums are exact and rounded once (docs/guarantees.md), PyTorch's run in its kernel's order, so
+    the one float32 loss may differ in its last bit (it does, by one ulp, here)."""
     pytest.importorskip("torch")
     ours = spike_run(steps=5)
     ref = torch_first_steps(0.2, steps=5, schedule=5)
     np.testing.assert_allclose(ours.losses[:5], ref["losses"], rtol=1e-5)
     np.testing.assert_allclose(ours.attn_logits[:5], ref["attn_logits"], rtol=1e-3)
-    assert ours.losses[0] == ref["losses"][0]  # step 0: the same weights, the same float32 loss
+    ours0, torch0 = np.float32(ours.losses[0]), np.float32(ref["losses"][0])
+    assert abs(ours0 - torch0) <= 2 * np.spacing(max(abs(ours0), abs(torch0))), (ours0, torch0)
 
 
 def test_watch_outliers_reads_the_three_modules_every_step():

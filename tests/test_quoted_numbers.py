@@ -3,8 +3,10 @@
 The README's default table is checked in test_experiments.py, beside the runs it shares.  Each
 test here runs the command a table names beside it (a subset of its recipes, where that is enough)
 and checks the quoted cells against the run - so a change that moves the numbers fails here
-until the table is regenerated.  With the BLAS thread count pinned the runs give the same bits on
-any thread count, so the quoted digits are exact, not approximate."""
+until the table is regenerated.  fpsim defines every number itself (exact sums rounded once,
+correctly rounded functions, its own normal draws: docs/guarantees.md), so the runs give the same
+bits on every machine and at any BLAS thread count, and the quoted digits are exact, not
+approximate."""
 
 from __future__ import annotations
 
