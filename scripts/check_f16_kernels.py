@@ -1,7 +1,7 @@
 """fpsim's float16 rounding kernels against numpy's cast on every float32 bit pattern (all 2**32):
 ``f32_to_f16`` (its bit-pattern path) and ``snap_f16``; prints the number of differing results
 (0 expected).  Several minutes on one core; the test suite checks a structured sample
-(tests/test_fast_casts.py).
+(tests/formats/test_fast_casts.py).
 
     python scripts/check_f16_kernels.py
 """

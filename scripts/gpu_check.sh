@@ -3,7 +3,7 @@
 # already installed.  It installs nothing but fpsim itself (editable, without dependencies,
 # without build isolation - the machine may have no network), then:
 #   1. prints versions: python, numpy, ml_dtypes, cupy, torch, and the GPU (nvidia-smi);
-#   2. runs the GPU tests: pytest tests/test_backend.py tests/test_gpu_check.py
+#   2. runs the GPU tests: pytest tests/engine/test_backend.py tests/tools/test_gpu_check.py
 #      (their cupy cases run only where CuPy sees a GPU);
 #   3. runs `fpsim gpu-check` (every op and format, numpy vs cupy; the reference task under
 #      fp32 / fp16-dynamic / bf16-master, 50 steps; rounding-event counts; step times);
@@ -66,9 +66,9 @@ RC[versions]=$?
 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv 2>/dev/null || echo "nvidia-smi: not found"
 echo "CUPY_TF32=${CUPY_TF32:-unset} (must be unset or 0: TF32 matmuls would not match float32)"
 
-step "GPU tests: pytest tests/test_backend.py tests/test_gpu_check.py"
+step "GPU tests: pytest tests/engine/test_backend.py tests/tools/test_gpu_check.py"
 if "$PY" -c "import pytest" 2>/dev/null; then
-    timeout 170 "$PY" -m pytest tests/test_backend.py tests/test_gpu_check.py -q -ra -p no:cacheprovider
+    timeout 170 "$PY" -m pytest tests/engine/test_backend.py tests/tools/test_gpu_check.py -q -ra -p no:cacheprovider
     RC[pytest]=$?
 else
     echo "pytest is not installed here: tests skipped"

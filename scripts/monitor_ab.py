@@ -2,7 +2,7 @@
 monitor row) with no monitor, inside a git revision's ``fpsim.monitor.Monitor`` and inside the working
 tree's, interleaved (each round times four steps of each, the order alternating); prints, for each,
 the median of the per-round ratios monitored / unmonitored, and new / old.  Both monitors count the
-same step's events; ``tests/test_monitor_bits.py`` holds the counts to float64 references.
+same step's events; ``tests/instruments/test_monitor_bits.py`` holds the counts to float64 references.
 
     python scripts/monitor_ab.py [revision] [recipe] [rounds]    # default HEAD fp16-dynamic 40
 """

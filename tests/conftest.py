@@ -1,6 +1,7 @@
 """Run the engine's tests on both numpy backends; keep freed memory for reuse, as fpsim's commands do.
 
-Every test in the modules of ``ON_BOTH`` runs twice: once with the default backend ``numpy``
+Every test in a module marked ``both_backends`` (``pytestmark = pytest.mark.both_backends`` in the
+file itself) runs twice: once with the default backend ``numpy``
 (tensors stored in their real dtypes) and once with ``numpy-f32`` as the default (the same
 values held in float32 arrays), so "the same numbers bit for bit" is checked by the same
 assertions.  A test about the real storage dtypes themselves is marked ``real_storage`` and
@@ -23,19 +24,15 @@ from fpsim.tools.allocator import keep_freed_memory
 
 # The modules that take longest, longest first (seconds in one run on 2 cores, 2026-12-02: labs 195,
 # experiments 40, fp8 34, bf16_updates 25, findings 25, figures 19, formats 19, compareplot 17,
-# determinism 17, reliability_tools 16, tinygpt_task 14, fuzz 14, block_formats 13, labs_html 13,
+# determinism 17, commands_bad_input 16, tinygpt_task 14, fuzz 14, block_formats 13, labs_html 13,
 # compare_jobs 13, tensorcore 12, pipeline 10; every other module under 10).  They are collected
 # first and the rest after, in their own order: pytest-xdist hands out whole modules in that order
 # (pyproject: --dist loadscope --no-loadscope-reorder), so a long module never starts last while
 # the other worker has nothing left to do.  Only the order changes, never what runs.
 LONGEST_FIRST = ("test_labs", "test_experiments", "test_fp8", "test_bf16_updates", "test_findings", "test_figures",
-                 "test_formats", "test_compareplot", "test_determinism", "test_reliability_tools",
+                 "test_formats", "test_compareplot", "test_determinism", "test_commands_bad_input",
                  "test_tinygpt_task", "test_fuzz", "test_block_formats", "test_labs_html", "test_compare_jobs",
                  "test_tensorcore", "test_pipeline")
-
-ON_BOTH = {"test_ops", "test_tensor", "test_amp", "test_nn_optim", "test_monitor", "test_monitor_fast",
-           "test_trace", "test_clip", "test_transformer_ops", "test_transformer", "test_checkpoint",
-           "test_reliability", "test_block_training"}
 
 
 def pytest_configure(config):
@@ -48,7 +45,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_generate_tests(metafunc):
-    if metafunc.module.__name__.rsplit(".", 1)[-1] in ON_BOTH and B._DEFAULT == "numpy":
+    if metafunc.definition.get_closest_marker("both_backends") and B._DEFAULT == "numpy":
         metafunc.parametrize("default_backend", ["numpy", "numpy-f32"], indirect=True)
 
 

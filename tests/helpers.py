@@ -246,7 +246,7 @@ def check_against_torch(fp_fn, torch_fn, inputs, fmt: str, *, grads=True, fwd_re
 # ------------------------------------------------------------------ fpsim's definitions, written out
 # The engine's sums are exact sums rounded once to float32, its exp / log / tanh correctly rounded
 # float32 values (fpsim.numerics).  These references compute the same from the definition, with
-# exact rationals and float64, never with fpsim: tests/test_numerics.py checks fpsim.numerics
+# exact rationals and float64, never with fpsim: tests/numerics/test_numerics.py checks fpsim.numerics
 # itself on the hard cases (ties, cancellation, halfway points) against fractions and mpmath.
 
 
@@ -319,6 +319,6 @@ def exact_matmul_f32(a, b) -> np.ndarray:
 def cr_f32(f64_fn, x) -> np.ndarray:
     """f64_fn (numpy's float64 exp, log, tanh, ...) of float32 x, rounded to float32: the correctly
     rounded value but in about one case in two million, which the fixed inputs of the tests avoid
-    (tests/test_numerics.py checks the engine's own functions on random inputs against mpmath)."""
+    (tests/numerics/test_numerics.py checks the engine's own functions on random inputs against mpmath)."""
     with np.errstate(all="ignore"):
         return f64_fn(np.asarray(x, np.float32).astype(np.float64)).astype(np.float32)

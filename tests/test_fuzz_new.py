@@ -15,7 +15,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from block_reference import MX_ELEM, blocks_1d, fp8_block, mx_block, nvfp4_block, nvfp4_tensor_scale
+from support.block_reference import MX_ELEM, blocks_1d, fp8_block, mx_block, nvfp4_block, nvfp4_tensor_scale
 
 import fpsim
 from fpsim import checkpoint, nn, ops

@@ -1,6 +1,6 @@
 """The numbers the documentation quotes are what the code prints today.
 
-The README's default table is checked in test_experiments.py, beside the runs it shares.  Each
+The README's default table is checked in experiments/test_experiments.py, beside the runs it shares.  Each
 test here runs the command a table names beside it (a subset of its recipes, where that is enough)
 and checks the quoted cells against the run - so a change that moves the numbers fails here
 until the table is regenerated.  fpsim defines every number itself (exact sums rounded once,

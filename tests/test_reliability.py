@@ -11,6 +11,8 @@ import pytest
 
 from fpsim.tools import cli
 
+pytestmark = pytest.mark.both_backends  # every test here runs on numpy and numpy-f32 (conftest.py)
+
 
 def strict_json(text: str):
     """Parse as a strict parser would: NaN, Infinity and -Infinity are not JSON (RFC 8259)."""
@@ -414,7 +416,7 @@ def test_every_test_the_guarantees_section_cites_exists():
     assert len(cited) >= 15
     current = None
     for item in cited:
-        m = re.fullmatch(r"(?:(test_\w+\.py)::)?(test_\w+\*?)|(?:tests/)?(test_\w+\.py)", item)
+        m = re.fullmatch(r"(?:((?:\w+/)*test_\w+\.py)::)?(test_\w+\*?)|(?:tests/)?((?:\w+/)*test_\w+\.py)", item)
         assert m, f"cannot read the citation {item!r}"
         if m.group(3):
             assert (root / "tests" / m.group(3)).exists(), item
