@@ -10,8 +10,8 @@ failing, so a notebook runs top to bottom either way.  A wrong answer fails with
 :class:`~fpsim.labs.checks.CheckFailed`, whose message says what was expected and what came
 back (:func:`~fpsim.labs.checks.expect` builds those messages).
 
-``fpsim.labs.solutions.labNN`` holds the reference solution of every exercise and, in
-``WRONG``, at least three plausible wrong answers to each; the tests run every notebook as
+``fpsim.labs.solutions.labNN`` holds the reference solution of every exercise; the tests keep
+at least three plausible wrong answers to each (tests/labs/wrong_answers/), run every notebook as
 written, then each check again with every wrong answer (it must fail, saying what it
 expected) and with the reference solution (it must pass).
 """

@@ -1,6 +1,7 @@
 """Every lab notebook: stored without outputs; runs top to bottom as written; each self-check
-passes with the reference solution and FAILS, saying what it expected, with every wrong answer
-kept beside the solution (``WRONG`` in ``fpsim.labs.solutions.labNN``).
+passes with the reference solution (``fpsim.labs.solutions.labNN``) and FAILS, saying what it
+expected, with every wrong answer (``WRONG`` in ``tests/labs/wrong_answers/labNN.py``: the tests'
+own, not shipped in the package).
 
 One kernel per lab does all of it: the notebook's cells run in order, and right after each
 check cell the exercise is replaced by each wrong answer in turn and the check cell run again,
@@ -9,6 +10,7 @@ then by the reference solution, then the learner's (unanswered) cell is restored
 
 import functools
 import importlib
+import importlib.util
 import json
 import os
 import re
@@ -26,11 +28,24 @@ nbclient = pytest.importorskip("nbclient")
 
 LABS = Path(__file__).resolve().parents[2] / "labs"
 NOTEBOOKS = sorted(LABS.glob("[0-9][0-9]_*.ipynb"))
+WRONG_ANSWERS = Path(__file__).resolve().parent / "wrong_answers"
 LAB_SECONDS = 60  # a lab should run top to bottom in under a minute, kernel start included (warned, not failed)
 
 
 def _lab_number(path: Path) -> int:
     return int(path.name[:2])
+
+
+def _wrong_answers(lab: int) -> dict:
+    """``WRONG`` of ``wrong_answers/labNN.py`` (exercise number -> [(the mistake, code), ...]); {} for a
+    lab without one.  Loaded by path: ``labs`` is also the notebooks' folder at the repository root."""
+    path = WRONG_ANSWERS / f"lab{lab:02d}.py"
+    if not path.exists():
+        return {}
+    spec = importlib.util.spec_from_file_location(f"wrong_answers_lab{lab:02d}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.WRONG
 
 
 def _tags(cell) -> list:
@@ -98,8 +113,7 @@ def _execute(path: Path) -> LabRun:
     tried at each check cell (see the module docstring)."""
     nb = nbformat.read(path, as_version=4)
     lab = _lab_number(path)
-    solutions = importlib.import_module(f"fpsim.labs.solutions.lab{lab:02d}")
-    wrong = getattr(solutions, "WRONG", {})
+    wrong = _wrong_answers(lab)
     checks = _exercise_of_each_check(nb)
     client = nbclient.NotebookClient(nb, timeout=240, kernel_name="python3",
                                      resources={"metadata": {"path": str(path.parent)}})
@@ -170,18 +184,34 @@ def test_every_exercise_has_a_solution_and_three_wrong_answers(path):
     nb = nbformat.read(path, as_version=4)
     lab = _lab_number(path)
     solutions = importlib.import_module(f"fpsim.labs.solutions.lab{lab:02d}")
+    all_wrong = _wrong_answers(lab)
     checks = _exercise_of_each_check(nb)
     exercises = sorted(set(checks.values()))
     assert len(exercises) >= 2, f"{path.name}: needs 2+ exercises with self-checks"
     for ex in exercises:
         n = int(ex.removeprefix("exercise"))
         assert callable(getattr(solutions, ex, None)), f"{path.name}: no reference solution for {ex}"
-        wrong = solutions.WRONG.get(n, [])
+        wrong = all_wrong.get(n, [])
         assert len(wrong) >= 3, f"{path.name}: {ex} has {len(wrong)} wrong answers; at least 3 are needed"
         for description, code in wrong:
             assert re.search(rf"^def {ex}\(", code, flags=re.M), f"{path.name}: wrong answer {description!r} defines no {ex}"
-    assert set(solutions.WRONG) <= {int(e.removeprefix("exercise")) for e in exercises}, \
-        f"{path.name}: WRONG has answers for exercises the notebook does not check"
+    assert set(all_wrong) <= {int(e.removeprefix("exercise")) for e in exercises}, \
+        f"{path.name}: wrong_answers/lab{lab:02d}.py has answers for exercises the notebook does not check"
+
+
+def test_the_package_ships_no_wrong_answers():
+    """The wrong answers are the tests' own: no module of ``fpsim.labs.solutions`` holds a ``WRONG``
+    table, and every file in wrong_answers/ belongs to a lab notebook."""
+    import pkgutil
+
+    import fpsim.labs.solutions as solutions
+
+    modules = [m.name for m in pkgutil.iter_modules(solutions.__path__)]
+    assert len(modules) == len(NOTEBOOKS)
+    for name in modules:
+        assert not hasattr(importlib.import_module(f"{solutions.__name__}.{name}"), "WRONG"), name
+    files = sorted(WRONG_ANSWERS.glob("lab*.py"))
+    assert {int(f.stem.removeprefix("lab")) for f in files} == {_lab_number(p) for p in NOTEBOOKS}
 
 
 @pytest.mark.slow

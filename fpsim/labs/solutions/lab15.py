@@ -1,5 +1,4 @@
-"""Reference solutions for lab 15 (the RL train-inference mismatch), and wrong answers the
-self-checks must reject (``WRONG``: exercise -> [(the mistake, code), ...])."""
+"""Reference solutions for lab 15 (the RL train-inference mismatch)."""
 
 from __future__ import annotations
 
@@ -31,75 +30,3 @@ def exercise3(fmt_a, fmt_b):
     """How many times larger fmt_a's rounding error is than fmt_b's: the ratio of their ulps at
     1.0, 2^(mantissa bits of b - mantissa bits of a)."""
     return 2.0 ** (get_format(fmt_b).mantissa_bits - get_format(fmt_a).mantissa_bits)
-
-
-WRONG = {
-    1: [
-        ("the relative error of the log-probability, not of the probability", """
-def exercise1(logp_rollout, logp_trainer):
-    a, b = np.asarray(logp_rollout, np.float64), np.asarray(logp_trainer, np.float64)
-    rel = (a - b) / b
-    r = np.exp(a - b)
-    return float(np.sqrt(np.mean(rel ** 2))), float(np.mean((r < 0.8) | (r > 1.25)))
-"""),
-        ("the mean of |r - 1|, not its root mean square", """
-def exercise1(logp_rollout, logp_trainer):
-    r = np.exp(np.asarray(logp_rollout, np.float64) - np.asarray(logp_trainer, np.float64))
-    return float(np.mean(np.abs(r - 1))), float(np.mean((r < 0.8) | (r > 1.25)))
-"""),
-        ("a symmetric band [0.8, 1.2] instead of [0.8, 1.25] = [0.8, 1/0.8]", """
-def exercise1(logp_rollout, logp_trainer):
-    r = np.exp(np.asarray(logp_rollout, np.float64) - np.asarray(logp_trainer, np.float64))
-    return float(np.sqrt(np.mean((r - 1) ** 2))), float(np.mean((r < 0.8) | (r > 1.2)))
-"""),
-        ("the ratio the wrong way round: trainer / rollout", """
-def exercise1(logp_rollout, logp_trainer):
-    r = np.exp(np.asarray(logp_trainer, np.float64) - np.asarray(logp_rollout, np.float64))
-    return float(np.sqrt(np.mean((r - 1) ** 2))), float(np.mean((r < 0.8) | (r > 1.25)))
-"""),
-    ],
-    2: [
-        ("off by one: the logits of the token's own position, not the one before it", """
-def exercise2(model, ids, n_new):
-    with fpsim.no_grad():
-        logits = model(ids[:, 1:]).to("float32")
-        lp = np.asarray(ops.log_softmax(logits, axis=-1).f32())[:, -n_new:]
-    return np.take_along_axis(lp, ids[:, -n_new:, None], axis=-1)[..., 0]
-"""),
-        ("log_softmax in the model's format, not in float32", """
-def exercise2(model, ids, n_new):
-    with fpsim.no_grad():
-        lp = np.asarray(ops.log_softmax(model(ids[:, :-1]), axis=-1).f32())[:, -n_new:]
-    return np.take_along_axis(lp, ids[:, -n_new:, None], axis=-1)[..., 0]
-"""),
-        ("the log-probability of the most likely token, not of the chosen one", """
-def exercise2(model, ids, n_new):
-    with fpsim.no_grad():
-        logits = model(ids[:, :-1]).to("float32")
-        lp = np.asarray(ops.log_softmax(logits, axis=-1).f32())[:, -n_new:]
-    return lp.max(axis=-1)
-"""),
-        ("the rollout's numbers: generate again and return its log-probabilities", """
-def exercise2(model, ids, n_new):
-    return model.generate(ids[:, :-n_new], n_new, seed=0)[1]
-"""),
-    ],
-    3: [
-        ("the inverse: fmt_b's error over fmt_a's", """
-def exercise3(fmt_a, fmt_b):
-    return 2.0 ** (fpsim.get_format(fmt_a).mantissa_bits - fpsim.get_format(fmt_b).mantissa_bits)
-"""),
-        ("the ratio of the largest values (range, not precision)", """
-def exercise3(fmt_a, fmt_b):
-    return fpsim.get_format(fmt_a).max / fpsim.get_format(fmt_b).max
-"""),
-        ("the difference of the mantissa bits, not a power of two", """
-def exercise3(fmt_a, fmt_b):
-    return float(fpsim.get_format(fmt_b).mantissa_bits - fpsim.get_format(fmt_a).mantissa_bits)
-"""),
-        ("the ratio of the exponent bits", """
-def exercise3(fmt_a, fmt_b):
-    return fpsim.get_format(fmt_a).exponent_bits / fpsim.get_format(fmt_b).exponent_bits
-"""),
-    ],
-}
