@@ -1,7 +1,7 @@
 """Bit patterns: :func:`encode` rounds values into a format and returns their code points,
 :func:`decode` turns code points back into values - for every format, the ml_dtypes ones (their
-storage bits), IEEE P3109 and ocp_int8 (held as float32 values elsewhere, so their codes are
-computed here from the layout).
+storage bits), IEEE P3109, ocp_int8 and hand-built formats held in float32 (their codes are
+computed here from the layout; a hand-built one is laid out as ml_dtypes lays out its own).
 
 Code points are unsigned integers: uint8 for formats of up to 8 bits (fp6 / fp4 in the low bits,
 as ml_dtypes stores them), uint16 and uint32 for the wider ones.  NaN encodes as the format's
@@ -18,7 +18,7 @@ from .table import Format, get_format
 
 __all__ = ["encode", "decode", "code_dtype"]
 
-_TABLES: dict[str, np.ndarray] = {}
+_TABLES: dict[Format, np.ndarray] = {}
 
 
 def code_dtype(fmt) -> np.dtype:
@@ -38,7 +38,8 @@ def encode(x, fmt, rounding: str = "nearest", *, saturate: bool = False, **sr) -
 
 
 def _codes_of_values(v: np.ndarray, f: Format) -> np.ndarray:
-    """Code points of exact values of a P3109 or ocp_int8 format (float64 in)."""
+    """Code points of exact values of a format held in float32 (float64 in): P3109, ocp_int8, or
+    a hand-built IEEE-style one (:func:`_ieee_codes`)."""
     k, m = f.bits, f.mantissa_bits
     if f.twos_complement:  # i / 64 -> the byte of i
         i = np.where(np.isnan(v), 0, np.rint(np.ldexp(np.nan_to_num(v), m - f.emin))).astype(np.int64)
@@ -51,6 +52,8 @@ def _codes_of_values(v: np.ndarray, f: Format) -> np.ndarray:
     normal = am >= f.tiny
     mag = np.where(normal, ((e + f.bias) << m) | (sig - (1 << m)), sig)
     mag = np.where(ok, mag, 0)
+    if f.specials != "p3109":
+        return _ieee_codes(v, mag, f)
     if f.signed:
         top = 2 ** (k - 1)
         code = np.where(np.signbit(v) & ok, top, 0) | mag
@@ -63,6 +66,32 @@ def _codes_of_values(v: np.ndarray, f: Format) -> np.ndarray:
             code = np.where(np.isinf(v), 2**k - 2, code)
         code = np.where(np.isnan(v), 2**k - 1, code)
     return code.astype(code_dtype(f))
+
+
+def _ieee_codes(v: np.ndarray, mag: np.ndarray, f: Format) -> np.ndarray:
+    """A hand-built format's codes as ml_dtypes lays its formats out: the sign bit on top (-0
+    included), +-inf the all-ones exponent with a zero mantissa (``ieee``), NaN the all-ones
+    magnitude (``ieee`` and ``nan``)."""
+    k, m = f.bits, f.mantissa_bits
+    ones = 2 ** (k - int(f.signed)) - 1
+    if f.has_inf:
+        mag = np.where(np.isinf(v), ones >> m << m, mag)
+    mag = np.where(np.isnan(v), ones, mag)
+    sign = np.where(np.signbit(v), 2 ** (k - 1), 0) if f.signed else 0
+    return (sign | mag).astype(code_dtype(f))
+
+
+def _ieee_value_of_code(c: int, f: Format) -> float:
+    """One hand-built IEEE-style format's code point's value (the layout of :func:`_ieee_codes`)."""
+    k, m = f.bits, f.mantissa_bits
+    sign = -1.0 if f.signed and c >> (k - 1) else 1.0
+    mag = c & (2 ** (k - int(f.signed)) - 1)
+    ones = 2 ** (k - int(f.signed)) - 1
+    if f.specials == "ieee" and mag >> m == ones >> m:
+        return sign * float("inf") if mag & ((1 << m) - 1) == 0 else float("nan")
+    if f.specials == "nan" and mag == ones:
+        return float("nan")
+    return sign * f.magnitude_of(mag)
 
 
 def decode(codes, fmt) -> np.ndarray:
@@ -81,7 +110,7 @@ def decode(codes, fmt) -> np.ndarray:
 
 def _table(f: Format) -> np.ndarray:
     """float32 value of every code point of a format of at most 16 bits (built once)."""
-    t = _TABLES.get(f.name)
+    t = _TABLES.get(f)  # by the record: two hand-built formats may share a name
     if t is None:
         n = 2**f.bits
         if f.is_ml_dtype:
@@ -89,12 +118,14 @@ def _table(f: Format) -> np.ndarray:
             t = np.arange(n, dtype=np.uint32).astype(uint).view(f.dtype).astype(np.float32)
         else:
             t = np.array([_value_of_code(c, f) for c in range(n)], dtype=np.float32)
-        _TABLES[f.name] = t
+        _TABLES[f] = t
     return t
 
 
 def _value_of_code(c: int, f: Format) -> float:
     """One P3109 / ocp_int8 code point's value, from the layout (``Format`` docstring)."""
+    if f.specials != "p3109" and not f.twos_complement:
+        return _ieee_value_of_code(c, f)
     k = f.bits
     if f.twos_complement:
         i = c - 2**k if c >= 2 ** (k - 1) else c

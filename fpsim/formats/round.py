@@ -37,11 +37,27 @@ CATEGORIES = ("zero", "subnormal", "normal", "inf", "nan")
 _EXACT_IN_F32 = {np.dtype(np.float16)} | {f.dtype for f in ALL_FORMATS.values() if f.bits <= 16}
 
 
+def _ml_dtypes_kind(dt: np.dtype) -> str:
+    """``"f"`` for an ml_dtypes float dtype (bfloat16 and every float8 / float6 / float4 variant,
+    whether fpsim's table names it or not: float8_e4m3fnuz, float8_e3m4, ...; at most 16 bits, so
+    float32 holds each value exactly), ``"i"`` for an ml_dtypes integer (int4, uint2, ...), else ``""``."""
+    if getattr(dt.type, "__module__", "") != "ml_dtypes":
+        return ""
+    for kind, info in (("f", ml_dtypes.finfo), ("i", ml_dtypes.iinfo)):
+        try:
+            info(dt)
+            return kind
+        except (TypeError, ValueError):  # not inexact / not an integer
+            continue
+    return ""
+
+
 def _as_float_array(x) -> np.ndarray:
     """x as a float32 or float64 array holding exactly the same values.
 
-    Low-precision inputs (float16, bfloat16, fp8) widen exactly to float32; Python floats
-    and ints become float64.  Anything non-numeric is a TypeError naming what it got.
+    Low-precision inputs (float16, bfloat16, fp8 - every ml_dtypes float, float8_e4m3fnuz and
+    float8_e3m4 too) widen exactly to float32; Python floats and ints (and ml_dtypes' int4 ...)
+    become float64.  Anything non-numeric is a TypeError naming what it got.
     """
     if isinstance(x, np.ndarray | np.generic):
         arr = np.asarray(x)
@@ -65,6 +81,9 @@ def _as_float_array(x) -> np.ndarray:
         return arr.astype(np.float32)
     if dt.kind in "iu":
         return arr.astype(np.float64)
+    kind = _ml_dtypes_kind(dt)
+    if kind:  # widened exactly: a float of at most 16 bits into float32, an integer into float64
+        return arr.astype(np.float32 if kind == "f" else np.float64)
     if dt == np.bool_ or dt.kind not in "f":
         raise TypeError(f"expected a float or integer array, got dtype {dt}")
     return arr.astype(np.float64)  # e.g. longdouble: one rounding to float64 first
@@ -123,9 +142,12 @@ def cast(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=None
          sr_random=None, sr_variant: str = "rne"):
     """Round ``x`` once, correctly, into ``fmt`` and return it in the format's storage dtype.
 
-    Input: anything numeric (float64 / float32 / float16 / bfloat16 / fp8 / int arrays,
-    Python numbers).  Rounding modes (:mod:`fpsim.formats.modes` defines each): ``nearest`` (ties
-    to even), ``nearest_away``, ``toward_zero``, ``toward_positive``, ``toward_negative``,
+    Input: anything numeric (float64 / float32 / float16 / bfloat16 / fp8 / int arrays, every
+    ml_dtypes float - float8_e4m3fnuz, float8_e5m2fnuz, float8_e3m4, float8_e4m3, ... - and integer,
+    widened exactly first; Python numbers).  ``fmt`` may be a hand-built :class:`Format`: one held
+    in float32 (``Format(name, np.float32, e, m)``) is rounded onto its grid like P3109's.
+
+    Rounding modes (:mod:`fpsim.formats.modes` defines each): ``nearest`` (ties to even), ``nearest_away``, ``toward_zero``, ``toward_positive``, ``toward_negative``,
     ``to_odd``, ``stochastic`` - all exact from float32 and float64 input (one rounding).
 
     ``stochastic`` goes up with probability proportional to the distance from the lower
@@ -274,7 +296,7 @@ def rounding_mode(mode: str = "nearest", *, sr_bits=None, sr_variant: str = "rne
 
     Nested blocks: the innermost wins.  Arguments are checked here, before anything runs.
     """
-    _check_mode(mode)
+    mode = _check_mode(mode.lower() if isinstance(mode, str) else mode)  # "NEAREST" as format names are
     check_sr(mode, sr_bits, None, sr_variant, ())
     if seed is not None and not (is_integer(seed) and seed >= 0):
         raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}")

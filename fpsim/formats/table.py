@@ -92,8 +92,15 @@ class Format:
 
     @property
     def is_ml_dtype(self) -> bool:
-        """Stored in its own numpy / ml_dtypes dtype (not P3109 or ocp_int8, held in float32)."""
-        return self.specials != "p3109" and not self.twos_complement
+        """Stored in its own numpy / ml_dtypes dtype, whose bits are the format's: any dtype but
+        float32, and float32 for float32's own layout.  False for P3109, ocp_int8 and a hand-built
+        ``Format(..., np.float32, e, m)`` of another layout: their values are held in float32 arrays,
+        rounded onto the format's grid by :func:`fpsim.cast` (never by a float32 ``astype``)."""
+        return self.dtype != _F32_DTYPE or self._layout() == _F32_LAYOUT
+
+    def _layout(self) -> tuple:
+        return (self.exponent_bits, self.mantissa_bits, self.specials, self.signed, self.subnormals,
+                self.bias_override, self.extended, self.twos_complement)
 
     @property
     def max_negative(self) -> float:
@@ -189,6 +196,10 @@ class Format:
 
     def __str__(self) -> str:
         return self.name
+
+
+_F32_DTYPE = np.dtype(np.float32)
+_F32_LAYOUT = (8, 23, "ieee", True, True, None, False, False)
 
 
 def _mx(name, e, m, **kw) -> Format:
