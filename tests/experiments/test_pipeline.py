@@ -18,13 +18,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
-from support.fingerprints import GPT_FIELDS, REF_FIELDS, numbers, table
+from support.fingerprints import GPT_FIELDS, REF_FIELDS, assert_pinned, numbers, table
 
 from fpsim import nn, ops
 from fpsim.experiments import (
     OVERFLOW,
     RECIPES,
-    TINYGPT_RECIPES,
     ReferenceTask,
     Run,
     RunResult,
@@ -40,34 +39,117 @@ from fpsim.tensor import tensor
 SMALL_GPT = TinyGPTTask(n_digits=5, batch=8, steps=3, d_model=16, n_layers=1, n_heads=2, eval_size=16, warmup=2)
 
 
-def test_every_recipe_on_the_reference_task_gives_fpsims_machine_independent_numbers():
-    """Five steps of every recipe on a small reference task, every number of every run and the
-    table, bit for bit (the two tensor-core recipes, many times slower to emulate, are left out
-    here; ``fpsim bits`` fingerprints an fp8-hopper run, tests/tools/test_samebits.py)."""
-    recipes = [name for name in RECIPES if name not in ("fp8-hopper", "fp8-deepseek")]
-    r = compare(recipes, ReferenceTask(n=256), steps=5, progress=False)
-    assert numbers(r, REF_FIELDS) == "3a96da8f15866257"
-    assert table(format_table(r)) == "23fcc25f2761c594"
+# One pinned fingerprint per recipe: (every number of its run, its row of the table beside fp32's).
+# A recipe registered without one fails its own case only, saying which value to pin.
+REFERENCE_PINS = {
+    "fp32": ("7b920ca296756ddb", "3250cb97fedbe5e7"),
+    "fp16-pure": ("0ac8475e35ac552d", "65a7529f54796e80"),
+    "fp16-master": ("0934a3d1b2e79275", "c543a48053d67e42"),
+    "fp16-static": ("9c3c820fb83fac95", "42bcdd41094e4de7"),
+    "fp16-dynamic": ("5555864b77734a9f", "5b140a48fcfc3ad1"),
+    "fp16-amp": ("e75c9bfabe126a84", "a2c0cd8675a62b2e"),
+    "bf16-pure": ("a2d4d55268a3aa77", "f3c589778d9ad9fb"),
+    "bf16-master": ("d0fd67965947e07c", "b58e8924efe03294"),
+    "fp8-delayed": ("68057557c2c701ba", "dca7b64d190a56d8"),
+    "fp8-delayed-inner": ("cf78c2ba6d1acfe3", "bbcc675ae8558d4d"),
+    "fp8-current": ("94ee272c1c273559", "10f38c9e1f0f004e"),
+    "bf16-kahan": ("e7718f134c6b9a2e", "8a4cd18fd24a41ce"),
+    "bf16-stochastic": ("527bdd45dd700870", "eebfc4e535775dea"),
+    "mxfp8": ("757cb62f36de7636", "574d6ae0d3940e5d"),
+    "mxfp6": ("d660f74da57f6ddd", "82c571ae83c01d8c"),
+    "mxfp4": ("d7a8a27862216be3", "9f579204280d9ab1"),
+    "mxfp4-sr-rht": ("2539056a3b9a9122", "ab868da228c3c351"),
+    "nvfp4": ("0c310fc3a5fab4f4", "da1b10f617b9afa5"),
+    "fp8-blockwise": ("7c3a8ef34e3fa4fb", "f7fbd5df553c7332"),
+    "fp8-hopper": ("ea123606536d9a60", "928f05d255217bc5"),
+    "fp8-deepseek": ("76f6220efb61f651", "3d7d8329a404d9a7"),
+}
+TINYGPT_PINS = {
+    "fp32": ("7d0e2b4818edabe3", "20c6a19599b782da"),
+    "fp16-pure": ("5de92b7f044d57a1", "900a9dac9b05dccd"),
+    "fp16-master": ("0c0bf1b61c792c71", "2511a0f4d5833d40"),
+    "fp16-static": ("47508878efb1f19e", "1345c898d519572a"),
+    "fp16-dynamic": ("afad02f73abcd19a", "912790a4e65a135f"),
+    "fp16-amp": ("bd6a738d147e8e25", "b218df11f43ed1a9"),
+    "bf16-pure": ("01fec11665a069d4", "176b1761d58e27da"),
+    "bf16-master": ("80482f076bc6ec33", "3e1b53a9dcba502c"),
+    "fp8-delayed": ("aaadcb6abe5e7d99", "19a3014f69b93c8c"),
+    "fp8-delayed-inner": ("bedd12cb3bccc6e0", "055b5f0ec7eed32c"),
+    "fp8-current": ("349bc8f0b84854db", "a95e44cb6b393825"),
+    "fp8-hopper": ("cdaca869a66d6dc9", "8f0fb5913bedd9e5"),
+    "bf16-kahan": ("adf2ce3d3e4ade63", "f94a4d219a8b5509"),
+    "bf16-stochastic": ("8f4d28d7f9a7909a", "d9a8fd27b84a82d4"),
+    "mxfp8": ("7129c1404a99e24f", "2325dac204bf63dc"),
+    "mxfp6": ("8bbd67cdc48ed550", "a0b8217b8b2b4c1f"),
+    "mxfp4": ("d765909f72527624", "3072dec5958eb2ff"),
+    "mxfp4-sr-rht": ("008492d5429bea0e", "962843471b7eaaaf"),
+    "nvfp4": ("23d3252b9b5f9380", "f187bcb56d78df9a"),
+    "fp8-blockwise": ("4d3f7f7c3a0d46ea", "0401e699a562764a"),
+    "fp8-deepseek": ("3ba80342ed52c8d2", "905bd79b1f75216d"),
+}
+OVERFLOW_PINS = {
+    "fp32": "9638a352774dd3af",
+    "fp16-pure": "0fdef10a650a8c61",
+    "fp16-master": "35da4affaed64ba5",
+    "fp16-dynamic": "3fea60ccd888834d",
+    "fp16-amp": "91e1525ce36b4d38",
+    "bf16-master": "196d34b7efc6751e",
+    "fp8-delayed": "7071e705664c644b",
+}
+SMALL_REFERENCE = ReferenceTask(n=256)
+OVERFLOW_SMALL = replace(OVERFLOW, n_digits=8, d_model=32, batch=16, eval_size=32)
 
 
-def test_the_tiny_gpt_gives_fpsims_machine_independent_numbers():
-    """A small tiny GPT under every tiny-GPT recipe (and two more): losses, scales, skips, flushed
-    gradients, accuracy, evaluation loss and the first non-finite op, bit for bit; a GPT run also
-    names its scaler and counts stalled updates, as a reference-task run does."""
-    r = compare(list(TINYGPT_RECIPES) + ["mxfp4-sr-rht", "bf16-stochastic"], SMALL_GPT, progress=False)
-    assert numbers(r, GPT_FIELDS) == "739b1dfa193a6435"
-    assert r["fp16-dynamic"].scaler == "dynamic" and r["fp32"].stalled
+def one_run(task, name, steps=None):
+    """The recipe's run in a sweep of its own (every step measured, as ``fpsim compare`` measures)."""
+    return compare([name], task, steps=steps, progress=False)[name]
+
+
+@pytest.fixture(scope="module")
+def fp32_runs():
+    return {"reference": one_run(SMALL_REFERENCE, "fp32", 5), "tinygpt": one_run(SMALL_GPT, "fp32")}
+
+
+def fingerprints(r, base, fields):
+    """(every number of the run, its table beside the baseline's: one row, or two)."""
+    rows = {r.recipe: r} if r.recipe == base.recipe else {base.recipe: base, r.recipe: r}
+    return numbers({r.recipe: r}, fields), table(format_table(rows))
+
+
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_each_recipe_on_the_reference_task_gives_fpsims_machine_independent_numbers(name, fp32_runs):
+    """Five steps of the recipe on a small reference task: every number of the run and its row of
+    the table, bit for bit."""
+    got = fingerprints(one_run(SMALL_REFERENCE, name, 5), fp32_runs["reference"], REF_FIELDS)
+    assert_pinned(REFERENCE_PINS, name, got)
+
+
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_each_recipe_on_the_tiny_gpt_gives_fpsims_machine_independent_numbers(name, fp32_runs):
+    """A small tiny GPT under the recipe: losses, scales, skips, flushed gradients, accuracy,
+    evaluation loss and the first non-finite op, and its row of the table, bit for bit."""
+    r = one_run(SMALL_GPT, name)
+    assert_pinned(TINYGPT_PINS, name, fingerprints(r, fp32_runs["tinygpt"], GPT_FIELDS))
+    assert r.scaler == RECIPES[name].scaler and r.stalled  # a GPT run names its scaler and counts stalls too
 
 
 @pytest.mark.slow
-def test_the_tiny_gpt_overflow_setting_gives_fpsims_machine_independent_numbers():
+@pytest.mark.parametrize("name", list(OVERFLOW_PINS))
+def test_the_tiny_gpt_overflow_setting_gives_fpsims_machine_independent_numbers(name):
     """The naive-softmax GPT (``OVERFLOW``, smaller) for 40 steps: float16 dies in the forward pass,
     the rest live; every number and the first non-finite op, bit for bit."""
-    task = replace(OVERFLOW, n_digits=8, d_model=32, batch=16, eval_size=32)
-    r = compare(["fp32", "fp16-pure", "fp16-master", "fp16-dynamic", "fp16-amp", "bf16-master", "fp8-delayed"],
-                task, steps=40, progress=False)
-    assert numbers(r, GPT_FIELDS) == "f1d72ea868757a9f"
-    assert r["fp16-pure"].died_at == 0 and r["fp16-pure"].failure.startswith("step 0: parameters")
+    r = one_run(OVERFLOW_SMALL, name, 40)
+    assert_pinned(OVERFLOW_PINS, name, numbers({name: r}, GPT_FIELDS))
+    if name == "fp16-pure":
+        assert r.died_at == 0 and r.failure.startswith("step 0: parameters")
+
+
+def test_a_recipe_without_a_pinned_fingerprint_fails_alone_and_says_what_to_pin():
+    with pytest.raises(pytest.fail.Exception, match=r"recipe 'new-one' has no pinned fingerprint; "
+                                                    r"pin its fingerprint: \('abc', 'def'\)"):
+        assert_pinned(REFERENCE_PINS, "new-one", ("abc", "def"))
+    with pytest.raises(AssertionError, match="fp32: the numbers moved"):
+        assert_pinned(REFERENCE_PINS, "fp32", ("abc", "def"))
 
 
 @dataclass(frozen=True)

@@ -25,3 +25,13 @@ def table(text: str) -> str:
             line = re.sub(r"\s+\S+$", "", line)
         lines.append(line)
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+def assert_pinned(pins: dict, name: str, got) -> None:
+    """``got`` is the fingerprint pinned for recipe ``name``; a recipe with none pinned fails
+    alone, with the value to pin."""
+    import pytest
+
+    if name not in pins:
+        pytest.fail(f"recipe {name!r} has no pinned fingerprint; pin its fingerprint: {got!r}", pytrace=False)
+    assert got == pins[name], f"{name}: the numbers moved: got {got!r}, pinned {pins[name]!r}"
