@@ -6,6 +6,14 @@ and the number of BLAS threads fpsim's own matrix products run on (:func:`blas_t
 Every other module reads and changes this state through the functions below (context managers
 restore it on the way out, exceptions included); nothing else keeps a global of its own.
 
+The modes - grad mode, autocast, tensor-core emulation, the engine's rounding mode, the arithmetic,
+the module scope, the hooks and a ``seeded`` generator - are context-local (:mod:`contextvars`, as
+``decimal.localcontext``): a mode set in one thread (or asyncio task) is not seen by another, so two
+threads in two modes each get their own bits.  A thread started with ``threading.Thread`` begins
+from the defaults (Python 3.11 gives it an empty context, like PyTorch's thread-local grad mode);
+``contextvars.copy_context().run(fn)`` hands it the caller's modes.  Process-wide by nature: the
+generator :func:`manual_seed` resets, the environment variables and the BLAS thread count.
+
 Hooks are how the instruments (``fpsim.monitor``, the experiments' counters) see what rounding
 did: the engine's one rounding point (``tensor.round_result``) calls each hook with one
 :class:`RoundingEvent`.  With no hook registered it pays one truth test of :data:`HOOKS`.
@@ -16,41 +24,17 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import threading
 from typing import NamedTuple
 
 import numpy as np
 
 __all__ = [
-    "RoundingEvent",
-    "HOOKS",
-    "add_hook",
-    "remove_hook",
-    "hooked",
-    "is_grad_enabled",
-    "set_grad_enabled",
-    "no_grad",
-    "autocast_format",
-    "autocast_as",
-    "tensor_core",
-    "tensor_core_as",
-    "scope",
-    "current_scope",
-    "backward_scope",
-    "event_scope",
-    "manual_seed",
-    "seeded",
-    "default_rng",
-    "EngineRounding",
-    "ENGINE_ROUNDING",
-    "engine_rounding",
-    "rounding_as",
-    "blas_threads",
-    "set_blas_threads",
-    "pinned_blas",
-    "blas_call",
-    "ARITHMETICS",
-    "arithmetic",
-    "arithmetic_mode",
+    "RoundingEvent", "HOOKS", "add_hook", "remove_hook", "hooked", "is_grad_enabled", "set_grad_enabled",
+    "no_grad", "autocast_format", "autocast_as", "tensor_core", "tensor_core_as", "scope", "current_scope",
+    "backward_scope", "event_scope", "manual_seed", "seeded", "default_rng", "EngineRounding",
+    "ENGINE_ROUNDING", "engine_rounding", "rounding_as", "blas_threads", "set_blas_threads", "pinned_blas",
+    "blas_call", "ARITHMETICS", "arithmetic", "arithmetic_mode",
 ]
 
 
@@ -83,23 +67,88 @@ class RoundingEvent(NamedTuple):
     inputs: tuple = ()
 
 
-# The hooks, called in order with one RoundingEvent.  This list object is never rebound, so
-# ``from .state import HOOKS`` sees every change; change it through add_hook / remove_hook.
-HOOKS: list = []
+class ContextStack:
+    """A read-only, list-like view (truth test, ``len``, ``[i]``, iteration, ``in``) of a context
+    variable holding a tuple, innermost last.  The engine imports the view once (``from .state import
+    HOOKS``) and each read sees the value of the context reading it."""
+
+    __slots__ = ("_var",)
+
+    def __init__(self, var: contextvars.ContextVar):
+        self._var = var
+
+    def __bool__(self) -> bool:
+        return bool(self._var.get())
+
+    def __len__(self) -> int:
+        return len(self._var.get())
+
+    def __getitem__(self, i):
+        return self._var.get()[i]
+
+    def __iter__(self):
+        return iter(self._var.get())
+
+    def __contains__(self, item) -> bool:
+        return any(x is item for x in self._var.get())
+
+    def __eq__(self, other) -> bool:  # compares as the list it stands for: ``state.HOOKS == []``
+        if isinstance(other, (list, tuple, ContextStack)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"ContextStack({self._var.name}: {list(self._var.get())!r})"
+
+
+class _Pushed:
+    """A context manager that pushes ``value`` onto the tuple in ``var`` for the block - in this
+    context only - and pops it on exit, exceptions included.  The same object may be entered again,
+    nested or one block after another, and from several threads (each exit undoes its own context's
+    innermost entry)."""
+
+    __slots__ = ("_var", "_value", "_tokens")
+
+    def __init__(self, var: contextvars.ContextVar, value):
+        self._var, self._value, self._tokens = var, value, []
+
+    def __enter__(self):
+        self._tokens.append(self._var.set(self._var.get() + (self._value,)))
+        return self._value
+
+    def __exit__(self, *exc) -> bool:
+        for i in range(len(self._tokens) - 1, -1, -1):
+            try:
+                self._var.reset(self._tokens[i])
+            except ValueError:  # entered in another context (thread): that one's exit undoes it
+                continue
+            del self._tokens[i]
+            return False
+        raise RuntimeError(f"{self._var.name}: exited a block that was not entered in this thread / context")
+
+
+# The hooks, called in order with one RoundingEvent, of this context only (a monitor started in one
+# thread hears that thread's roundings).  ``from .state import HOOKS`` is a view that always reads
+# the current context; change it through add_hook / remove_hook.
+_hooks = contextvars.ContextVar("fpsim_hooks", default=())
+HOOKS = ContextStack(_hooks)
 
 
 def add_hook(fn) -> None:
-    """Call ``fn(event)`` for every rounding from now on."""
+    """Call ``fn(event)`` for every rounding in this context (thread) from now on."""
     if not callable(fn):
         raise TypeError(f"a hook must be callable, got {type(fn).__name__}")
-    HOOKS.append(fn)
+    _hooks.set(_hooks.get() + (fn,))
 
 
 def remove_hook(fn) -> None:
     """Stop calling ``fn`` (the last registration of it); no error if it is not registered."""
-    for i in range(len(HOOKS) - 1, -1, -1):
-        if HOOKS[i] is fn:
-            del HOOKS[i]
+    hooks = _hooks.get()
+    for i in range(len(hooks) - 1, -1, -1):
+        if hooks[i] is fn:
+            _hooks.set(hooks[:i] + hooks[i + 1:])
             return
 
 
@@ -115,70 +164,73 @@ def hooked(fn):
 
 # --------------------------------------------------------------------------------- grad mode
 
-_grad_enabled = True
+_grad_enabled = contextvars.ContextVar("fpsim_grad_enabled", default=True)
 
 
 def is_grad_enabled() -> bool:
-    return _grad_enabled
+    """Whether ops record a graph in this context (True unless inside ``no_grad``)."""
+    return _grad_enabled.get()
 
 
 @contextlib.contextmanager
 def set_grad_enabled(flag: bool):
-    """Inside, ops record a graph (``True``) or not (``False``)."""
-    global _grad_enabled
-    prev, _grad_enabled = _grad_enabled, bool(flag)
+    """Inside (this thread / context only), ops record a graph (``True``) or not (``False``)."""
+    token = _grad_enabled.set(bool(flag))
     try:
         yield
     finally:
-        _grad_enabled = prev
+        _grad_enabled.reset(token)
 
 
 def no_grad():
-    """Inside, ops record no graph (for evaluation and optimizer updates)."""
+    """Inside (this thread / context only), ops record no graph (for evaluation and optimizer updates)."""
     return set_grad_enabled(False)
+
+
+def _set_for_block(var: contextvars.ContextVar, value):
+    """Set ``var`` to ``value`` for a ``with`` block (a generator's body; ``as`` gives ``value``),
+    restoring it after."""
+    token = var.set(value)
+    try:
+        yield value
+    finally:
+        var.reset(token)
 
 
 # --------------------------------------------------------------------------------- autocast
 
-_autocast_fmt = None  # a Format, or None when autocast is off
+_autocast_fmt = contextvars.ContextVar("fpsim_autocast", default=None)  # a Format, or None: autocast off
 
 
 def autocast_format():
-    """The format autocast narrows matmul-like ops to, or None outside autocast."""
-    return _autocast_fmt
+    """The format autocast narrows matmul-like ops to in this context, or None outside autocast."""
+    return _autocast_fmt.get()
 
 
 @contextlib.contextmanager
 def autocast_as(fmt):
-    """Inside, autocast's format is ``fmt`` (a Format, or None to switch autocast off)."""
-    global _autocast_fmt
-    prev, _autocast_fmt = _autocast_fmt, fmt
-    try:
-        yield
-    finally:
-        _autocast_fmt = prev
+    """Inside (this thread / context only), autocast's format is ``fmt`` (a Format, or None: off)."""
+    yield from _set_for_block(_autocast_fmt, fmt)
 
 
 # --------------------------------------------------------------------------------- tensor core
 
-_tensor_core = None  # (architecture name, promote_every) while matmuls run as tensor cores, else None
+# (architecture name, promote_every) while matmuls run as tensor cores, else None
+_tensor_core = contextvars.ContextVar("fpsim_tensor_core", default=None)
 
 
 def tensor_core():
-    """The (architecture, promote_every) that matmul and linear accumulate as, or None (float32 BLAS)."""
-    return _tensor_core
+    """The (architecture, promote_every) that matmul and linear accumulate as in this context, or
+    None (the engine's own float32 sum)."""
+    return _tensor_core.get()
 
 
 @contextlib.contextmanager
 def tensor_core_as(setting):
-    """Inside, matmul-like ops accumulate as ``setting`` = (architecture, promote_every), or in
-    float32 (``None``); ``fpsim.tensorcore.emulate`` is the public door."""
-    global _tensor_core
-    prev, _tensor_core = _tensor_core, setting
-    try:
-        yield
-    finally:
-        _tensor_core = prev
+    """Inside (this thread / context only), matmul-like ops accumulate as ``setting`` =
+    (architecture, promote_every), or in float32 (``None``); ``fpsim.tensorcore.emulate`` is the
+    public door."""
+    yield from _set_for_block(_tensor_core, setting)
 
 
 # --------------------------------------------------------------------------------- arithmetic
@@ -211,77 +263,68 @@ def arithmetic(mode: str):
     with ``mode`` = ``"exact"`` or ``"library"`` (:func:`arithmetic_mode` says what each means)."""
     if not isinstance(mode, str) or mode.lower() not in ARITHMETICS:
         raise ValueError(f"arithmetic: mode must be one of {', '.join(ARITHMETICS)}, got {mode!r}")
-    token = _arithmetic.set(mode.lower())
-    try:
-        yield mode.lower()
-    finally:
-        _arithmetic.reset(token)
+    yield from _set_for_block(_arithmetic, mode.lower())
 
 
 # --------------------------------------------------------------------------------- scope
 
-_scope: list[str] = []  # names of the modules being called, outermost first
-_bwd_scope = ""  # the scope of the graph node whose backward is running
+_scope = contextvars.ContextVar("fpsim_scope", default="")  # the module path being called, "net.0"
+_bwd_scope = contextvars.ContextVar("fpsim_backward_scope", default="")  # the node whose backward runs
 
 
 @contextlib.contextmanager
 def scope(name: str):
-    """Ops created inside are attributed to module ``name`` (``Module.__call__`` uses this)."""
-    _scope.append(name)
-    try:
-        yield
-    finally:
-        _scope.pop()
+    """Ops created inside are attributed to module ``name`` below the current path (``Module.__call__``
+    uses this); an empty name adds nothing to the path."""
+    outer = _scope.get()
+    yield from _set_for_block(_scope, f"{outer}.{name}" if outer and name else outer or name)
 
 
 def current_scope() -> str:
-    """The module path of the ops being created now, e.g. ``"net.0"``."""
-    return ".".join(filter(None, _scope))
+    """The module path of the ops being created now in this context, e.g. ``"net.0"``."""
+    return _scope.get()
 
 
 @contextlib.contextmanager
 def backward_scope(name: str):
     """Roundings inside belong to ``name``: the backward of a node created in that scope."""
-    global _bwd_scope
-    prev, _bwd_scope = _bwd_scope, name
-    try:
-        yield
-    finally:
-        _bwd_scope = prev
+    yield from _set_for_block(_bwd_scope, name)
 
 
 def event_scope(direction: str) -> str:
     """The scope a rounding in ``direction`` is attributed to."""
-    return current_scope() if direction == "forward" else _bwd_scope
+    return _scope.get() if direction == "forward" else _bwd_scope.get()
 
 
 # --------------------------------------------------------------------------------- randomness
 
-_rng = np.random.default_rng(0)
+_rng = {"process": np.random.default_rng(0)}  # the process's generator (manual_seed), as torch's
+_seeded_rng = contextvars.ContextVar("fpsim_seeded_rng", default=None)  # a ``seeded`` block's, per context
 
 
 def manual_seed(seed: int) -> None:
     """Reset the generator stochastic rounding uses when no ``seed``/``rng`` is passed (``fpsim.cast``,
-    the optimizers' stochastic updates)."""
-    global _rng
-    _rng = np.random.default_rng(seed)
+    the optimizers' stochastic updates): the process's generator, shared by every thread - or,
+    inside a :func:`seeded` block, that block's (which ends with the block, as it always did)."""
+    if _seeded_rng.get() is not None:
+        _seeded_rng.set(np.random.default_rng(seed))
+    else:
+        _rng["process"] = np.random.default_rng(seed)
 
 
 @contextlib.contextmanager
 def seeded(seed: int):
-    """Inside, stochastic rounding without its own ``seed``/``rng`` draws from a generator seeded
-    with ``seed``; the previous generator (and its position) comes back on exit."""
-    global _rng
-    prev, _rng = _rng, np.random.default_rng(seed)
-    try:
-        yield
-    finally:
-        _rng = prev
+    """Inside (this thread / context only), stochastic rounding without its own ``seed``/``rng``
+    draws from a generator seeded with ``seed``; the previous generator (and its position) is
+    used again on exit.  Another thread meanwhile keeps drawing from its own."""
+    yield from _set_for_block(_seeded_rng, np.random.default_rng(seed))
 
 
 def default_rng() -> np.random.Generator:
-    """The generator stochastic rounding uses when no ``seed``/``rng`` is passed."""
-    return _rng
+    """The generator stochastic rounding uses when no ``seed``/``rng`` is passed: this context's
+    ``seeded`` one, else the process's."""
+    rng = _seeded_rng.get()
+    return _rng["process"] if rng is None else rng
 
 
 # --------------------------------------------------------------------------------- engine rounding
@@ -298,24 +341,26 @@ class EngineRounding(NamedTuple):
     rng: object = None
 
 
-# The engine's rounding settings, innermost last; empty means round to nearest, ties to even (the
-# default, which costs the engine one truth test).  Never rebound; changed through rounding_as.
-ENGINE_ROUNDING: list = []
+# The engine's rounding settings in this context, innermost last; empty means round to nearest,
+# ties to even (the default, which costs the engine one truth test).  A view of a context variable
+# (each thread reads its own); changed through rounding_as.
+_engine_rounding = contextvars.ContextVar("fpsim_rounding_mode", default=())
+ENGINE_ROUNDING = ContextStack(_engine_rounding)
 
 
 def engine_rounding():
-    """The engine's current :class:`EngineRounding`, or None for the default (nearest)."""
-    return ENGINE_ROUNDING[-1] if ENGINE_ROUNDING else None
+    """The engine's current :class:`EngineRounding` in this context, or None for the default (nearest)."""
+    settings = _engine_rounding.get()
+    return settings[-1] if settings else None
 
 
-@contextlib.contextmanager
-def rounding_as(setting: EngineRounding):
-    """Inside, the engine rounds as ``setting`` says (validated by ``fpsim.rounding_mode``)."""
-    ENGINE_ROUNDING.append(setting)
-    try:
-        yield setting
-    finally:
-        ENGINE_ROUNDING.pop()
+def rounding_as(setting: EngineRounding) -> _Pushed:
+    """A context manager: inside (this thread / context only), the engine rounds as ``setting`` says
+    (validated by ``fpsim.rounding_mode``).  ``as`` gives the setting; the object may be entered
+    again, nested or one block after another."""
+    if not isinstance(setting, EngineRounding):
+        raise TypeError(f"rounding_as: setting must be an EngineRounding, got {type(setting).__name__}")
+    return _Pushed(_engine_rounding, setting)
 
 
 # --------------------------------------------------------------------------------- environment
@@ -360,7 +405,7 @@ def _threads_from_environment() -> int:
     return n
 
 
-_blas = {"threads": None, "depth": 0}  # the pinned count (None: not read yet); how deep inside pinned_blas
+_blas = {"threads": None, "depth": 0}  # the pinned count (None: not read yet); threads inside pinned_blas
 
 
 def blas_threads() -> int:
@@ -394,31 +439,47 @@ def _blas_controllers() -> tuple:
     return _blas["libs"]
 
 
+_pin_lock = threading.Lock()  # guards the process-wide count of threads inside pinned_blas
+_pin_local = threading.local()  # this thread's nesting depth inside pinned_blas
+
+
 class _PinnedBlas:
     """The context manager :func:`pinned_blas` returns (a class, not a generator: the engine enters
-    one around every module call, and the nested case must cost next to nothing)."""
+    one around every module call, and the nested case must cost next to nothing: one thread-local
+    integer).  The first thread in saves the BLAS's thread counts and pins them; the last one out,
+    whichever thread it is, hands the saved counts back."""
 
-    __slots__ = ("_before",)
+    __slots__ = ()
 
     def __enter__(self):
-        if _blas["depth"] == 0:
-            n = blas_threads()
-            libs = _blas_controllers()
-            self._before = [lib.get_num_threads() for lib in libs]
-            for lib, old in zip(libs, self._before):
-                if old != n:
-                    lib.set_num_threads(n)
-        _blas["depth"] += 1
+        depth = getattr(_pin_local, "depth", 0)
+        _pin_local.depth = depth + 1
+        if depth == 0:
+            with _pin_lock:
+                if _blas["depth"] == 0:
+                    n = blas_threads()
+                    libs = _blas_controllers()
+                    _blas["before"] = [lib.get_num_threads() for lib in libs]
+                    for lib, old in zip(libs, _blas["before"]):
+                        if old != n:
+                            lib.set_num_threads(n)
+                _blas["depth"] += 1  # threads inside
         return self
 
     def __exit__(self, *exc):
-        _blas["depth"] -= 1
-        if _blas["depth"] == 0:
-            n = blas_threads()
-            for lib, old in zip(_blas_controllers(), self._before):
-                if old is not None and old != n:
-                    lib.set_num_threads(old)
+        _pin_local.depth -= 1
+        if _pin_local.depth == 0:
+            with _pin_lock:
+                _blas["depth"] -= 1
+                if _blas["depth"] == 0:
+                    n = blas_threads()
+                    for lib, old in zip(_blas_controllers(), _blas.pop("before")):
+                        if old is not None and old != n:
+                            lib.set_num_threads(old)
         return False
+
+
+_PINNED = _PinnedBlas()
 
 
 def pinned_blas() -> _PinnedBlas:
@@ -426,12 +487,12 @@ def pinned_blas() -> _PinnedBlas:
     on exit, exceptions included.  Nested uses cost one integer test, so the engine pins once
     around a module call or a backward walk and every product inside pays nothing more.  (The
     count is process-wide: Python threads running numpy products of their own meanwhile get it too.)"""
-    return _PinnedBlas()
+    return _PINNED
 
 
 def blas_call(fn, *args):
     """``fn(*args)`` with numpy's BLAS pinned (:func:`pinned_blas`); inside a pinned block a plain call."""
-    if _blas["depth"]:
+    if getattr(_pin_local, "depth", 0):
         return fn(*args)
-    with pinned_blas():
+    with _PINNED:
         return fn(*args)

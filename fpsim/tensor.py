@@ -124,7 +124,7 @@ class Tensor:
     def _from_op(cls, data, fmt, parents, backward, op, backend):
         t = cls.__new__(cls)
         t.backend, t.fmt, t.grad_fmt, t.data, t.grad, t.name = backend, fmt, fmt, data, None, ""
-        track = state._grad_enabled and any([p.requires_grad for p in parents])
+        track = state.is_grad_enabled() and any([p.requires_grad for p in parents])
         t.requires_grad = track
         t._parents = parents if track else ()
         t._backward = backward if track else None
