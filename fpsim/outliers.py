@@ -32,7 +32,7 @@ from .numerics import fsum64, mean64
 from .tensor import Tensor
 from .textable import text_table
 
-__all__ = ["OutlierMonitor", "OutlierRow", "excess_kurtosis", "fp8_error"]
+__all__ = ["OutlierMonitor", "OutlierRow", "STATISTICS", "excess_kurtosis", "fp8_error"]
 
 
 def excess_kurtosis(x) -> float:
@@ -61,11 +61,17 @@ def fp8_error(x, fmt="float8_e4m3fn") -> dict:
     Returns ``rel_mse`` = sum (q - x)^2 / sum x^2 (float64, each sum exact and rounded once:
     :func:`fpsim.numerics.fsum64`), ``small``: the share of non-zero
     entries that land below ``fmt``'s smallest normal after scaling (subnormal or flushed: where
-    the per-tensor scale costs the bulk its precision), and ``scale``."""
+    the per-tensor scale costs the bulk its precision), and ``scale``.
+
+    A tensor holding a NaN or an infinity has no relative error (the recipe's amax is not a number,
+    and the energy is inf or NaN): ``rel_mse`` and ``small`` are NaN, never 0 - a NaN activation
+    is not a perfect fp8 fit."""
     v = np.asarray(x, dtype=np.float32).ravel()
     f = get_format(fmt)
     amax = float(np.max(np.abs(v))) if v.size else 0.0
     s = float(compute_scale(amax, f))
+    if not np.isfinite(amax):
+        return {"rel_mse": float("nan"), "small": float("nan"), "scale": s}
     scaled = v * np.float32(s)  # exact: a power of two, and nothing reaches float32's limits
     q = fp8_to_f32(f32_to_fp8(scaled, f, saturate=True)).astype(np.float64) / s
     v64 = v.astype(np.float64)
@@ -98,10 +104,19 @@ class OutlierRow:
 def _row(pass_: int, path: str, out: Tensor) -> OutlierRow:
     v = np.asarray(out.backend.to_numpy(out.f32()), dtype=np.float32)
     a = np.abs(v.astype(np.float64))
-    med, top = float(np.median(a)), float(a.max())
+    med, top = float(np.median(a)), float(a.max())  # NaN when the output holds a NaN
     q = fp8_error(v)
-    return OutlierRow(pass_, path, int(v.size), excess_kurtosis(v), top, med, top / med if med > 0 else float("inf"),
-                      q["rel_mse"], q["small"])
+    ratio = top / med if med > 0 else float("inf") if np.isfinite(top) else float("nan")
+    return OutlierRow(pass_, path, int(v.size), excess_kurtosis(v), top, med, ratio, q["rel_mse"], q["small"])
+
+
+# The OutlierRow fields that are statistics (series() reads them; pass_ and module are labels)
+STATISTICS = ("n", "kurtosis", "max_abs", "median_abs", "top_ratio", "fp8_rel_mse", "fp8_small")
+
+
+def _finite_row(r: OutlierRow) -> bool:
+    """Whether the module's output held only finite values (its largest |x| is a finite number)."""
+    return bool(np.isfinite(r.max_abs))
 
 
 class OutlierMonitor:
@@ -114,6 +129,9 @@ class OutlierMonitor:
     outputs were made."""
 
     def __init__(self, model, modules=None, *, every: int = 1):
+        if not callable(getattr(model, "named_modules", None)) or not callable(getattr(model, "forward", None)):
+            raise TypeError(f"OutlierMonitor: model must be an fpsim Module (fpsim.nn.Module), "
+                            f"got {type(model).__name__}")
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"OutlierMonitor: every must be an integer >= 1, got {every!r}")
         self.every = every
@@ -186,24 +204,39 @@ class OutlierMonitor:
         return self._logits() if self._saved else getattr(self, "attn_logits", {})
 
     def series(self, module: str, field: str = "kurtosis") -> np.ndarray:
-        """One module's ``field`` (an :class:`OutlierRow` field) pass by pass."""
+        """One watched module's ``field`` (a statistic of :class:`OutlierRow`: :data:`STATISTICS`)
+        pass by pass.  A module that is not watched, or a field that is no statistic, is refused
+        (an empty series would read as "nothing happened")."""
+        if module not in self.paths:
+            raise ValueError(f"OutlierMonitor.series: module {module!r} is not watched; "
+                             f"watched: {', '.join(self.paths) or '(none)'}")
+        if field not in STATISTICS:
+            raise ValueError(f"OutlierMonitor.series: field {field!r} is not a statistic; known: {', '.join(STATISTICS)}")
         return np.array([getattr(r, field) for r in self.rows if r.module == module], dtype=np.float64)
 
     def report(self) -> str:
         """A text table, one row per watched module: passes seen, excess kurtosis at the first
         and last pass and its largest, max |x| and max / median at the last pass, the e4m3
-        per-tensor relative MSE at the last pass; then each attention's largest logit."""
+        per-tensor relative MSE at the last pass ("non-finite" where that output held a NaN or an
+        inf); then a line for each module whose output was ever non-finite, and each attention's
+        largest logit."""
         cols = ["module", "passes", "kurt first", "kurt last", "kurt max", "max|x| last", "max/median",
                 "e4m3 rel MSE"]
-        rows = []
+        rows, bad = [], []
         for path in self.paths:
             rs = [r for r in self.rows if r.module == path]
             if not rs:
                 continue
             k = [r.kurtosis for r in rs]
-            rows.append([path, str(len(rs)), f"{k[0]:.2f}", f"{k[-1]:.2f}", f"{np.nanmax(k):.2f}",
-                         f"{rs[-1].max_abs:.3g}", f"{rs[-1].top_ratio:.3g}", f"{rs[-1].fp8_rel_mse:.2e}"])
-        lines = text_table(cols, rows)
+            kmax = max((v for v in k if not np.isnan(v)), default=float("nan"))
+            mse = f"{rs[-1].fp8_rel_mse:.2e}" if _finite_row(rs[-1]) else "non-finite"
+            rows.append([path, str(len(rs)), f"{k[0]:.2f}", f"{k[-1]:.2f}", f"{kmax:.2f}",
+                         f"{rs[-1].max_abs:.3g}", f"{rs[-1].top_ratio:.3g}", mse])
+            nonfinite = [r.pass_ for r in rs if not _finite_row(r)]
+            if nonfinite:
+                bad.append(f"{path}: output non-finite (NaN or inf) in {len(nonfinite)} of {len(rs)} passes, "
+                           f"first at pass {nonfinite[0]}")
+        lines = text_table(cols, rows) + bad
         for path, vals in self.logits().items():
             if vals:
                 lines.append(f"{path}: largest attention logit first {vals[0]:.3g}, last {vals[-1]:.3g}, "
