@@ -36,6 +36,7 @@ import math
 import numpy as np
 
 from .. import ops
+from ..checks import check_seed
 from ..numerics.random import normal
 from ..ops.core import _make, _op
 from ..tensor import Tensor, tensor
@@ -179,9 +180,19 @@ def unit_scale_(model: Module, seed: int = 0) -> Module:
     """``model`` made unit-scaled in place (and returned): every ``nn.Linear`` inside it becomes a
     :class:`UnitLinear` of the same sizes and bias (its weights drawn N(0, 1) from ``seed``, in
     module order), every ``nn.GELU`` / ``nn.Tanh`` a :class:`UnitActivation`.  The old layers'
-    parameters are dropped: call it on a fresh model, before an optimizer holds them."""
+    parameters are dropped: call it on a fresh model, before an optimizer holds them.
+
+    Idempotent: the ``Linear`` a :class:`UnitLinear` computes with is part of it, not a layer to
+    swap, so a second call leaves a unit-scaled model as it is.  A bare ``Linear`` cannot be
+    swapped in place (it is no one's child here): build a :class:`UnitLinear` instead."""
+    if not isinstance(model, Module):
+        raise TypeError(f"unit_scale_: model must be an fpsim Module (fpsim.nn.Module), got {type(model).__name__}")
+    if type(model) is Linear:
+        raise ValueError("unit_scale_: a bare Linear cannot be made unit-scaled in place; build "
+                         "UnitLinear(in_features, out_features) instead, or call it on the model holding the Linear")
+    check_seed(seed)
     rng = np.random.default_rng(seed)
-    swaps = [(parent, name, child) for _, parent in list(model.named_modules())
+    swaps = [(parent, name, child) for _, parent in list(model.named_modules()) if not isinstance(parent, UnitLinear)
              for name, child in list(parent._modules.items()) if type(child) in (Linear, GELU, Tanh)]
     for parent, name, child in swaps:
         if type(child) is Linear:
