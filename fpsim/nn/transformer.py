@@ -44,10 +44,20 @@ def _generator(rng, seed, owner: str):
     """``rng`` if given (a numpy Generator), else one seeded by ``seed`` (None or an integer >= 0)."""
     if rng is not None:
         if not isinstance(rng, np.random.Generator):
-            raise TypeError(f"{owner}: rng must be a numpy Generator or None, got {type(rng).__name__}")
+            raise TypeError(f"{owner}: rng must be a numpy Generator (np.random.default_rng(...)) or None, got "
+                            f"{type(rng).__name__} (an integer seed goes in seed=)")
         return rng
     check_seed(seed, f"{owner}: seed")
     return np.random.default_rng(seed)
+
+
+def _check_distribution(cdf: np.ndarray, step: int, position: int) -> None:
+    """One line naming the step and the rows whose probabilities are no distribution (NaN or inf
+    logits give NaN probabilities; sampling them would silently pick token 0)."""
+    bad = ~(np.isfinite(cdf[:, -1]) & (cdf[:, -1] > 0))
+    if bad.any():
+        raise ValueError(f"TinyGPT.generate: step {step} (position {position}): the logits of rows "
+                         f"{np.flatnonzero(bad).tolist()} are not finite (NaN or inf), so there is nothing to sample")
 
 
 def _check_flag(value, name: str, owner: str) -> None:
@@ -331,23 +341,33 @@ class TinyGPT(Module):
         divided by ``temperature`` there; ``log_softmax`` runs in float32 and the token is drawn
         from those probabilities (inverse CDF in float64, ``rng`` or ``seed``).  Returns the ids
         (batch, t + new_tokens) and the float32 log-probabilities the rollout gave the chosen
-        tokens (batch, new_tokens).  Runs without building a graph."""
+        tokens (batch, new_tokens).  Runs without building a graph.
+
+        Refused before anything runs: a prompt and ``new_tokens`` that need more positions than the
+        model has (the last token drawn is not fed back: t + new_tokens - 1 <= context).  Refused at
+        the step: logits that are not finite (NaN or inf: there is no distribution to draw from)."""
         from ..tensor import no_grad  # here, not at the top: the module's imports stay as they were
 
         arr = np.asarray(self.tok_emb.weight.backend.to_numpy(self.check_ids(prompt)))
         new_tokens = _positive_int(new_tokens, "new_tokens", "TinyGPT.generate")
         if not (isinstance(temperature, numbers.Real) and math.isfinite(temperature) and temperature > 0):
             raise ValueError(f"TinyGPT.generate: temperature must be a finite number > 0, got {temperature!r}")
-        rng = rng if rng is not None else np.random.default_rng(seed)
+        rng = _generator(rng, seed, "TinyGPT.generate")
+        t = arr.shape[1]
+        if t + new_tokens - 1 > self.context:
+            raise ValueError(f"TinyGPT.generate: a prompt of {t} positions and new_tokens {new_tokens} need "
+                             f"{t + new_tokens - 1} positions; the model has {self.context} (context): at most "
+                             f"{self.context - t + 1} new tokens after this prompt")
         caches = [[] for _ in self.blocks]
         ids, chosen, step_ids = arr, [], arr
         with no_grad():
-            for _ in range(new_tokens):
+            for step in range(new_tokens):
                 logits = self.decode(step_ids, caches, fused=fused)[:, -1].to("float32")
                 lp = logits.backend.to_numpy(ops.log_softmax(logits * (1.0 / temperature), axis=-1).f32())
                 # float32 probabilities (correctly rounded exp), summed in float64 one after the
                 # other (cumsum's order is its definition): the same draw on every machine
                 cdf = np.cumsum(exp_f32(lp).astype(np.float64), axis=-1)
+                _check_distribution(cdf, step, t + step)
                 tok = np.minimum((cdf < rng.random((len(cdf), 1)) * cdf[:, -1:]).sum(axis=-1), self.vocab_size - 1)
                 chosen.append(lp[np.arange(len(tok)), tok])
                 step_ids = tok[:, None].astype(arr.dtype)

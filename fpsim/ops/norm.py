@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numbers
 
-from ..formats import F32, tensor_format
+from ..checks import check_finite
+from ..formats import F32, TENSOR_FORMATS, get_block_format, tensor_format
 from ..tensor import Tensor, promote, round_result
 from .core import _autocast, _make, _op
 
@@ -29,7 +30,13 @@ def check_acc(acc, owner: str = "layer_norm", name: str = "acc"):
     try:
         return tensor_format(acc)
     except ValueError as e:
-        raise ValueError(f"{owner}: {name} must be None, 'input' or a format name; {e}") from None
+        try:
+            block = get_block_format(acc).name
+        except (ValueError, TypeError, AttributeError):
+            raise ValueError(f"{owner}: {name} must be None, 'input' or a format name; {e}") from None
+        raise ValueError(f"{owner}: {name} {acc!r} is the block-scaled format {block}: the statistics accumulate "
+                         f"in a tensor format ({', '.join(TENSOR_FORMATS)}); block scaling goes onto a model's Linear "
+                         f"layers: fpsim.lowp.convert(model, fpsim.lowp.BlockScaling({block!r}))") from None
 
 
 def _normalized_axes(x: Tensor, normalized_shape) -> tuple:
@@ -101,6 +108,7 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
     over every non-normalised axis in float32; each gradient rounded once.
     """
     acc = check_acc(acc)
+    eps = check_finite(eps, "layer_norm: eps", minimum=0)
     shape, axes = _normalized_axes(x, normalized_shape)
     _check_affine(weight, "weight", shape)
     _check_affine(bias, "bias", shape)
