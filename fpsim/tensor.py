@@ -20,25 +20,10 @@ import numpy as np
 
 from . import state
 from .backend import Backend, get_backend
-from .formats import Format, cast, get_format, tensor_format
+from .formats import Format, cast, get_format, promote, tensor_format
 from .state import HOOKS, RoundingEvent, backward_scope, event_scope, is_grad_enabled, no_grad
 
 __all__ = ["Tensor", "tensor", "no_grad", "is_grad_enabled", "promote", "round_result", "Exact"]
-
-_WIDTH_RANK = {"float8_e4m3fn": 0, "float8_e5m2": 0, "float16": 1, "bfloat16": 1, "float32": 2}
-
-
-def promote(*fmts: Format) -> Format:
-    """The wider format: float32 beats 16-bit beats 8-bit; float16 with bfloat16 gives float32
-    (neither holds the other), as do the two fp8 formats mixed - PyTorch promotes likewise."""
-    fmts = tuple(dict.fromkeys(fmts))
-    if len(fmts) == 1:
-        return fmts[0]
-    best = max(fmts, key=lambda f: _WIDTH_RANK[f.name])
-    rank = _WIDTH_RANK[best.name]
-    if sum(_WIDTH_RANK[f.name] == rank for f in fmts) > 1:
-        return get_format("float32") if rank >= 1 else get_format("float16")
-    return best
 
 
 def round_result(x32, fmt: Format, backend: Backend, op: str, direction: str, target: str = "", *,

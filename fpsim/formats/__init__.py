@@ -43,7 +43,9 @@ from .table import (
     Format,
     format_names,
     get_format,
+    hand_built_problem,
     p3109_format,
+    promote,
     tensor_format,
 )
 
@@ -67,6 +69,8 @@ __all__ = [
     "CATEGORIES",
     "get_format",
     "tensor_format",
+    "hand_built_problem",
+    "promote",
     "format_names",
     "cast",
     "round_to",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 
+import ml_dtypes
 import numpy as np
 
 from .table import ALL_FORMATS, ELEMENT_FORMATS, Format, get_format
@@ -275,7 +276,7 @@ def _snap_scratch() -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 # fp8
 
-_FP8_TABLES: dict = {}  # (format name, saturate) -> uint8 array indexed by a bfloat16 bit pattern
+_FP8_TABLES: dict = {}  # (format, saturate) -> uint8 array indexed by a bfloat16 bit pattern
 
 
 def f32_to_fp8(x: np.ndarray, fmt, saturate: bool = False) -> np.ndarray:
@@ -296,8 +297,9 @@ def f32_to_fp8(x: np.ndarray, fmt, saturate: bool = False) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype != np.float32:
         raise TypeError(f"f32_to_fp8 takes a float32 array, got dtype {x.dtype}")
-    if f.name not in ELEMENT_FORMATS:
-        raise ValueError(f"f32_to_fp8: {f.name} is not an fp8 / fp6 / fp4 format ({', '.join(ELEMENT_FORMATS)})")
+    if f.name not in ELEMENT_FORMATS and not (f.is_ml_dtype and f.mantissa_bits <= 5 and _one_byte_float(f.dtype)):
+        raise ValueError(f"f32_to_fp8: {f.name} is not an fp8 / fp6 / fp4 format ({', '.join(ELEMENT_FORMATS)}, "
+                         f"or another one-byte ml_dtypes format of at most 5 mantissa bits)")
     if not f.has_nan and np.isnan(x).any():
         raise ValueError(f"{f.name} has no NaN: the input holds NaN")
     return narrow_cast(x, f, saturate)
@@ -305,7 +307,7 @@ def f32_to_fp8(x: np.ndarray, fmt, saturate: bool = False) -> np.ndarray:
 
 def narrow_cast(x: np.ndarray, f: Format, saturate: bool) -> np.ndarray:
     """:func:`f32_to_fp8` without its checks: float32 ``x`` (NaN-free for fp6 / fp4), a Format."""
-    key = (f.name, bool(saturate))
+    key = (f, bool(saturate))
     table = _FP8_TABLES.get(key)
     if table is None:
         table = _FP8_TABLES[key] = _fp8_table(f, saturate)
@@ -342,7 +344,7 @@ def fp8_to_f32(codes: np.ndarray) -> np.ndarray:
     table look-up (ml_dtypes' own cast costs ~20 ns a value).  Any other dtype is a TypeError
     naming it (its bytes would be read as another format's)."""
     dt = getattr(codes, "dtype", None)
-    name = _ONE_BYTE.get(dt) if isinstance(dt, np.dtype) else None
+    name = dt if isinstance(dt, np.dtype) and (dt in _ONE_BYTE or _one_byte_float(dt)) else None
     if name is None or not isinstance(codes, np.ndarray | np.generic):  # a 0-d result may be a numpy scalar
         raise TypeError(f"fp8_to_f32 takes a numpy array in a one-byte float format ({', '.join(_ONE_BYTE.values())}), "
                         f"got {_what(codes)}")
@@ -352,25 +354,37 @@ def fp8_to_f32(codes: np.ndarray) -> np.ndarray:
 _ONE_BYTE = {f.dtype: f.name for f in map(get_format, ALL_FORMATS) if f.dtype.itemsize == 1}
 
 
+def _one_byte_float(dt: np.dtype) -> bool:
+    """An ml_dtypes float dtype of one byte, fpsim's table names it or not (float8_e3m4, ...)."""
+    if dt.itemsize != 1 or getattr(dt.type, "__module__", "") != "ml_dtypes":
+        return False
+    try:
+        ml_dtypes.finfo(dt)
+    except (TypeError, ValueError):  # int4, uint2, ...: integers
+        return False
+    return True
+
+
 def _what(x) -> str:
     dt = getattr(x, "dtype", None)
     return f"dtype {dt}" if dt is not None else type(x).__name__
 
 
-_WIDENING: dict[str, np.ndarray] = {}
+_WIDENING: dict[np.dtype, np.ndarray] = {}
 
 
 def widening_table(fmt) -> np.ndarray:
     """float32 value of every bit pattern of a one- or two-byte format, indexed by the pattern
     (fp6 / fp4: every byte, the unused high bits as ml_dtypes reads them): the one widening table
-    behind float16 / bfloat16 / fp8 / fp6 / fp4 / e8m0 look-ups (built once, exact)."""
-    f = get_format(fmt)
-    t = _WIDENING.get(f.name)
+    behind float16 / bfloat16 / fp8 / fp6 / fp4 / e8m0 look-ups (built once per storage dtype, exact).
+    ``fmt``: a format, or an ml_dtypes storage dtype the table does not name (float8_e3m4, ...)."""
+    dt = fmt if isinstance(fmt, np.dtype) else get_format(fmt).dtype
+    t = _WIDENING.get(dt)
     if t is None:
-        size = f.dtype.itemsize
+        size = dt.itemsize
         uint = np.uint8 if size == 1 else np.uint16
-        codes = np.arange(2 ** (8 * size), dtype=np.uint32).astype(uint).view(f.dtype)
-        t = _WIDENING[f.name] = codes.astype(np.float32)
+        codes = np.arange(2 ** (8 * size), dtype=np.uint32).astype(uint).view(dt)
+        t = _WIDENING[dt] = codes.astype(np.float32)
     return t
 
 

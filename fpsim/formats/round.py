@@ -142,13 +142,11 @@ def cast(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=None
          sr_random=None, sr_variant: str = "rne"):
     """Round ``x`` once, correctly, into ``fmt`` and return it in the format's storage dtype.
 
-    Input: anything numeric (float64 / float32 / float16 / bfloat16 / fp8 / int arrays, every
-    ml_dtypes float - float8_e4m3fnuz, float8_e5m2fnuz, float8_e3m4, float8_e4m3, ... - and integer,
-    widened exactly first; Python numbers).  ``fmt`` may be a hand-built :class:`Format`: one held
-    in float32 (``Format(name, np.float32, e, m)``) is rounded onto its grid like P3109's.
-
-    Rounding modes (:mod:`fpsim.formats.modes` defines each): ``nearest`` (ties to even), ``nearest_away``, ``toward_zero``, ``toward_positive``, ``toward_negative``,
-    ``to_odd``, ``stochastic`` - all exact from float32 and float64 input (one rounding).
+    Input: anything numeric (float64 / float32 / int arrays, every numpy and ml_dtypes float or int,
+    widened exactly; Python numbers); ``fmt``: any Format (held in float32: rounded onto its grid).
+    Rounding modes (:mod:`fpsim.formats.modes` defines each): ``nearest`` (ties to even), ``nearest_away``,
+    ``toward_zero``, ``toward_positive``, ``toward_negative``, ``to_odd``, ``stochastic`` - all exact
+    from float32 and float64 input (one rounding).
 
     ``stochastic`` goes up with probability proportional to the distance from the lower
     neighbour; pass ``seed`` or a numpy ``rng`` for reproducibility, otherwise a module generator
@@ -179,9 +177,8 @@ def cast(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=None
       holding their values exactly (:func:`fpsim.encode` gives the bit patterns); P3109 has no
       -0 (it becomes +0) and its unsigned formats give NaN for negative input.
 
-    The result is always a numpy array of the input's shape: a 0-d array for a Python number or
-    a 0-d / numpy scalar input, whatever the rounding mode (``float(...)`` or ``.item()`` gives
-    the number).
+    The result is always a numpy array of the input's shape: a 0-d array for a Python number or a
+    0-d / numpy scalar input, whatever the rounding mode (``float(...)`` or ``.item()`` gives the number).
     """
     f = get_format(fmt)
     _check_mode(rounding)

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
-__all__ = ["Format", "P3109_FORMATS", "P3109_WIDTHS", "p3109_format", "OCP_INT8", "ALL_FORMATS", "FORMATS", "TENSOR_FORMATS", "tensor_format", "ELEMENT_FORMATS", "FP8_FORMATS", "LOW_FORMATS",
-           "F32", "get_format", "format_names"]
+__all__ = ["Format", "P3109_FORMATS", "P3109_WIDTHS", "p3109_format", "OCP_INT8", "ALL_FORMATS", "FORMATS",
+           "TENSOR_FORMATS", "tensor_format", "hand_built_problem", "promote", "ELEMENT_FORMATS", "FP8_FORMATS",
+           "LOW_FORMATS", "F32", "get_format", "format_names"]
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,13 @@ class Format:
         """-0 is a value (not in P3109, not in ocp_int8, not in an unsigned format)."""
         return self.signed and self.specials != "p3109" and not self.twos_complement
 
-    @property
+    def __hash__(self) -> int:  # kept: promotion and the kernels' tables look formats up per op
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = self.__dict__["_hash"] = hash((self.name, self.dtype, self._layout()))
+        return h
+
+    @functools.cached_property
     def is_ml_dtype(self) -> bool:
         """Stored in its own numpy / ml_dtypes dtype, whose bits are the format's: any dtype but
         float32, and float32 for float32's own layout.  False for P3109, ocp_int8 and a hand-built
@@ -193,6 +200,16 @@ class Format:
     def precision(self) -> int:
         """Significant bits of a normal number, hidden bit included."""
         return self.mantissa_bits + 1
+
+    def holds(self, other: Format) -> bool:
+        """Whether every finite value of ``other`` is a value of this format (promotion's test).
+
+        True where this format has at least ``other``'s mantissa bits, reaches down to its
+        smallest subnormal and up to its max, and has a sign (and -0) where ``other`` does: then at
+        every binade of ``other`` this format's spacing is at most ``other``'s and divides it."""
+        return (self.mantissa_bits >= other.mantissa_bits and self.smallest_subnormal <= other.smallest_subnormal
+                and self.max >= other.max and (self.signed or not other.signed)
+                and (self.has_nz or not other.has_nz) and (self.has_nan or not other.has_nan))
 
     def __str__(self) -> str:
         return self.name
@@ -304,9 +321,23 @@ def get_format(fmt) -> Format:
 
 
 def tensor_format(fmt) -> Format:
-    """:func:`get_format`, for what a Tensor may be stored in (``FORMATS``): a ValueError names an
-    fp6 / fp4 / e8m0 format as what it is - an element or scale format of the block-scaled formats."""
+    """:func:`get_format`, for what a Tensor may be stored in: the table's ``FORMATS``, or a
+    hand-built :class:`Format` (:func:`hand_built_problem` says which); a ValueError names an fp6 /
+    fp4 / e8m0 format as what it is - an element or scale format of the block-scaled formats.
+
+    A hand-built format with an ml_dtypes dtype (``Format("float8_e3m4", ml_dtypes.float8_e3m4, 3,
+    4)``) is stored in that dtype; one held in float32 (``Format("e3m4", np.float32, 3, 4)``) in
+    float32 arrays whose values the engine rounds onto the format's grid - the same numbers, 4 bytes a
+    value in memory (``Tensor.nbytes`` still counts the format's bits)."""
     f = get_format(fmt)
+    if f in _HAND_BUILT_OK:
+        return f
+    if f not in _TABLE_RECORDS:
+        problem = hand_built_problem(f)
+        if problem:
+            raise ValueError(f"{f.name} cannot be a tensor format: {problem}")
+        _HAND_BUILT_OK.add(f)
+        return f
     if not f.is_ml_dtype:
         raise ValueError(f"{f.name} is not a tensor format but an element format (P3109 and ocp_int8 values are "
                          f"held in float32: fpsim.cast, fpsim.round_to, fpsim.encode, fpsim.quantize); a tensor is "
@@ -316,6 +347,53 @@ def tensor_format(fmt) -> Format:
                          f"formats (fpsim.quantize, lowp.BlockLinear); a tensor is stored in one of "
                          f"{', '.join(TENSOR_FORMATS)}")
     return f
+
+
+_TABLE_RECORDS = {*ALL_FORMATS.values(), OCP_INT8, *P3109_FORMATS.values()}
+_HAND_BUILT_OK: set = set()
+
+
+def hand_built_problem(f: Format) -> str:
+    """Why a hand-built format cannot hold a tensor ("" if it can).  The ops compute in float32 and
+    make -0, NaN and overflow, so a tensor format is signed, has zero, -0 and NaN, and every value
+    is a float32 value; it may not take a table format's name (two formats would answer to it)."""
+    if f.name in ALL_FORMATS or f.name in _ALIASES or f.name in _OTHER or f.name in P3109_FORMATS:
+        return f"the name {f.name!r} is a table format's; give a hand-built format a name of its own"
+    if f.specials not in ("ieee", "nan") or not (f.signed and f.subnormals) or f.twos_complement:
+        return ("a tensor format needs a sign, subnormals and zero, -0 and NaN (specials 'ieee' or 'nan'); "
+                f"this one has specials={f.specials!r}, signed={f.signed}, subnormals={f.subnormals}")
+    if f.mantissa_bits > 23 or f.emax > 127 or f.emin - f.mantissa_bits < -149:
+        return "its values are not all float32 values (the ops compute in float32): at most 8 exponent and 23 mantissa bits"
+    return ""
+
+
+# Promotion: the result of an op on tensors of several formats is the first format, in this order,
+# that holds every input's values (Format.holds): the inputs themselves (an input that holds the
+# others wins), then the table's tensor formats from the narrowest: fp8, float16, bfloat16, float32.
+# So float16 + bfloat16 -> float32, e4m3 + e5m2 -> float16, fp8 + bfloat16 -> bfloat16 (PyTorch's
+# pairs; PyTorch refuses the fp8 pair), and a hand-built float8_e3m4 + float16 -> float16.
+_PROMOTED: dict = {}
+
+
+def promote(*fmts: Format) -> Format:
+    """The format an op on tensors in ``fmts`` computes into: the narrowest format that holds all
+    of their values (the rule above; derived from the formats' fields, so a format added to the table
+    or built by hand mixes with the others).  Cached per tuple of formats: it runs for every op."""
+    first = fmts[0]
+    if all(f is first for f in fmts):
+        return first
+    out = _PROMOTED.get(fmts)
+    if out is None:
+        out = _PROMOTED[fmts] = _promote(tuple(dict.fromkeys(fmts)))
+    return out
+
+
+def _promote(fmts: tuple[Format, ...]) -> Format:
+    by_width = sorted(FORMATS.values(), key=lambda f: f.bits)  # stable: the table's order within a width
+    for cand in (*fmts, *by_width):
+        if all(cand.holds(f) for f in fmts):
+            return cand
+    return F32  # not reached: float32 holds every tensor format
 
 
 FP8_FORMATS = ("float8_e4m3fn", "float8_e5m2")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from helpers import bits, f64
 
-from fpsim import nn, ops
+from fpsim import Format, nn, ops
 from fpsim.state import hooked
 from fpsim.tensor import Tensor, is_grad_enabled, no_grad, promote, tensor
 
@@ -142,6 +142,36 @@ def test_promotion(fa, fb, want):
     (a * b).sum().backward()
     assert a.grad.fmt.name == fa and b.grad.fmt.name == fb  # gradients come back in each input's format
     assert promote(a.fmt, b.fmt).name == want
+
+
+E3M4 = ml_dtypes.float8_e3m4
+HAND_BUILT = {"ml_dtypes": Format("float8_e3m4", np.dtype(E3M4), 3, 4), "float32-held": Format("e3m4", np.float32, 3, 4)}
+
+
+@pytest.mark.parametrize("kind", list(HAND_BUILT))
+def test_a_hand_built_format_computes_with_the_others(kind):
+    """A format the table does not have (float8_e3m4, in its ml_dtypes dtype or held in float32):
+    stored rounded, promoted by the formats' fields, differentiated; references by ml_dtypes."""
+    hand = HAND_BUILT[kind]
+    va, vb = np.array([1.3, -0.7, 3.1], np.float32), np.array([0.5, 0.3, -2.0], np.float32)
+    a = tensor(va, hand, requires_grad=True)
+    b = tensor(vb, "float16", requires_grad=True)
+    a32, b32 = va.astype(E3M4).astype(np.float32), vb.astype(np.float16).astype(np.float32)
+    assert a.fmt is hand and a.nbytes == 3 and np.array_equal(bits(a.f32()), bits(a32))
+    events = []
+    with hooked(events.append):
+        y = a * b
+        w = a * a
+        z = ops.matmul(a.reshape(1, 3), tensor(vb, "bfloat16").reshape(3, 1))
+    assert (y.fmt.name, w.fmt, z.fmt.name) == ("float16", hand, "bfloat16")
+    assert np.array_equal(bits(y.numpy()), bits((a32 * b32).astype(np.float16)))
+    assert np.array_equal(bits(w.f32()), bits((a32 * a32).astype(E3M4).astype(np.float32)))
+    dot = np.float32(np.sum(a32.astype(np.float64) * vb.astype(BF16).astype(np.float64)))  # exact, then once
+    assert np.array_equal(bits(z.numpy().reshape(-1)), bits(np.array([dot]).astype(BF16)))
+    assert [e.fmt for e in events if e.op == "mul"][1] is hand  # the hooks see the format itself
+    (a * b).sum().backward()
+    assert a.grad.fmt is hand and np.array_equal(bits(a.grad.f32()), bits(b32.astype(E3M4).astype(np.float32)))
+    assert b.grad.fmt.name == "float16" and np.array_equal(bits(b.grad.numpy()), bits(a32.astype(np.float16)))
 
 
 def test_float16_plus_bfloat16_is_exact_in_float32():
