@@ -26,6 +26,7 @@ class Registry:
     - ``register("name")`` / ``register()``: the same as a decorator.
     - ``get(name)``: the thing, or ``ValueError: unknown task 'x'; known: a, b``; a registered
       object itself passes through (so every API takes a name or the thing).
+    - ``unregister(name)``: take it out again (a test's temporary entry).
     - ``names()``, ``items()``, iteration (names, in registration order), ``len``, ``in``.
     - ``for_type(obj)``: the thing registered under ``type(obj)`` or one of its bases.
 
@@ -53,6 +54,12 @@ class Registry:
             self._check(obj)
         self._items[key] = obj
         return obj
+
+    def unregister(self, name):
+        """Take ``name`` out again and return its thing (a test's or a notebook's temporary entry)."""
+        if name not in self._items:
+            raise ValueError(f"unknown {self.kind} {self._label(name)!r}; known: {', '.join(self.names())}")
+        return self._items.pop(name)
 
     def get(self, name):
         if isinstance(name, str):

@@ -101,3 +101,12 @@ def test_for_type_finds_the_handler_of_an_objects_type_or_its_nearest_base():
     assert r.for_type(Deeper()) is abs
     with pytest.raises(TypeError, match="no handler for a Other; known: Config, Special"):
         r.for_type(Other())
+
+
+def test_unregister_takes_a_thing_out_and_an_unknown_name_says_what_is_known():
+    r = Registry("task")
+    a = r.register(Thing("a"))
+    r.register(Thing("b"))
+    assert r.unregister("a") is a and r.names() == ["b"]
+    with pytest.raises(ValueError, match="unknown task 'a'; known: b"):
+        r.unregister("a")

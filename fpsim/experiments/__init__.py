@@ -1,8 +1,10 @@
 """The experiment pipeline: task + recipe -> run -> result -> one table.
 
-- ``task.py``    :class:`Task`: what a task gives the loop (data, model factory, loss, metrics, steps);
+- ``task.py``    :class:`Task`: what a task gives the loop (data, model factory, loss, metrics, steps),
+  :data:`TASKS` (the tasks by name: ``fpsim compare --task``), :func:`get_task`;
 - ``tasks.py``   :class:`ReferenceTask`, the autoencoder whose gradients are tiny (why: there);
 - ``tinygpt.py`` :class:`TinyGPTTask` (a 2-layer GPT sorting digits), its recipes and :data:`OVERFLOW`;
+- ``studentteacher.py`` :class:`StudentTeacherTask`, the MX instability paper's proxy;
 - ``recipes.py`` :class:`Recipe` (``Recipe.prepare(model, ...) -> Run``), :data:`RECIPES`,
   :data:`DEFAULT_RECIPES`, :data:`EXTENDED_RECIPES`, :func:`get_recipe` (each recipe described there);
 - ``run.py``     :class:`Run`: one prepared run, ``Run.step`` the one training-step body;
@@ -18,11 +20,13 @@ from .recipes import DEFAULT_RECIPES, EXTENDED_RECIPES, RECIPES, Recipe, get_rec
 from .report import format_seed_table, format_table
 from .result import RunResult
 from .run import Run
+from .studentteacher import StudentTeacherTask
 from .sweep import compare, compare_seeds
-from .task import Task
+from .task import TASKS, Task, get_task
 from .tasks import ReferenceTask
 from .tinygpt import OVERFLOW, TINYGPT_RECIPES, TinyGPTResult, TinyGPTTask, run_tinygpt
 
-__all__ = ["Recipe", "RECIPES", "get_recipe", "RunResult", "Run", "Task", "ReferenceTask", "train", "run_recipe",
+__all__ = ["Recipe", "RECIPES", "get_recipe", "RunResult", "Run", "Task", "TASKS", "get_task", "ReferenceTask",
+           "StudentTeacherTask", "train", "run_recipe",
            "compare", "compare_seeds", "format_seed_table", "format_table", "DEFAULT_RECIPES", "EXTENDED_RECIPES",
            "TinyGPTTask", "TinyGPTResult", "TINYGPT_RECIPES", "OVERFLOW", "run_tinygpt"]

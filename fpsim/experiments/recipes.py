@@ -63,6 +63,7 @@ from .. import lowp
 from ..amp import autocast
 from ..lowp import BlockScaling, CurrentScaling, DelayedScaling
 from ..optim import SGD, Adam
+from ..registry import Registry
 from .run import Run, make_scaler
 
 __all__ = ["Recipe", "RECIPES", "DEFAULT_RECIPES", "EXTENDED_RECIPES", "BLOCK_RECIPES", "get_recipe"]
@@ -122,7 +123,15 @@ class Recipe:
         return Run(self, model, opt, make_scaler(self, init_scale), scaling)
 
 
-RECIPES: dict[str, Recipe] = {r.name: r for r in (
+def _check_recipe(r) -> None:
+    if not isinstance(r, Recipe):
+        raise TypeError(f"RECIPES.register: a recipe is a Recipe, got {type(r).__name__}")
+
+
+# The named recipes: ``RECIPES.register(Recipe("name", ...))`` where a recipe is defined adds one
+# (``fpsim compare --recipes``, its ``--help`` and the per-recipe fingerprint tests follow).
+RECIPES = Registry("recipe", check=_check_recipe)
+for _r in (
     Recipe("fp32", "float32", description="float32 throughout"),
     Recipe("fp16-pure", "float16", description="float16 weights, activations, gradients and Adam state"),
     Recipe("fp16-master", "float16", master=True, description="float16 model + float32 master weights"),
@@ -167,15 +176,13 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("fp8-deepseek", "float32",
            block=BlockScaling("fp8_block", weight_block=(128, 128), pow2_scales=True, tensor_core="hopper"),
            description="fp8-blockwise on Hopper's fp8 tensor cores, promoted to float32 every 128 of K"),
-)}
+):
+    RECIPES.register(_r)
 DEFAULT_RECIPES = ("fp32", "fp16-pure", "fp16-master", "fp16-static", "fp16-dynamic", "bf16-pure", "bf16-master")
 EXTENDED_RECIPES = ("fp8-delayed", "fp8-delayed-inner", "bf16-kahan", "bf16-stochastic")
 BLOCK_RECIPES = ("mxfp8", "mxfp6", "mxfp4", "mxfp4-sr-rht", "nvfp4", "fp8-blockwise")
 
 
 def get_recipe(name) -> Recipe:
-    if isinstance(name, Recipe):
-        return name
-    if name not in RECIPES:
-        raise ValueError(f"unknown recipe {name!r}; known: {', '.join(RECIPES)}")
-    return RECIPES[name]
+    """``RECIPES.get(name)``; a :class:`Recipe` object (your own, registered or not) passes through."""
+    return name if isinstance(name, Recipe) else RECIPES.get(name)

@@ -37,7 +37,7 @@ from ..formats import tensor_format
 from ..numerics import matmul_f32, tanh_f32
 from ..numerics.random import normal
 from ..tensor import tensor
-from .task import Task
+from .task import TASKS, Task
 
 __all__ = ["StudentTeacherTask", "ResidualMLP", "ResidualBlock"]
 
@@ -83,9 +83,13 @@ def _gelu32(x):
     return (tanh_f32(u) + np.float32(1)) * (np.float32(0.5) * x)
 
 
+@TASKS.register("student-teacher")
 @dataclass(frozen=True)
 class StudentTeacherTask(Task):
     """The proxy (module docstring): sizes, learning rate, steps, the LayerNorm's format."""
+
+    summary = "a residual MLP student learning a fixed teacher (arXiv 2506.20752's proxy, MX recipes)"
+    default_recipes = ("fp32", "bf16-master", "mxfp8")
 
     measure_at = ()
     width: int = 32

@@ -14,15 +14,43 @@ and these class-level settings: ``steps`` and ``lr`` (defaults), ``optimizer`` (
 ``"sgd"``), ``measure_at`` (the steps whose gradients are counted by default), ``loss_kills``
 (whether a non-finite loss ends the run, or only non-finite parameters do: with a loss scaler a
 NaN loss just skips the step) and ``trace_nonfinite`` (whether a
-:class:`~fpsim.trace.NonFiniteTracer` watches the whole run).  :class:`Task` holds the defaults;
-a new task subclasses it in one file.
+:class:`~fpsim.trace.NonFiniteTracer` watches the whole run).
+
+What ``fpsim compare`` says about a task comes from the task too: ``summary`` (its line in
+``--help``), ``default_recipes`` (what runs when no ``--recipes`` are named), ``figure_name``
+(the figure's default file in ``figures/``), :meth:`Task.title` (the figure's title) and
+:meth:`Task.describe_run` (the line printed before the runs).
+
+:class:`Task` holds the defaults; a new task subclasses it in one file and registers itself in
+:data:`TASKS` (``@TASKS.register("name")`` on the class), which is where ``fpsim compare --task``,
+its ``--help`` and the findings' sweeps look tasks up by name.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-__all__ = ["Task"]
+from ..registry import Registry
+from .recipes import DEFAULT_RECIPES
+
+__all__ = ["Task", "TASKS", "get_task"]
+
+
+def _check_task(cls) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise TypeError(f"TASKS.register: a task is a Task subclass, got {cls!r}")
+
+
+# The tasks by name: classes (subclasses of Task), built with their own defaults or with settings.
+TASKS = Registry("task", check=_check_task)
+
+
+def get_task(task, **settings):
+    """A task object: ``task`` itself if it is one, else the class registered under that name
+    (:data:`TASKS`) built with ``settings``."""
+    if isinstance(task, Task):
+        return task
+    return TASKS.get(task)(**settings)
 
 
 class Task(ABC):
@@ -34,6 +62,22 @@ class Task(ABC):
     measure_at = "all"
     loss_kills = True
     trace_nonfinite = False
+    summary = ""  # one line for ``fpsim compare --help`` (the class docstring's first line if empty)
+    default_recipes: tuple = DEFAULT_RECIPES
+    figure_name = "compare_loss.png"
+
+    @classmethod
+    def help_line(cls) -> str:
+        """``summary``, or the first line of the class docstring."""
+        return cls.summary or (cls.__doc__ or cls.__name__).strip().splitlines()[0].rstrip(".")
+
+    def title(self) -> str:
+        """What the comparison figure's title calls this task."""
+        return type(self).__name__
+
+    def describe_run(self, steps: int, lr: float) -> str:
+        """The line ``fpsim compare`` prints before training (the seeds are added after it)."""
+        return f"{self.title()}: {steps} steps, {self.optimizer} lr {lr:g}"
 
     @abstractmethod
     def model(self, seed: int = 0):

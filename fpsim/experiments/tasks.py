@@ -23,15 +23,18 @@ from .. import nn, ops
 from ..data import lowrank_autoencoder
 from ..numerics import mean64
 from ..tensor import tensor
-from .task import Task
+from .task import TASKS, Task
 
 __all__ = ["ReferenceTask"]
 
 
+@TASKS.register("reference")
 @dataclass(frozen=True)
 class ReferenceTask(Task):
     """The autoencoder of the module docstring: sizes, data and optimizer settings (Adam, full
     batch, a constant learning rate), the gradients measured at every step."""
+
+    summary = "the autoencoder whose loss is averaged over 2^20 outputs, so its gradients are tiny (default)"
 
     n: int = 16384
     dim: int = 64
@@ -62,6 +65,14 @@ class ReferenceTask(Task):
         with recipe.forward_context():
             pred = model(x)
         return ops.mse_loss(pred.to("float32"), target)
+
+    def title(self) -> str:
+        return f"reference task ({self.n:,} x {self.dim} outputs, Adam)"
+
+    def describe_run(self, steps: int, lr: float) -> str:
+        return (f"reference task: autoencoder {self.dim}-{'-'.join(map(str, self.hidden))}-{self.dim} (tanh), "
+                f"{self.n} x {self.dim} = 2^{(self.n * self.dim).bit_length() - 1} outputs, mean squared error, "
+                f"Adam lr {lr:g}, {steps} full-batch steps")
 
     def metrics(self, model, recipe) -> dict:
         """``r2``: 1 - the final model's mean squared error / the variance of the data (float64 on

@@ -36,9 +36,9 @@ from ..tensor import Tensor, tensor
 from .loop import train
 from .recipes import get_recipe
 from .result import RunResult
-from .task import Task
+from .task import TASKS, Task
 
-__all__ = ["TinyGPTTask", "TinyGPTResult", "OVERFLOW", "TINYGPT_RECIPES", "run_tinygpt", "training_step", "z_loss"]
+__all__ = ["TinyGPTTask", "TinyGPTResult", "OVERFLOW", "TINYGPT_RECIPES", "OverflowGPTTask", "run_tinygpt", "training_step", "z_loss"]
 
 SEP = 10  # the separator token; digits are 0-9
 BOS = 11  # the fixed first token of a task with ``bos=True``
@@ -67,6 +67,7 @@ def z_loss(logits: Tensor) -> Tensor:
 TinyGPTResult = RunResult
 
 
+@TASKS.register("tinygpt")
 @dataclass(frozen=True)
 class TinyGPTTask(Task):
     """Sorting ``n_digits`` digits with a ``n_layers``-layer GPT (see the module docstring):
@@ -77,6 +78,9 @@ class TinyGPTTask(Task):
     measure_at = (0, -1)
     loss_kills = False
     trace_nonfinite = True
+    summary = "a 2-layer GPT sorting 16 digits"
+    default_recipes = TINYGPT_RECIPES
+    figure_name = "compare_tinygpt_loss.png"
 
     n_digits: int = 16
     batch: int = 32
@@ -194,10 +198,18 @@ class TinyGPTTask(Task):
         f = 0.5 * (1 + cos64(math.pi * step / steps))
         return lr * f * min(1.0, (step + 1) / self.warmup) if self.warmup else lr * f
 
+    def title(self) -> str:
+        return f"tiny GPT sorting {self.n_digits} digits"
+
+    def describe_run(self, steps: int, lr: float) -> str:
+        """:meth:`describe` and the steps (the learning rate is the schedule's peak, in it)."""
+        return f"{self.describe()}; {steps} steps"
+
     def describe(self) -> str:
+        """The task in one line: sizes, optimizer, and every knob set away from TinyGPTTask's default."""
         knobs = [f"{k}={getattr(self, k)!r}" for k in ("emb_std", "ln_acc", "attn_stable", "qk_scale", "mask_value",
                                                        "qk_norm", "z_loss", "bos")
-                 if getattr(self, k) != getattr(type(self), k)]
+                 if getattr(self, k) != getattr(TinyGPTTask, k)]
         return (f"tiny GPT: sort {self.n_digits} digits; {self.n_layers} layers, d_model {self.d_model}, "
                 f"{self.n_heads} heads, context {self.context}, vocab {self.vocab_size}; batch {self.batch}, "
                 f"Adam lr {self.lr:g} (warm-up {self.warmup}, cosine)" + (f"; {', '.join(knobs)}" if knobs else ""))
@@ -210,6 +222,17 @@ class TinyGPTTask(Task):
 # inf / inf = NaN, and so does the loss.  Under autocast exp and sum run in float32 (fine up to
 # x = 88.7); bfloat16's range holds exp(88) as well.
 OVERFLOW = TinyGPTTask(attn_stable=False)
+
+
+@TASKS.register("tinygpt-overflow")
+@dataclass(frozen=True)
+class OverflowGPTTask(TinyGPTTask):
+    """The tiny GPT in the forward-overflow setting (:data:`OVERFLOW`: attention without the
+    row maximum subtracted), as a task of its own: ``fpsim compare --task tinygpt-overflow``, or
+    ``--task tinygpt --provoke-overflow``."""
+
+    summary = "the tiny GPT with a naive softmax, so float16 overflows in the forward pass (tinygpt --provoke-overflow)"
+    attn_stable: bool = False
 
 
 def training_step(recipe="fp32", task: TinyGPTTask | None = None, *, step: int = 0, seed: int = 0, backend=None):

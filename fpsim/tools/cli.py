@@ -180,9 +180,7 @@ def _compare_figure(by_seed, seeds, task, steps, path) -> None:
     from .compareplot import compare_figure
 
     seed_text = f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
-    what = (f"tiny GPT sorting {task.n_digits} digits" if hasattr(task, "n_digits")
-            else f"reference task ({task.n:,} x {task.dim} outputs, Adam)")
-    title = (f"fpsim compare: {what}, {steps} steps, {seed_text}"
+    title = (f"fpsim compare: {task.title()}, {steps} steps, {seed_text}"
              + (" - mean and min-max over the seeds" if len(seeds) > 1 else ""))
     drawn = compare_figure(by_seed if len(seeds) > 1 else by_seed[seeds[0]], title=title, path=path)
     import matplotlib.pyplot as plt
@@ -212,30 +210,38 @@ def _print_stopped(e, args, recipes) -> None:
     print(f"fpsim compare: {e.reason}" + (f"; not finished: {lost}" if lost and e.signum else ""), file=sys.stderr)
 
 
+def _compare_task(args):
+    """The task ``--task`` names (``--provoke-overflow``: the one registered as NAME-overflow), or
+    None after printing why not."""
+    from ..experiments import TASKS
+
+    name = args.task
+    if args.provoke_overflow:
+        name = f"{args.task}-overflow"
+        if name not in TASKS:
+            have = [n[: -len("-overflow")] for n in TASKS if n.endswith("-overflow") and n[: -len("-overflow")] in TASKS]
+            print(f"fpsim compare: error: --provoke-overflow needs --task {' or --task '.join(have)} "
+                  f"(a task with an overflow setting), got --task {args.task}", file=sys.stderr)
+            return None
+    return TASKS.get(name)()
+
+
 def cmd_compare(args) -> int:
-    from ..experiments import DEFAULT_RECIPES, ReferenceTask, compare_seeds, format_seed_table, format_table, tinygpt
+    from ..experiments import compare_seeds, format_seed_table, format_table
     from .jsonout import dumps
 
-    gpt = args.task == "tinygpt"
-    if args.provoke_overflow and not gpt:
-        print("fpsim compare: error: --provoke-overflow needs --task tinygpt", file=sys.stderr)
+    task = _compare_task(args)
+    if task is None:
         return 2
-    task = (tinygpt.OVERFLOW if args.provoke_overflow else tinygpt.TinyGPTTask()) if gpt else ReferenceTask()
     steps = args.steps or task.steps
-    recipes = args.recipes or list(tinygpt.TINYGPT_RECIPES if gpt else DEFAULT_RECIPES)
+    recipes = args.recipes or list(task.default_recipes)
     seeds = args.seeds if args.seeds is not None else [args.seed]
     if len(set(seeds)) != len(seeds):
         print(f"fpsim compare: error: --seeds repeats a seed: {' '.join(map(str, seeds))}", file=sys.stderr)
         return 2
-    figure = _figure_path(args.figure, "figures/compare_tinygpt_loss.png" if gpt else "figures/compare_loss.png")
-    if gpt:  # before the runs: a bad figure path fails now, not after them
-        print(f"{task.describe()}; {steps} steps, seed{'s' if len(seeds) > 1 else ''} {' '.join(map(str, seeds))}",
-              file=sys.stderr)
-    else:
-        print(f"reference task: autoencoder {task.dim}-{'-'.join(map(str, task.hidden))}-{task.dim} (tanh), "
-              f"{task.n} x {task.dim} = 2^{(task.n * task.dim).bit_length() - 1} outputs, mean squared error, "
-              f"Adam lr {args.lr or task.lr:g}, {steps} full-batch steps, "
-              f"seed{'s' if len(seeds) > 1 else ''} {' '.join(map(str, seeds))}", file=sys.stderr)
+    figure = _figure_path(args.figure, f"figures/{task.figure_name}")  # before the runs: a bad path fails now
+    print(f"{task.describe_run(steps, args.lr or task.lr)}, seed{'s' if len(seeds) > 1 else ''} "
+          f"{' '.join(map(str, seeds))}", file=sys.stderr)
     from ..experiments.executors import SweepStopped
 
     try:
@@ -269,22 +275,36 @@ def _add_example(sub) -> None:
     sp.set_defaults(func=cmd_example)
 
 
-def _add_compare(sub) -> None:
-    sp = sub.add_parser("compare", help="train the reference task under every recipe; one table of what went wrong",
-                        description="Train the reference task (an autoencoder whose loss is averaged over 2^20 "
-                                    "outputs, so its gradients are tiny) under each recipe, from the same weights, "
-                                    "and print one table.")
+def _task_help(tasks) -> str:
+    """``--task``'s help: each registered task's line and default recipes."""
+    return "; ".join(f"{name}: {cls.help_line()} (default recipes {' '.join(cls.default_recipes)})"
+                     for name, cls in tasks.items())
+
+
+def _per_task(tasks, attr: str) -> str:
+    """``reference 150, tinygpt 250, ...``: a class-level default of every registered task."""
+    return ", ".join(f"{name} {getattr(cls, attr):g}" for name, cls in tasks.items())
+
+
+def _add_compare(sub, load: bool = True) -> None:
+    """``fpsim compare``; its arguments (which read the task and recipe registries, importing the
+    experiments) only where ``load`` says: ``fpsim --help`` and ``fpsim formats`` stay light."""
+    sp = sub.add_parser("compare", help="train a task under every recipe; one table of what went wrong",
+                        description="Train a task (by default the reference task: an autoencoder whose loss is "
+                                    "averaged over 2^20 outputs, so its gradients are tiny) under each recipe, from "
+                                    "the same weights, and print one table.")
+    sp.set_defaults(func=cmd_compare)
+    if not load:
+        return
+    from ..experiments import RECIPES, TASKS
+
     sp.add_argument("--recipes", nargs="+", type=_recipe_arg, metavar="RECIPE",
-                    help="recipes to run (default: fp32 fp16-pure fp16-master fp16-static fp16-dynamic bf16-pure "
-                         "bf16-master; also fp16-amp, fp8-delayed, fp8-delayed-inner, fp8-current, bf16-kahan, "
-                         "bf16-stochastic)")
-    sp.add_argument("--task", choices=("reference", "tinygpt"), default="reference",
-                    help="reference: the autoencoder (default); tinygpt: a 2-layer GPT sorting 16 digits, default "
-                         "recipes fp32 fp16-pure fp16-master fp16-dynamic fp16-amp bf16-pure bf16-master fp8-delayed")
+                    help=f"recipes to run (default: the task's, see --task); known: {', '.join(RECIPES)}")
+    sp.add_argument("--task", choices=TASKS.names(), default="reference", help=_task_help(TASKS))
     sp.add_argument("--provoke-overflow", action="store_true",
-                    help="with --task tinygpt: activations near 300 and LayerNorm statistics in the model's format, "
+                    help="run the task's overflow setting (--task NAME-overflow), e.g. the tiny GPT's naive softmax, "
                          "so float16 overflows in the forward pass (experiments.tinygpt.OVERFLOW)")
-    sp.add_argument("--steps", type=_positive_int, help="training steps (default 150; tinygpt 250)")
+    sp.add_argument("--steps", type=_positive_int, help=f"training steps (default: the task's: {_per_task(TASKS, 'steps')})")
     seed = sp.add_mutually_exclusive_group()
     seed.add_argument("--seed", type=_seed_arg, default=0, help="seed of the initial weights (default 0)")
     seed.add_argument("--seeds", type=_seed_arg, nargs="+", metavar="SEED",
@@ -293,7 +313,7 @@ def _add_compare(sub) -> None:
                            "from the same seed, with the mean and range; --json then gives the runs by "
                            "seed; the figure shows the mean over the seeds with a min-max band")
     sp.add_argument("--lr", type=_positive_float,
-                    help="Adam learning rate (default 1e-2; tinygpt 5e-3, the peak of its schedule)")
+                    help=f"learning rate (default: the task's, the peak of a schedule: {_per_task(TASKS, 'lr')})")
     sp.add_argument("--jobs", type=_positive_int, default=1,
                     help="run the recipes and seeds in this many processes (default 1; at most the usable cores); "
                          "the results are the serial run's, bit for bit")
@@ -306,10 +326,10 @@ def _add_compare(sub) -> None:
     sp.add_argument("--figure", default=None,
                     help="where to write the figure: loss, loss / fp32 loss, and flushed gradients, loss scale and "
                          "stalled updates per step; a directory gets compare_loss.png inside it ('none' for no "
-                         "figure; default figures/compare_loss.png, tinygpt: figures/compare_tinygpt_loss.png)")
+                         f"figure; default figures/ and the task's: "
+                         f"{', '.join(f'{n} {c.figure_name}' for n, c in TASKS.items())})")
     sp.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
-    sp.set_defaults(func=cmd_compare)
 
 
 # The commands with a package of their own (``add_arguments(parser)``, ``main(args)``), imported
@@ -356,7 +376,7 @@ def build_parser(command: str | None = "") -> argparse.ArgumentParser:
                     help="also ocp_int8 and every IEEE P3109 format (k = 3..8 bits, every precision)")
     sp.set_defaults(func=cmd_formats)
     _add_example(sub)
-    _add_compare(sub)
+    _add_compare(sub, load=command is None or command == "compare")
     _add_tools(sub, None if command is None else (command,))
     for parser in (p, *sub.choices.values()):
         # argparse takes "-1e-8" for an option (its pattern knows no exponent): let it be a number

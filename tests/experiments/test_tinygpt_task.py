@@ -3,7 +3,7 @@ overflow it provokes (fp16 dies in the forward pass, autocast and bfloat16 live)
 the default run reaching its accuracy."""
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import numpy as np
@@ -11,6 +11,7 @@ import pytest
 
 from fpsim.experiments import (
     OVERFLOW,
+    TASKS,
     TINYGPT_RECIPES,
     TinyGPTResult,
     TinyGPTTask,
@@ -135,13 +136,40 @@ def _compare_parser():
     return parser
 
 
-def test_cli_compare_task_tinygpt(capsys, monkeypatch):
+@dataclass(frozen=True)
+class SmallGPT(TinyGPTTask):
+    """SMALL as a task class: what ``fpsim compare --task tinygpt`` builds in the test below."""
+
+    n_digits: int = 5
+    batch: int = 8
+    steps: int = 3
+    d_model: int = 16
+    n_layers: int = 1
+    n_heads: int = 2
+    eval_size: int = 16
+    warmup: int = 2
+
+
+@dataclass(frozen=True)
+class LoudSmallGPT(SmallGPT):
+    attn_stable: bool = False
+    qk_scale: float | None = 10.0
+
+
+@pytest.fixture
+def small_gpt_tasks():
+    """``tinygpt`` and ``tinygpt-overflow`` in the task registry are the small ones while a test runs."""
+    old = {name: TASKS.get(name) for name in ("tinygpt", "tinygpt-overflow")}
+    TASKS.register(SmallGPT, "tinygpt", replace=True)
+    TASKS.register(LoudSmallGPT, "tinygpt-overflow", replace=True)
+    yield
+    for name, cls in old.items():
+        TASKS.register(cls, name, replace=True)
+
+
+def test_cli_compare_task_tinygpt(capsys, small_gpt_tasks):
     import json
 
-    from fpsim.experiments import tinygpt
-
-    monkeypatch.setattr(tinygpt, "TinyGPTTask", lambda: SMALL)
-    monkeypatch.setattr(tinygpt, "OVERFLOW", _loud(SMALL))
     args = _compare_parser().parse_args(["compare", "--task", "tinygpt", "--provoke-overflow", "--recipes", "fp32",
                                          "fp16-master", "fp16-amp", "--quiet", "--figure", "none"])
     assert args.func(args) == 0

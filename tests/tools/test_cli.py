@@ -123,3 +123,88 @@ def test_formats_all_lists_ocp_int8_and_every_p3109_format(capsys):
     # P3109 binary8 p=4 extended: max 224, bias 8, NaN at 0x80 (IEEE P3109 interim report)
     k8p4 = next(r for r in rows if r.startswith("p3109_k8p4se "))
     assert " 224 " in k8p4 and "NaN 0x80" in k8p4
+
+
+# -- fpsim compare reads its tasks and recipes from the registries ----------------------------------
+
+def _compare_args(*argv):
+    from fpsim.tools import cli
+
+    return cli.build_parser("compare").parse_args(["compare", *argv])
+
+
+def test_compare_help_lists_every_registered_task_and_recipe(capsys):
+    from fpsim.experiments import RECIPES, TASKS
+    from fpsim.tools import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["compare", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for name in TASKS:
+        assert f"{name}: {TASKS[name].help_line()}" in " ".join(text.split()), name
+    known = text.split("known: ")[1]
+    assert all(name in known for name in RECIPES)
+    assert "tinygpt 250" in text and "reference 150" in text  # --steps: each task's default
+
+
+def test_a_registered_task_and_recipe_are_one_registration_each(capsys, tmp_path):
+    """A task class registered in TASKS and a Recipe in RECIPES: both in --help, both run."""
+    import json
+    from dataclasses import dataclass
+
+    import numpy as np
+
+    from fpsim import nn, ops
+    from fpsim.experiments import RECIPES, TASKS, Recipe, Task
+    from fpsim.tensor import tensor
+
+    @dataclass(frozen=True)
+    class Halve(Task):
+        """Learn y = x / 2 with one Linear."""
+
+        steps: int = 3
+        lr: float = 0.1
+        default_recipes = ("fp32", "bf16-pure")
+        figure_name = "halve.png"
+
+        def model(self, seed=0):
+            return nn.Sequential(nn.Linear(2, 2, seed=seed))
+
+        def batches(self, recipe, backend):
+            x = np.eye(2, dtype=np.float32)
+            batch = (tensor(x, recipe.params, backend=backend), tensor(x / 2, "float32", backend=backend))
+            return lambda step: batch
+
+        def loss(self, model, batch, recipe):
+            with recipe.forward_context():
+                pred = model(batch[0])
+            return ops.mse_loss(pred.to("float32"), batch[1])
+
+    TASKS.register(Halve, "halve")
+    RECIPES.register(Recipe("bf16-master-sgd-test", "bfloat16", master=True))
+    try:
+        from fpsim.tools import cli
+
+        with pytest.raises(SystemExit):
+            cli.main(["compare", "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert "halve: Learn y = x / 2 with one Linear (default recipes fp32 bf16-pure)" in text
+        assert "bf16-master-sgd-test" in text.split("known: ")[1]
+        args = _compare_args("--task", "halve", "--quiet", "--json", "--figure", "none")
+        assert args.func(args) == 0
+        out, err = capsys.readouterr()
+        assert list(json.loads(out)) == ["fp32", "bf16-pure"] and "Halve: 3 steps, adam lr 0.1, seed 0" in err
+        args = _compare_args("--task", "halve", "--recipes", "bf16-master-sgd-test", "--quiet", "--figure",
+                             str(tmp_path))
+        assert args.func(args) == 0
+        assert "bf16-master-sgd-test" in capsys.readouterr().out and (tmp_path / "compare_loss.png").exists()
+    finally:
+        TASKS.unregister("halve")
+        RECIPES.unregister("bf16-master-sgd-test")
+
+
+def test_provoke_overflow_needs_a_task_with_an_overflow_setting(capsys):
+    args = _compare_args("--task", "reference", "--provoke-overflow", "--figure", "none")
+    assert args.func(args) == 2
+    assert "--provoke-overflow needs --task tinygpt (a task with an overflow setting), got --task reference" in (
+        capsys.readouterr().err)
