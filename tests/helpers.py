@@ -1,4 +1,6 @@
-"""The one op-checking helper (tinygrad's ``helper_test_op`` style) and a few bit utilities.
+"""The one op-checking helper (tinygrad's ``helper_test_op`` style), the bit and value comparisons,
+the small reference task, and running the ``fpsim`` command in-process: one definition of each for
+every test folder.
 
 ``check_op`` builds random inputs from shapes, runs the fpsim op and a reference written on
 float64 numpy arrays, and checks the forward (shape, format, storage dtype, values) and the
@@ -55,6 +57,51 @@ def assert_same_bits(got, want, what: str = "") -> None:
         i = np.flatnonzero(~ok.ravel())[:5]
         raise AssertionError(f"{what}: {int((~ok).sum())} of {ok.size} differ, e.g. at {i.tolist()}: "
                              f"got {np.asarray(got).ravel()[i]} want {np.asarray(want).ravel()[i]}")
+
+
+def same_values(a, b) -> np.ndarray:
+    """Elementwise: the same value (compared in float64), NaN equal to NaN and -0 not equal to +0 -
+    for results in different storage dtypes, where :func:`same_bits` cannot compare patterns."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return (np.isnan(a) & np.isnan(b)) | ((a == b) & (np.signbit(a) == np.signbit(b)))
+
+
+def same(a, b) -> bool:
+    """Every element the same value: :func:`same_values` everywhere."""
+    return bool(np.all(same_values(a, b)))
+
+
+def state_bits(model) -> dict:
+    """A model's state dict as raw bytes per entry: what a failed load must leave unchanged."""
+    return {k: v.tobytes() for k, v in model.state_dict().items()}
+
+
+def run_cli(capsys, *argv):
+    """``fpsim ARGV...`` in this process (each argument made a string): (exit status, stdout, stderr)."""
+    from fpsim.tools import cli
+
+    rc = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def strict_json(text: str):
+    """Parse as a strict parser would: NaN, Infinity and -Infinity are not JSON (RFC 8259)."""
+    import json
+
+    def refuse(token):
+        raise ValueError(f"not JSON: {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def small_task(n: int = 256, **settings):
+    """The reference autoencoder (``ReferenceTask``) on ``n`` samples instead of 16,384: the same
+    model and data generator, a fraction of the time; ``settings`` override its other fields
+    (``steps=3``)."""
+    from fpsim.experiments.tasks import ReferenceTask
+
+    return ReferenceTask(n=n, **settings)
 
 
 def f64(t: Tensor) -> np.ndarray:

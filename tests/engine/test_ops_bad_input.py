@@ -1,4 +1,4 @@
-"""Issue 28: the engine's ops and tensors under unusual input - each defect reproduced here
+"""The engine's ops and tensors under unusual input - each defect reproduced here
 first, then pinned against PyTorch (or float64 numpy where PyTorch is not installed)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Issue 31's findings 2, 3 and 5 (unit scaling, the MX LayerNorm instability proxy, PTQ against
-training length): the scaled ops and the fixed fp8 scale against float64 references, the
+"""The findings unit scaling, the MX LayerNorm instability proxy and PTQ against training
+length: the scaled ops and the fixed fp8 scale against float64 references, the
 verdict rules on fixed inputs (their quick runs are tested in experiments/test_findings.py, with every finding's)."""
 
 import math

@@ -1,4 +1,4 @@
-"""Issue 28: block formats and block-scaled training under bad input - each defect reproduced
+"""Block formats and block-scaled training under bad input - each defect reproduced
 here first, then pinned (references: ml_dtypes' casts, exact powers of two, TE's NVFP4 rule)."""
 
 from __future__ import annotations

@@ -651,7 +651,7 @@ def test_fp8_delayed_costs_about_ten_percent_of_fp32(runs):
     a real cost (e4m3's 3 mantissa bits in the forward pass), not a few tenths of a percent, and not
     more than the step-to-step jitter above it.  Measured at seed 0: 1.125x (7.612e-4 against
     6.766e-4), the worst of seeds 0-7 (1.079x-1.125x, mean 1.104x); the ratio moves by 1-3% from
-    one step to the next (1.093x-1.129x over the last 20 steps).  Issue 9's bar was 10% at seed 0;
+    one step to the next (1.093x-1.129x over the last 20 steps).  The bar was once 10% at seed 0;
     with fpsim's machine-independent numbers (exact sums, its own normal draws for the data and
     the weights) seed 0 lands above it, so the bar asserted is the claim itself: between 5% and
     15%, which the final ratio meets with 2.5 points to spare (and every step of its last 20 with

@@ -1,5 +1,5 @@
-"""Issue 28: modules, checkpoints and the package's names under bad input - each defect
-reproduced here first, then pinned."""
+"""Modules, checkpoints and the package's names under bad input - each defect reproduced here
+first, then pinned."""
 
 from __future__ import annotations
 

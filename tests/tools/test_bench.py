@@ -123,7 +123,7 @@ def _step_expected(quick) -> dict:
 
 
 def test_step_rows_names_peers_and_targets(quick):
-    """Issue 18's goals: every row, its peer and its target (the numpy-f32 rows next to numpy's)."""
+    """The bench's goals: every row, its peer and its target (the numpy-f32 rows next to numpy's)."""
     rows = _rows(quick, "step")
     expected = _step_expected(quick)
     assert [(r["name"], r["peer"]) for r in rows] == list(expected)

@@ -1,4 +1,4 @@
-"""Issue 28: the `fpsim` commands under an unusable environment - each defect reproduced here
+"""The `fpsim` commands under an unusable environment - each defect reproduced here
 first, then pinned: one line on stderr and exit 2, never a traceback."""
 
 from __future__ import annotations
