@@ -26,6 +26,7 @@ class Registry:
     - ``register("name")`` / ``register()``: the same as a decorator.
     - ``get(name)``: the thing, or ``ValueError: unknown task 'x'; known: a, b``; a registered
       object itself passes through (so every API takes a name or the thing).
+    - ``register_lazy(name, factory)``: the name now, the thing built by ``factory()`` on first use.
     - ``unregister(name)``: take it out again (a test's temporary entry).
     - ``names()``, ``items()``, iteration (names, in registration order), ``len``, ``in``.
     - ``for_type(obj)``: the thing registered under ``type(obj)`` or one of its bases.
@@ -55,6 +56,23 @@ class Registry:
         self._items[key] = obj
         return obj
 
+    def register_lazy(self, name: str, factory: Callable, *, replace: bool = False) -> None:
+        """Register ``name`` now and build its thing (``factory()``) when it is first asked for:
+        the name is listed at once, and importing the module that registers it builds nothing."""
+        if name in self._items and not replace:
+            raise ValueError(f"register: a {self.kind} named {name!r} is registered already")
+        self._items[name] = _Lazy(factory)
+
+    def _built(self, key):
+        """The thing under ``key``, built now if it was registered lazily (and checked then)."""
+        obj = self._items[key]
+        if isinstance(obj, _Lazy):
+            obj = obj.factory()
+            if self._check is not None:
+                self._check(obj)
+            self._items[key] = obj
+        return obj
+
     def unregister(self, name):
         """Take ``name`` out again and return its thing (a test's or a notebook's temporary entry)."""
         if name not in self._items:
@@ -64,7 +82,7 @@ class Registry:
     def get(self, name):
         if isinstance(name, str):
             if name in self._items:
-                return self._items[name]
+                return self._built(name)
             raise ValueError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}")
         if any(v is name for v in self._items.values()):
             return name
@@ -74,7 +92,7 @@ class Registry:
         """The entry registered under the type of ``obj`` (or its nearest base that has one)."""
         for cls in type(obj).__mro__:
             if cls in self._items:
-                return self._items[cls]
+                return self._built(cls)
         known = ", ".join(self._label(k) for k in self._items)
         raise TypeError(f"no {self.kind} for a {type(obj).__name__}; known: {known}")
 
@@ -82,10 +100,10 @@ class Registry:
         return [self._label(k) for k in self._items]
 
     def items(self):
-        return [(self._label(k), v) for k, v in self._items.items()]
+        return [(self._label(k), self._built(k)) for k in list(self._items)]
 
     def values(self) -> list:
-        return list(self._items.values())
+        return [self._built(k) for k in list(self._items)]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
@@ -105,3 +123,12 @@ class Registry:
     @staticmethod
     def _label(key) -> str:
         return key.__name__ if isinstance(key, type) else key
+
+
+class _Lazy:
+    """A registered thing not built yet: :meth:`Registry.register_lazy`'s factory."""
+
+    __slots__ = ("factory",)
+
+    def __init__(self, factory: Callable):
+        self.factory = factory

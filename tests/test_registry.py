@@ -110,3 +110,20 @@ def test_unregister_takes_a_thing_out_and_an_unknown_name_says_what_is_known():
     assert r.unregister("a") is a and r.names() == ["b"]
     with pytest.raises(ValueError, match="unknown task 'a'; known: b"):
         r.unregister("a")
+
+
+def test_a_lazy_entry_is_listed_at_once_and_built_once_when_first_asked_for():
+    built = []
+
+    def make():
+        built.append(1)
+        return Thing("slow")
+
+    r = Registry("recipe", check=lambda obj: built.append("checked"))
+    r.register_lazy("slow", make)
+    assert r.names() == ["slow"] and "slow" in r and built == []
+    thing = r.get("slow")
+    assert thing.name == "slow" and built == [1, "checked"]
+    assert r.get("slow") is thing and r.values() == [thing] and r.get(thing) is thing and built == [1, "checked"]
+    with pytest.raises(ValueError, match="registered already"):
+        r.register_lazy("slow", make)

@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from functools import partial
 
 from .. import lowp
 from ..amp import autocast
@@ -131,53 +132,66 @@ def _check_recipe(r) -> None:
 # The named recipes: ``RECIPES.register(Recipe("name", ...))`` where a recipe is defined adds one
 # (``fpsim compare --recipes``, its ``--help`` and the per-recipe fingerprint tests follow).
 RECIPES = Registry("recipe", check=_check_recipe)
-for _r in (
-    Recipe("fp32", "float32", description="float32 throughout"),
-    Recipe("fp16-pure", "float16", description="float16 weights, activations, gradients and Adam state"),
-    Recipe("fp16-master", "float16", master=True, description="float16 model + float32 master weights"),
-    Recipe("fp16-static", "float16", master=True, scaler="static",
-           description="float16 model + float32 masters + static loss scale 1024"),
-    Recipe("fp16-dynamic", "float16", master=True, scaler="dynamic",
-           description="float16 model + float32 masters + dynamic GradScaler"),
-    Recipe("fp16-amp", "float32", scaler="dynamic", autocast="float16",
-           description="float32 params, autocast float16 matmuls, GradScaler (PyTorch AMP)"),
-    Recipe("bf16-pure", "bfloat16", description="bfloat16 weights, activations, gradients and Adam state"),
-    Recipe("bf16-master", "bfloat16", master=True, description="bfloat16 model + float32 master weights"),
-    Recipe("fp8-delayed", "float32", fp8=DelayedScaling(margin=0, amax_history_len=16, amax_init=True),
-           description="fp8 matmuls: e4m3 weights/inputs, e5m2 gradients, delayed per-tensor scaling, "
-                       "float32 masters"),
-    Recipe("fp8-delayed-inner", "float32", fp8=DelayedScaling(margin=0, amax_history_len=16, amax_init=True),
-           fp8_skip=("first", "last"),
-           description="fp8-delayed for the inner Linears; the first and last stay float32"),
-    Recipe("fp8-current", "float32", fp8=CurrentScaling(margin=0),
-           description="fp8 matmuls with per-tensor current scaling (each cast scaled by its own amax)"),
-    Recipe("fp8-hopper", "float32",
-           fp8=DelayedScaling(margin=0, amax_history_len=16, amax_init=True, tensor_core="hopper"),
-           description="fp8-delayed on Hopper's fp8 tensor cores: 13-bit truncating accumulation, no promotion"),
-    Recipe("bf16-kahan", "bfloat16", update_rounding="kahan",
-           description="bfloat16 weights and Adam state, Kahan-compensated updates (bfloat16 buffer)"),
-    Recipe("bf16-stochastic", "bfloat16", update_rounding="stochastic",
-           description="bfloat16 weights and Adam state, stochastically rounded updates"),
-    Recipe("mxfp8", "float32", block=BlockScaling("mxfp8_e4m3"),
-           description="MXFP8 GEMMs: e4m3 in blocks of 32 with e8m0 scales, float32 masters"),
-    Recipe("mxfp6", "float32", block=BlockScaling("mxfp6_e2m3", grad_format="mxfp6_e3m2"),
-           description="MXFP6 GEMMs: e2m3 weights/inputs, e3m2 gradients, blocks of 32"),
-    Recipe("mxfp4", "float32", block=BlockScaling("mxfp4_e2m1"),
-           description="MXFP4 GEMMs: e2m1 in blocks of 32 with e8m0 scales"),
-    Recipe("mxfp4-sr-rht", "float32",
-           block=BlockScaling("mxfp4_e2m1", grad_rounding="stochastic", hadamard=True),
-           description="MXFP4 + stochastic rounding of gradients + Hadamard transform on wgrad"),
-    Recipe("nvfp4", "float32",
-           block=BlockScaling("nvfp4", weight_block=(16, 16), grad_rounding="stochastic", hadamard=True),
-           block_skip=("first", "last"),
-           description="NVFP4 (e2m1, e4m3 block scales of 16, 16x16 weight tiles), SR + RHT; first/last float32"),
-    Recipe("fp8-blockwise", "float32", block=BlockScaling("fp8_block", weight_block=(128, 128), pow2_scales=True),
-           description="DeepSeek-V3 fp8: e4m3, 1x128 activation/gradient tiles, 128x128 weight tiles"),
-    Recipe("fp8-deepseek", "float32",
-           block=BlockScaling("fp8_block", weight_block=(128, 128), pow2_scales=True, tensor_core="hopper"),
-           description="fp8-blockwise on Hopper's fp8 tensor cores, promoted to float32 every 128 of K"),
-):
-    RECIPES.register(_r)
+
+
+def _plain(*args, **kw) -> None:
+    RECIPES.register(Recipe(*args, **kw))
+
+
+def _converted(name: str, config, *, skip: tuple = (), description: str) -> None:
+    """A recipe of float32 parameters (the master weights) whose Linears are converted by
+    ``config()`` - a partial, called when the recipe is first asked for, so that importing the
+    experiments builds no layer config (:meth:`~fpsim.registry.Registry.register_lazy`)."""
+
+    def build() -> Recipe:
+        c = config()
+        if isinstance(c, BlockScaling):
+            return Recipe(name, "float32", block=c, block_skip=skip, description=description)
+        return Recipe(name, "float32", fp8=c, fp8_skip=skip, description=description)
+
+    RECIPES.register_lazy(name, build)
+
+
+_DELAYED = partial(DelayedScaling, margin=0, amax_history_len=16, amax_init=True)
+_plain("fp32", "float32", description="float32 throughout")
+_plain("fp16-pure", "float16", description="float16 weights, activations, gradients and Adam state")
+_plain("fp16-master", "float16", master=True, description="float16 model + float32 master weights")
+_plain("fp16-static", "float16", master=True, scaler="static",
+       description="float16 model + float32 masters + static loss scale 1024")
+_plain("fp16-dynamic", "float16", master=True, scaler="dynamic",
+       description="float16 model + float32 masters + dynamic GradScaler")
+_plain("fp16-amp", "float32", scaler="dynamic", autocast="float16",
+       description="float32 params, autocast float16 matmuls, GradScaler (PyTorch AMP)")
+_plain("bf16-pure", "bfloat16", description="bfloat16 weights, activations, gradients and Adam state")
+_plain("bf16-master", "bfloat16", master=True, description="bfloat16 model + float32 master weights")
+_converted("fp8-delayed", _DELAYED,
+           description="fp8 matmuls: e4m3 weights/inputs, e5m2 gradients, delayed per-tensor scaling, float32 masters")
+_converted("fp8-delayed-inner", _DELAYED, skip=("first", "last"),
+           description="fp8-delayed for the inner Linears; the first and last stay float32")
+_converted("fp8-current", partial(CurrentScaling, margin=0),
+           description="fp8 matmuls with per-tensor current scaling (each cast scaled by its own amax)")
+_converted("fp8-hopper", partial(_DELAYED, tensor_core="hopper"),
+           description="fp8-delayed on Hopper's fp8 tensor cores: 13-bit truncating accumulation, no promotion")
+_plain("bf16-kahan", "bfloat16", update_rounding="kahan",
+       description="bfloat16 weights and Adam state, Kahan-compensated updates (bfloat16 buffer)")
+_plain("bf16-stochastic", "bfloat16", update_rounding="stochastic",
+       description="bfloat16 weights and Adam state, stochastically rounded updates")
+_converted("mxfp8", partial(BlockScaling, "mxfp8_e4m3"),
+           description="MXFP8 GEMMs: e4m3 in blocks of 32 with e8m0 scales, float32 masters")
+_converted("mxfp6", partial(BlockScaling, "mxfp6_e2m3", grad_format="mxfp6_e3m2"),
+           description="MXFP6 GEMMs: e2m3 weights/inputs, e3m2 gradients, blocks of 32")
+_converted("mxfp4", partial(BlockScaling, "mxfp4_e2m1"),
+           description="MXFP4 GEMMs: e2m1 in blocks of 32 with e8m0 scales")
+_converted("mxfp4-sr-rht", partial(BlockScaling, "mxfp4_e2m1", grad_rounding="stochastic", hadamard=True),
+           description="MXFP4 + stochastic rounding of gradients + Hadamard transform on wgrad")
+_converted("nvfp4", partial(BlockScaling, "nvfp4", weight_block=(16, 16), grad_rounding="stochastic", hadamard=True),
+           skip=("first", "last"),
+           description="NVFP4 (e2m1, e4m3 block scales of 16, 16x16 weight tiles), SR + RHT; first/last float32")
+_converted("fp8-blockwise", partial(BlockScaling, "fp8_block", weight_block=(128, 128), pow2_scales=True),
+           description="DeepSeek-V3 fp8: e4m3, 1x128 activation/gradient tiles, 128x128 weight tiles")
+_converted("fp8-deepseek",
+           partial(BlockScaling, "fp8_block", weight_block=(128, 128), pow2_scales=True, tensor_core="hopper"),
+           description="fp8-blockwise on Hopper's fp8 tensor cores, promoted to float32 every 128 of K")
 DEFAULT_RECIPES = ("fp32", "fp16-pure", "fp16-master", "fp16-static", "fp16-dynamic", "bf16-pure", "bf16-master")
 EXTENDED_RECIPES = ("fp8-delayed", "fp8-delayed-inner", "bf16-kahan", "bf16-stochastic")
 BLOCK_RECIPES = ("mxfp8", "mxfp6", "mxfp4", "mxfp4-sr-rht", "nvfp4", "fp8-blockwise")

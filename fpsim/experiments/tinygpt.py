@@ -30,8 +30,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .. import nn, ops, state
-from ..checks import check_finite, check_positive, is_integer
+from ..checks import check_finite, check_positive, is_integer, is_real
 from ..numerics.scalars import cos64
+from ..ops.norm import check_acc
 from ..tensor import Tensor, tensor
 from .loop import train
 from .recipes import get_recipe
@@ -119,10 +120,23 @@ class TinyGPTTask(Task):
         for name in ("record_logits", "bos"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"TinyGPTTask: {name} must be True or False, got {getattr(self, name)!r}")
-        # the model's knobs, checked as TinyGPT checks them, before any run starts
-        nn.TinyGPT(self.vocab_size, self.context, self.d_model, 1, self.n_heads, mlp_ratio=1, emb_std=self.emb_std,
-                   ln_acc=self.ln_acc, qk_scale=self.qk_scale, attn_stable=self.attn_stable,
-                   mask_value=self.mask_value, qk_norm=self.qk_norm)
+        self._check_model_knobs()
+
+    def _check_model_knobs(self) -> None:
+        """The model's knobs, checked as ``nn.TinyGPT`` checks them, before any run starts - without
+        building one (a task is a few settings; making it draws no weights)."""
+        if self.d_model % self.n_heads:
+            raise ValueError(f"TinyGPTTask: n_heads {self.n_heads} does not divide d_model {self.d_model}")
+        check_finite(self.emb_std, "TinyGPTTask: emb_std", minimum=0)
+        if self.qk_scale is not None:
+            check_finite(self.qk_scale, "TinyGPTTask: qk_scale")
+        if self.mask_value is not None and not (is_real(self.mask_value) and not math.isnan(self.mask_value)):
+            raise ValueError(f"TinyGPTTask: mask_value must be a number (e.g. finfo(float16).min or -inf) or None, "
+                             f"got {self.mask_value!r}")
+        for name in ("attn_stable", "qk_norm"):
+            if not isinstance(getattr(self, name), bool | np.bool_):
+                raise TypeError(f"TinyGPTTask: {name} must be True or False, got {getattr(self, name)!r}")
+        check_acc(self.ln_acc, "TinyGPTTask", "ln_acc")
 
     @property
     def vocab_size(self) -> int:

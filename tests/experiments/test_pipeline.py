@@ -248,3 +248,32 @@ def test_one_low_precision_package_one_convert_and_the_old_names_warn():
     assert old.DelayedScaling is lowp.DelayedScaling and old.convert is lowp.convert
     with pytest.warns(DeprecationWarning):
         assert old.quantize is lowp.quantize_fp8
+
+
+def test_importing_the_experiments_builds_no_layer_config_and_no_model():
+    """``import fpsim.experiments`` registers tasks and recipes by name and builds nothing: no
+    BlockScaling / DelayedScaling / CurrentScaling (the converted recipes are built when first
+    asked for) and no module (a task checks its model's knobs without making the model).  Counted
+    in a fresh interpreter, every constructor wrapped before the experiments are imported."""
+    import subprocess
+    import sys
+
+    code = """
+import fpsim.lowp as lowp, fpsim.nn as nn
+made = []
+for cls in (lowp.BlockScaling, lowp.DelayedScaling, lowp.CurrentScaling, nn.Module):
+    def wrap(init, name=cls.__name__):
+        def counted(self, *a, **k):
+            made.append(name)
+            init(self, *a, **k)
+        return counted
+    cls.__init__ = wrap(cls.__init__)
+import fpsim.experiments as ex
+print(len(ex.RECIPES), len(ex.TASKS), made)
+ex.get_recipe("nvfp4"), ex.TinyGPTTask().model(0)
+print(sorted(set(made)))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    n_recipes, n_tasks, made = out[0].split(" ", 2)
+    assert int(n_recipes) >= 21 and int(n_tasks) >= 3 and made == "[]", out[0]
+    assert out[1] == "['BlockScaling', 'Module']"  # the counting sees them once they are asked for
