@@ -103,6 +103,11 @@ def _check_interval(growth_interval) -> int:
     return int(growth_interval)
 
 
+def _iterable(x) -> bool:
+    """An iterable scale() walks into: not a string (whose characters are strings again) or a mapping."""
+    return hasattr(x, "__iter__") and not isinstance(x, str | bytes | dict)
+
+
 def _f32(x: float) -> np.float32:
     """Round a float64 value once to float32 (overflow gives inf, silently)."""
     with np.errstate(over="ignore"):
@@ -195,25 +200,30 @@ class GradScaler:
     # -- the training-step API -----------------------------------------------------------
 
     def scale(self, outputs):
-        """``outputs * scale`` for a Tensor, or for each Tensor of a list / tuple (same type
-        back; any other iterable gives a list).  The result keeps each output's format."""
+        """``outputs * scale`` for a Tensor, or for every Tensor of a (nested) iterable of them, as
+        PyTorch's does: lists and tuples (named tuples too) come back as the same type with the same
+        nesting, ``(t, (t, t), [t, (t, t)])`` included; any other iterable as a list (PyTorch: a lazy
+        ``map``; a list here, so that a bad element is refused now).  Each result keeps its output's
+        format."""
         if not self._enabled:
             return outputs
         if self._scale is None:
             self._scale = np.float32(self._init_scale)
             self._growth_tracker = self._init_growth_tracker
-        if isinstance(outputs, Tensor):
-            with state.scope(LOSS_SCALE_SCOPE):
-                return ops.mul(outputs, self._scale)
-        if isinstance(outputs, str | bytes) or not hasattr(outputs, "__iter__"):
+        if not isinstance(outputs, Tensor) and not _iterable(outputs):
             raise ValueError(f"outputs must be a Tensor or an iterable of Tensors, got {type(outputs).__name__}")
-        out = []
-        for o in outputs:
-            if not isinstance(o, Tensor):
-                raise ValueError(f"outputs must be a Tensor or an iterable of Tensors; found a {type(o).__name__}")
+        return self._scaled(outputs)
+
+    def _scaled(self, val):
+        if isinstance(val, Tensor):
             with state.scope(LOSS_SCALE_SCOPE):
-                out.append(ops.mul(o, self._scale))
-        return type(outputs)(out) if isinstance(outputs, list | tuple) else out
+                return ops.mul(val, self._scale)
+        if not _iterable(val):
+            raise ValueError(f"outputs must be a Tensor or an iterable of Tensors; found a {type(val).__name__}")
+        out = [self._scaled(v) for v in val]
+        if isinstance(val, tuple) and hasattr(val, "_fields"):  # a named tuple takes its fields one by one
+            return type(val)(*out)
+        return type(val)(out) if isinstance(val, list | tuple) else out
 
     def unscale_(self, optimizer) -> None:
         """Multiply ``optimizer``'s gradients by float32(1/float64(scale)) and record whether
