@@ -48,10 +48,33 @@ def _unpack(data, key: str):
     return v.item() if v.ndim == 0 else v
 
 
+def _has(obj, *names) -> bool:
+    return all(callable(getattr(obj, n, None)) for n in names)
+
+
+def _check_parts(owner: str, model, optimizer, scaler, fp8) -> None:
+    """One TypeError naming the argument that holds the wrong kind of object, before anything is
+    read or written: the checkpoint takes each part's ``state_dict`` / ``load_state_dict``."""
+    if not _has(model, "state_dict", "load_state_dict", "named_parameters"):
+        raise TypeError(f"{owner}: model must be an fpsim Module (fpsim.nn.Module), got {type(model).__name__}")
+    if optimizer is not None and not _has(optimizer, "state_dict", "load_state_dict", "master_params"):
+        raise TypeError(f"{owner}: optimizer must be an fpsim optimizer (fpsim.optim.SGD, Adam, ...) or None, "
+                        f"got {type(optimizer).__name__}")
+    if scaler is not None and not _has(scaler, "state_dict", "load_state_dict"):
+        raise TypeError(f"{owner}: scaler must be a GradScaler or StaticScaler (fpsim.amp) or None, "
+                        f"got {type(scaler).__name__}")
+    if fp8 is not None and not _has(fp8, "state_dict", "load_state_dict", "_snapshot", "_restore"):
+        raise TypeError(f"{owner}: fp8 must be the ScalingGroup fpsim.lowp.convert(model, recipe) returned (it "
+                        f"holds the scales and amax histories), not the recipe, or None; got {type(fp8).__name__} "
+                        "(a block-scaled model keeps no scaling state: save it without fp8=)")
+
+
 def save(path, model, optimizer=None, scaler=None, fp8=None) -> Path:
     """Write model (and optimizer, GradScaler, fp8 scaling - the ``ScalingGroup`` that
     ``fpsim.lowp.convert`` returned) state to ``path`` (.npz), atomically: a failure half-way
-    leaves any earlier file at ``path`` as it was."""
+    leaves any earlier file at ``path`` as it was.  An argument holding the wrong kind of object (a
+    recipe as ``fp8``) is refused before anything is written."""
+    _check_parts("checkpoint.save", model, optimizer, scaler, fp8)
     path = Path(path)
     out: dict = {}
     for name, arr in model.state_dict().items():
@@ -127,6 +150,7 @@ def load(path, model, optimizer=None, scaler=None, fp8=None, *, convert_formats:
     the model's formats (to nearest, as ``fpsim.cast``) and returns, per entry, ``{"from", "to",
     "values", "overflow", "underflow", "inexact"}`` - how many values became inf/NaN, flushed
     to zero or changed.  Without conversions the result is ``{}``."""
+    _check_parts("checkpoint.load", model, optimizer, scaler, fp8)
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
