@@ -280,3 +280,51 @@ def test_histogram_bins_are_exact_at_the_quarter_binade_edges():
     for v in vals:
         want[min(max(_quarter(float(v)) + 640, 0), 1199)] += 1
     assert np.array_equal(audit_arrays({"v": vals}).counts, want)
+
+
+# ---- hostile headers and views: refused in one line, before anything large is allocated -------------
+
+
+def test_safetensors_header_nesting_100k_levels_is_refused(tmp_path, capsys):
+    """A header that nests 100,000 levels is no safetensors header (the format nests three): one line,
+    not Python's RecursionError."""
+    path = tmp_path / "deep.safetensors"
+    h = ('{"t": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4], "x": ' + "[" * 100_000 + "]" * 100_000
+         + "}}").encode()
+    path.write_bytes(struct.pack("<Q", len(h)) + h + b"\0" * 4)
+    with pytest.raises(ValueError, match=r"deep\.safetensors: not a \.safetensors file \(its header nests deeper"):
+        list(read_tensors(path))
+    line = _one_line_error(*run_cli(capsys, path, "--no-figure"), "deep.safetensors")
+    assert "nests deeper" in line
+
+
+def test_safetensors_tensor_of_100_dimensions_names_file_and_tensor(tmp_path, capsys):
+    path = tmp_path / "wide.safetensors"
+    h = json.dumps({"g": {"dtype": "F32", "shape": [1] * 100, "data_offsets": [0, 4]}}).encode()
+    path.write_bytes(struct.pack("<Q", len(h)) + h + np.float32(1.5).tobytes())
+    with pytest.raises(ValueError, match=r"wide\.safetensors: tensor 'g' \(F32, 100 dimensions\) cannot be held "
+                                         r"as a numpy array"):
+        list(read_tensors(path))
+    line = _one_line_error(*run_cli(capsys, path, "--no-figure"), "wide.safetensors")
+    assert "'g'" in line
+
+
+def test_pt_of_3e9_stride_0_elements_is_refused_before_allocating(tmp_path, capsys):
+    """``torch.zeros(1).expand(3e9)`` saves 4 bytes of storage; its dense array would be 12 GB
+    (24 GB widened): refused, naming the tensor and both sizes, before any array is made."""
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "view.pt"
+    torch.save({"g": torch.zeros(1).expand(3_000_000_000), "ok": torch.ones(3).expand(2, 3)}, path)
+    assert path.stat().st_size < 10_000
+    names = []
+    with pytest.raises(ValueError, match=r"view\.pt: tensor 'g' \(torch.float32, shape \(3000000000,\)\) is a view of "
+                                         r"4 stored bytes .*12,000,000,000 bytes"):
+        for name, arr in read_tensors(path):
+            names.append((name, arr.shape))
+    assert names == []  # g comes first and is refused; nothing was materialised
+    torch.save({"ok": torch.ones(3).expand(2, 3)}, path)  # a small expanded tensor is read as its values
+    (name, arr), = read_tensors(path)
+    assert name == "ok" and arr.shape == (2, 3) and np.array_equal(arr, np.ones((2, 3), np.float32))
+    torch.save({"g": torch.zeros(1).expand(3_000_000_000)}, path)
+    line = _one_line_error(*run_cli(capsys, path, "--no-figure"), "view.pt")
+    assert "'g'" in line and "stored bytes" in line

@@ -152,6 +152,9 @@ def _read_safetensors(path):
             header = json.loads(fh.read(n).decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ValueError(f"{path}: not a .safetensors file (header is not JSON: {_first_line(e)})") from None
+        except RecursionError:  # the format nests three levels; a hostile header can nest 100,000
+            raise ValueError(f"{path}: not a .safetensors file (its header nests deeper than Python's JSON "
+                             "parser reads)") from None
         if not isinstance(header, dict):
             raise ValueError(f"{path}: not a .safetensors file (header is not a JSON object)")
         header.pop("__metadata__", None)
@@ -181,7 +184,17 @@ def _read_safetensors(path):
                 raise ValueError(f"{path}: tensor {name!r} ({dt_name}, shape {shape}) does not fit its byte range "
                                  f"{start}..{end} (file has {size - base} data bytes)")
             fh.seek(base + start)
-            yield name, np.frombuffer(fh.read(nbytes), dtype=dt).reshape(shape)
+            yield name, _shaped(path, name, dt_name, np.frombuffer(fh.read(nbytes), dtype=dt), shape)
+
+
+def _shaped(path, name: str, dt_name: str, flat: np.ndarray, shape: list) -> np.ndarray:
+    """``flat`` in ``shape``, or a ValueError naming the file and the tensor (numpy holds at most 64
+    dimensions; a safetensors header may declare more)."""
+    try:
+        return flat.reshape(shape)
+    except ValueError as e:
+        raise ValueError(f"{path}: tensor {name!r} ({dt_name}, {len(shape)} dimensions) cannot be held as a numpy "
+                         f"array ({_first_line(e)})") from None
 
 
 def _read_torch(path):
@@ -230,6 +243,26 @@ def _walk_torch(path, obj, torch):
         yield name, _torch_array(path, name, t, torch)
 
 
+# A view whose dense array is larger than the bytes it was saved with (expand()'s stride 0) is read
+# as its values up to this size; above it the file does not hold what the array would cost.
+_SMALL_VIEW = 2**26
+
+
+def _dense_view(path, name: str, t):
+    """``t`` if its elements are stored; a small broadcast view made dense; a large one refused, naming
+    the tensor and both sizes, before anything is allocated (3e9 stride-0 elements are 4 bytes in the
+    file and 12 GB as an array)."""
+    stored = t.untyped_storage().nbytes()
+    dense = t.numel() * t.element_size()
+    if dense <= stored:
+        return t
+    if dense > _SMALL_VIEW:
+        raise ValueError(f"{path}: tensor {name!r} ({t.dtype}, shape {tuple(t.shape)}) is a view of {stored:,} stored "
+                         f"bytes (stride-0 or overlapping strides, as expand() makes): its array would take {dense:,} "
+                         "bytes the file does not hold; save it with .clone() (or the tensor it expands) first")
+    return t.contiguous()
+
+
 def _torch_array(path, name: str, t, torch) -> np.ndarray:
     """A dense tensor as a numpy array (bfloat16 / fp8 widened exactly to float32); sparse,
     quantized, nested and other tensors that are not plain dense arrays are a ValueError naming
@@ -240,6 +273,7 @@ def _torch_array(path, name: str, t, torch) -> np.ndarray:
         raise ValueError(f"{path}: tensor {name!r} is a {kind} tensor ({t.dtype}, layout {t.layout}), not a plain "
                          "dense array; save it with .to_dense() / .dequantize() first")
     t = t.detach().cpu()
+    t = _dense_view(path, name, t)
     if t.is_floating_point() and t.dtype not in (torch.float32, torch.float64, torch.float16):
         t = t.float()  # bfloat16 / fp8 widen exactly
     try:
