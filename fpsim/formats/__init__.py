@@ -9,12 +9,14 @@
   same in float32 bit operations, fast; ``sr.py`` few-bit stochastic rounding, ``srbias.py`` its bias;
 - ``codes.py``   bit patterns: :func:`encode`, :func:`decode`; ``listing.py`` the table of every format;
 - ``block.py``   block-scaled formats (MXFP8 / MXFP6 / MXFP4, NVFP4, DeepSeek-V3 fp8 blocks): one
-  :func:`quantize`; ``block_scales.py`` how each picks its scales; ``blockfast.py``
+  :func:`quantize`; ``scale_rules.py`` each format's scale rule, a field of the format (``block_scales.py``
+  its arithmetic); ``blockfast.py``
   ``fake_quantize``, the float32 values of ``quantize(...).dequantize()`` in one go (training's GEMM operands).
 """
 
 from .block import BLOCK_FORMATS, SCALE_ROUNDINGS, BlockFormat, BlockQuantized, BlockStats, get_block_format, quantize
 from .codes import decode, encode
+from .scale_rules import E8M0_SCALE, FLOAT32_BLOCK_SCALE, NVFP4_SCALE, ScaleRule
 from .kernels import f16_to_f32, f32_to_f16, f32_to_fp8, fp8_to_f32, rne_round
 from .round import (
     CATEGORIES,
@@ -55,6 +57,10 @@ __all__ = [
     "BlockQuantized",
     "BlockStats",
     "SCALE_ROUNDINGS",
+    "ScaleRule",
+    "E8M0_SCALE",
+    "NVFP4_SCALE",
+    "FLOAT32_BLOCK_SCALE",
     "get_block_format",
     "quantize",
     "Format",

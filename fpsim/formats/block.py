@@ -12,8 +12,9 @@ One call, :func:`quantize`, for all of them::
 
 Blocks run along ``axis`` (``block`` consecutive elements, the last one partial when the axis
 length is not a multiple), or are 2-D tiles over the last two axes when ``block`` is a pair
-(NVFP4's 16x16 and DeepSeek-V3's 128x128 weight blocks).  How each family picks its scales is in
-:mod:`fpsim.formats.block_scales`.  The input is taken as float32 (float16 / bfloat16 / fp8 widen
+(NVFP4's 16x16 and DeepSeek-V3's 128x128 weight blocks).  How a format picks its scales is its
+``scale_rule`` (:mod:`fpsim.formats.scale_rules`), a field of the format: the formats are data, in
+the ``BLOCK_FORMATS`` registry.  The input is taken as float32 (float16 / bfloat16 / fp8 widen
 exactly; float64 is rounded to float32 once, to nearest, as the hardware's inputs are), and every
 step is exact or rounds in float32 exactly where the family's definition says it does.
 """
@@ -26,71 +27,82 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..checks import check_seed
-from . import block_scales as bs
-from . import fouroversix as fos
+from ..registry import Registry
 from .kernels import fp8_to_f32, narrow_cast
 from .round import ROUNDING_MODES, _as_float_array, cast
+from .scale_rules import E8M0_SCALE, FLOAT32_BLOCK_SCALE, NVFP4_SCALE, SCALE_ROUNDINGS, ScaleRule
 from .table import OCP_INT8, Format, get_format
 
 __all__ = ["BlockFormat", "BLOCK_FORMATS", "BlockQuantized", "BlockStats", "get_block_format", "quantize",
            "SCALE_ROUNDINGS"]
 
-SCALE_ROUNDINGS = bs.SCALE_ROUNDINGS
-
-
 @dataclass(frozen=True)
 class BlockFormat:
-    """A block-scaled format: element format, scale format, default block length and 2-D tile side.
-
-    ``family`` is ``"mx"``, ``"nvfp4"`` or ``"fp8_block"``; ``tensor_scale`` says whether one more
-    float32 scale per tensor sits above the block scales (NVFP4).
+    """A block-scaled format: element format, scale format, default block length and 2-D tile side,
+    and its ``scale_rule`` (:class:`~.scale_rules.ScaleRule`: how each block's scale comes from its
+    amax, and what the rule takes and has - ``scale_rounding`` names, ``pow2_scales``, a tensor scale).
     """
 
     name: str
-    family: str
+    scale_rule: ScaleRule
     element: Format
     scale: Format
     block: int
     tile: int | None = None
-    tensor_scale: bool = False
     aliases: tuple[str, ...] = field(default=())
+
+    @property
+    def family(self) -> str:
+        """The scale rule's name: ``mx``, ``nvfp4`` or ``fp8_block`` (for reading; nothing switches on it)."""
+        return self.scale_rule.name
+
+    @property
+    def tensor_scale(self) -> bool:
+        """Whether one more float32 scale per tensor sits above the block scales (NVFP4)."""
+        return self.scale_rule.tensor_scale
+
+
+BLOCK_FORMATS = Registry("block format")
+"""The block formats by name: ``BLOCK_FORMATS.register(BlockFormat(...))`` adds one (its aliases too)."""
 
 
 def _mx(elem: str, *aliases: str) -> BlockFormat:
     e = get_format(elem)
     short = elem.split("_")[1].removesuffix("fn")
-    return BlockFormat(f"mxfp{e.bits}_{short}", "mx", e, get_format("float8_e8m0fnu"), 32, aliases=aliases)
+    return BlockFormat(f"mxfp{e.bits}_{short}", E8M0_SCALE, e, get_format("float8_e8m0fnu"), 32, aliases=aliases)
 
 
-BLOCK_FORMATS: dict[str, BlockFormat] = {
-    f.name: f
-    for f in (
-        _mx("float8_e4m3fn", "mxfp8"),
-        _mx("float8_e5m2"),
-        _mx("float6_e2m3fn", "mxfp6"),
-        _mx("float6_e3m2fn"),
-        _mx("float4_e2m1fn", "mxfp4"),
-        # OCP MX v1.0 section 5.3.3: two's complement int8 elements i / 64 in [-2, 1 + 63/64], emax_elem 0
-        BlockFormat("mxint8", "mx", OCP_INT8, get_format("float8_e8m0fnu"), 32),
-        BlockFormat("nvfp4", "nvfp4", get_format("float4_e2m1fn"), get_format("float8_e4m3fn"), 16, 16,
-                    tensor_scale=True),
-        BlockFormat("fp8_block", "fp8_block", get_format("float8_e4m3fn"), get_format("float32"), 128, 128,
-                    aliases=("fp8_blockwise", "deepseek_fp8")),
-    )
-}
-_BLOCK_ALIASES = {a: f.name for f in BLOCK_FORMATS.values() for a in f.aliases}
+for _f in (
+    _mx("float8_e4m3fn", "mxfp8"),
+    _mx("float8_e5m2"),
+    _mx("float6_e2m3fn", "mxfp6"),
+    _mx("float6_e3m2fn"),
+    _mx("float4_e2m1fn", "mxfp4"),
+    # OCP MX v1.0 section 5.3.3: two's complement int8 elements i / 64 in [-2, 1 + 63/64], emax_elem 0
+    BlockFormat("mxint8", E8M0_SCALE, OCP_INT8, get_format("float8_e8m0fnu"), 32),
+    BlockFormat("nvfp4", NVFP4_SCALE, get_format("float4_e2m1fn"), get_format("float8_e4m3fn"), 16, 16),
+    BlockFormat("fp8_block", FLOAT32_BLOCK_SCALE, get_format("float8_e4m3fn"), get_format("float32"), 128, 128,
+                aliases=("fp8_blockwise", "deepseek_fp8")),
+):
+    BLOCK_FORMATS.register(_f)
+
+
+def _aliases() -> dict[str, str]:
+    return {a: f.name for f in BLOCK_FORMATS.values() for a in f.aliases}
 
 
 def get_block_format(fmt) -> BlockFormat:
-    """A block format by name or alias (``mxfp8`` = ``mxfp8_e4m3``); ValueError listing them if unknown."""
+    """A block format by name or alias (``mxfp8`` = ``mxfp8_e4m3``), or a :class:`BlockFormat`
+    itself (registered or not); ValueError listing them if unknown."""
     if isinstance(fmt, BlockFormat):
         return fmt
     key = fmt.strip().lower() if isinstance(fmt, str) else None
-    key = _BLOCK_ALIASES.get(key, key)
+    aliases = _aliases()
+    key = aliases.get(key, key)
     if key not in BLOCK_FORMATS:
-        aliases = ", ".join(f"{a} = {n}" for a, n in _BLOCK_ALIASES.items())
-        raise ValueError(f"unknown block format {fmt!r}; known: {', '.join(BLOCK_FORMATS)} ({aliases})")
-    return BLOCK_FORMATS[key]
+        listed = ", ".join(f"{a} = {n}" for a, n in aliases.items())
+        raise ValueError(f"unknown block format {fmt!r}; known: {', '.join(BLOCK_FORMATS)} ({listed})")
+    return BLOCK_FORMATS.get(key)
 
 
 # --------------------------------------------------------------------------------------------
@@ -163,7 +175,7 @@ class BlockQuantized:
         v = fp8_to_f32(self.elements) if self.format.element.is_ml_dtype else self.elements
         lay = _Layout(self.shape, self.axis, self.block)
         vb = lay.to_blocks(v)
-        dec = bs.decode_factors(self.format.family, self.scales, self.tensor_scale)
+        dec = self.format.scale_rule.decode(self.scales, self.tensor_scale)
         with np.errstate(invalid="ignore", over="ignore"):
             out = vb * lay.expand(lay.scale_to_blocks(dec))
         return np.ascontiguousarray(lay.from_blocks(out))
@@ -311,7 +323,8 @@ def quantize(x, fmt, axis: int = -1, *, block=None, scale_rounding: str | None =
     _check_padding(lay, arr, block)
     xb = lay.to_blocks(arr)
     amax = _chunks(lay, xb, lambda sl: lay.amax(xb[sl]))
-    codes, factor, dec, tscale = _scales(bf, amax, scale_rounding, pow2_scales, xb, lay)
+    codes, factor, dec, tscale = bf.scale_rule.scales(bf.element, amax, scale_rounding, pow2_scales, xb, lay.expand,
+                                                      (1, 3) if lay.tiled else 1)
     with np.errstate(invalid="ignore", over="ignore"):
         top = amax * factor  # the largest scaled magnitude of each block
     enc = _Encoder(lay, bf.element, rounding, rng)
@@ -408,48 +421,15 @@ def _as_f32(x) -> np.ndarray:
     return arr
 
 
-def _scales(bf: BlockFormat, amax, scale_rounding, pow2, xb, lay: _Layout):
-    """(stored scales, the factor the elements are multiplied by, decode factor, tensor scale) in
-    blocked layout."""
-    if bf.family == "mx":
-        codes, inv, dec = bs.mx_scales(amax, bf.element, scale_rounding)
-        return codes, inv, dec, None
-    if bf.family == "nvfp4":
-        finite = amax[np.isfinite(amax)]
-        top = finite.max() if finite.size else 0.0
-        if scale_rounding == "four_over_six":
-            s_enc = bs.nvfp4_tensor_scale(top, fos.FOUR_OVER_SIX_SCALE_MAX)
-            codes, enc, dec, _ = fos.nvfp4_four_over_six(xb, amax, s_enc, lay.expand, (1, 3) if lay.tiled else 1,
-                                                        bf.element)
-            return codes, enc, dec, np.float32(1) / s_enc
-        s_enc = bs.nvfp4_tensor_scale(top)
-        codes, enc, dec = bs.nvfp4_scales(amax, s_enc)
-        return codes, enc, dec, np.float32(1) / s_enc
-    enc, dec = bs.fp8_block_scales(amax, pow2)
-    return dec, enc, dec, None
-
-
 def _check(arr, bf: BlockFormat, axis, block, scale_rounding, rounding, pow2):
     """Validate every argument (nothing is computed before); return the normalized axis, block
     and scale rounding."""
     if rounding not in ROUNDING_MODES:
         raise ValueError(f"unknown rounding {rounding!r}; known: {', '.join(ROUNDING_MODES)}")
-    if bf.family == "mx":
-        scale_rounding = "floor" if scale_rounding is None else scale_rounding
-        if scale_rounding not in SCALE_ROUNDINGS:
-            raise ValueError(f"unknown scale_rounding {scale_rounding!r}; known: {', '.join(SCALE_ROUNDINGS)}")
-    elif bf.family == "nvfp4" and scale_rounding is not None:
-        scale_rounding = "four_over_six" if scale_rounding == "4/6" else scale_rounding
-        if scale_rounding not in fos.NVFP4_SCALE_RULES:
-            raise ValueError(f"unknown scale_rounding {scale_rounding!r} for nvfp4; known: "
-                             f"{', '.join(fos.NVFP4_SCALE_RULES)} (alias 4/6)")
-        scale_rounding = None if scale_rounding == "six" else scale_rounding
-    elif scale_rounding is not None:
-        raise ValueError(f"scale_rounding applies to the MX formats and nvfp4 only; {bf.name} has its own scale "
-                         "rule")
+    scale_rounding = bf.scale_rule.rounding(scale_rounding, bf.name)
     if not isinstance(pow2, bool | np.bool_):
         raise TypeError(f"pow2_scales must be True or False, got {pow2!r}")
-    if pow2 and bf.family != "fp8_block":
+    if pow2 and not bf.scale_rule.pow2_scales:
         raise ValueError(f"pow2_scales applies to fp8_block only, not {bf.name}")
     if not _is_int(axis):
         raise TypeError(f"axis must be an integer, got {axis!r}")

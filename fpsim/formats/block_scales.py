@@ -24,7 +24,8 @@ multiplied by before rounding, and the float32 decode factor per block.
   rounded down to a power of two (its exponent bits kept); elements e4m3(x * S), saturating; the
   stored float32 decode scale is 1 / S.
 
-A block whose amax is inf or NaN gets a NaN scale and dequantizes to NaN (the MX spec leaves Inf
+Which rule a block format follows is a field of the format (:mod:`.scale_rules`).  A block whose
+amax is inf or NaN gets a NaN scale and dequantizes to NaN (the MX spec leaves Inf
 and NaN inputs to the implementation; torchao and microxcaling do this for MX, and fpsim does it
 for all three families).  A block of zeros gets the family's smallest scale (e8m0 2**-127) or 1.
 """
@@ -36,8 +37,8 @@ import numpy as np
 from .kernels import fp8_to_f32, narrow_cast
 from .table import Format, get_format
 
-__all__ = ["SCALE_ROUNDINGS", "mx_exponents", "mx_scales", "nvfp4_tensor_scale", "nvfp4_scales",
-           "fp8_block_scales", "decode_factors", "NVFP4_AMAX_DIVISOR"]
+__all__ = ["SCALE_ROUNDINGS", "mx_exponents", "mx_scales", "mx_floor_tables", "nvfp4_tensor_scale", "nvfp4_scales",
+           "fp8_block_scales", "NVFP4_AMAX_DIVISOR"]
 
 SCALE_ROUNDINGS = ("floor", "ceil", "even", "rceil", "bump")
 _F32 = np.float32
@@ -85,22 +86,23 @@ def mx_scales(amax: np.ndarray, elem: Format, mode: str):
     if mode == "floor":
         field = np.ascontiguousarray(amax, np.float32).view(np.uint32) >> np.uint32(23)
         field &= np.uint32(0xFF)
-        codes, inv, dec = _mx_floor_tables(elem)
+        codes, inv, dec = mx_floor_tables(elem)
         return codes.take(field).view(get_format("float8_e8m0fnu").dtype), inv.take(field), dec.take(field)
     return _mx_scales(amax, elem, mode)
 
 
-def _mx_floor_tables(elem: Format):
-    """:func:`_mx_scales` under ``floor`` of 0, 2**-126 .. 2**127 and inf: indexed by exponent field."""
-    t = _FLOOR_TABLES.get(elem.name)
+def mx_floor_tables(elem: Format):
+    """:func:`_mx_scales` under ``floor`` of 0, 2**-126 .. 2**127 and inf: indexed by exponent field
+    (the e8m0 codes as bytes, the encode and the decode factors; made once per element format)."""
+    t = _FLOOR_TABLES.get(elem)
     if t is None:
         one_per_field = (np.arange(256, dtype=np.uint32) << np.uint32(23)).view(np.float32)
         codes, inv, dec = _mx_scales(one_per_field, elem, "floor")
-        t = _FLOOR_TABLES[elem.name] = (codes.view(np.uint8), inv, dec)
+        t = _FLOOR_TABLES[elem] = (codes.view(np.uint8), inv, dec)
     return t
 
 
-_FLOOR_TABLES: dict[str, tuple] = {}
+_FLOOR_TABLES: dict[Format, tuple] = {}
 
 
 def _mx_scales(amax: np.ndarray, elem: Format, mode: str):
@@ -160,14 +162,14 @@ def nvfp4_scales(amax: np.ndarray, s_enc: np.float32, top: float = 6.0):
     return codes, enc, dec
 
 
-def fp8_block_scales(amax: np.ndarray, pow2: bool):
-    """float32 encode scales S = 448 / amax (pow2: its exponent bits alone) and decode scales 1 / S
-    per block, as TE's compute_scale_from_amax: S = 1 for an all-zero block, float32's max where
-    448 / amax overflows."""
+def fp8_block_scales(amax: np.ndarray, pow2: bool, top: float = 448.0):
+    """float32 encode scales S = top / amax (``top``: the element's max, e4m3's 448; pow2: its
+    exponent bits alone) and decode scales 1 / S per block, as TE's compute_scale_from_amax: S = 1
+    for an all-zero block, float32's max where top / amax overflows."""
     finite = np.isfinite(amax)
     a = np.where(finite, amax, _F32(1))
     with np.errstate(over="ignore", divide="ignore"):
-        enc = np.where(a == 0, _F32(1), _F32(_E4M3.max) / a)
+        enc = np.where(a == 0, _F32(1), _F32(top) / a)
     enc = np.minimum(enc, _FLT_MAX).astype(np.float32)
     if pow2:
         enc = (enc.view(np.uint32) & np.uint32(0xFF800000)).view(np.float32)
@@ -175,18 +177,3 @@ def fp8_block_scales(amax: np.ndarray, pow2: bool):
     enc[~finite] = np.nan
     dec[~finite] = np.nan
     return enc, dec
-
-
-def decode_factors(family: str, scales: np.ndarray, tensor_scale) -> np.ndarray:
-    """The float32 factor each block's elements are multiplied by, from the stored scales alone:
-    MX the e8m0 power of two (NaN for code 0xFF); NVFP4 the e4m3 scale times the float32 tensor
-    scale, one float32 product; fp8_block the float32 scale itself."""
-    if family == "fp8_block":
-        if scales.dtype != np.float32:
-            raise TypeError(f"fp8_block scales must be float32, got dtype {scales.dtype}")
-        return scales
-    s = fp8_to_f32(scales)
-    if family == "nvfp4":
-        with np.errstate(over="ignore", invalid="ignore"):
-            s = s * _F32(tensor_scale)
-    return s

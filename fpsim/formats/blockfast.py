@@ -10,7 +10,7 @@ from the same generator, NaN blocks the same NaN), in fewer numpy passes:
   copy: the block maxima reduce the middle axis), 2-D tiles ``(R, r, Nb, c)``; partial blocks
   take :class:`~.block._Layout`'s zero-padded copy, as ``quantize`` does;
 - the block maxima are one ``max`` of the magnitudes' bit patterns (NaN above inf above finite,
-  as ``quantize`` orders them), the scales come from :mod:`.block_scales` on those maxima alone;
+  as ``quantize`` orders them), the scales from the format's scale rule on those maxima alone;
 - round to nearest even is one table look-up from float32 to the element's float32 value: the
   float32 pattern cut to its top 16 bits with a sticky bit (round to odd; 8 significant bits are
   enough for a correct second rounding into 4 or fewer), indexing the saturating table
@@ -34,8 +34,7 @@ import math
 import numpy as np
 
 from .. import state
-from . import block_scales as bs
-from .block import BlockFormat, _check_padding, _Layout, _scales, checked, quantize
+from .block import BlockFormat, _check_padding, _Layout, checked, quantize
 from .kernels import bf16_odd_patterns, fp8_to_f32, narrow_cast, widening_table
 from .table import Format
 
@@ -48,7 +47,7 @@ _SIGN = _U32(0x80000000)
 _EXP = _U32(0x7F800000)
 _INV = _U32(254 << 23)  # the bits of 2**-E are (254 << 23) minus those of 2**E
 _CHUNK = 2**15  # elements a pass: the few float32 temporaries stay in L2
-_TABLES: dict[str, np.ndarray] = {}
+_TABLES: dict[Format, np.ndarray] = {}
 
 
 def fake_quantize(x, fmt, axis: int = -1, *, block=None, scale_rounding: str | None = None,
@@ -142,12 +141,7 @@ def _encode(bf: BlockFormat, blocks: _Blocks, rule, pow2: bool, rng) -> np.ndarr
     slices = blocks.slices()
     amax = blocks.amax(slices)
     elem = bf.element
-    if bf.family == "mx" and rule == "floor":  # the tables quantize looks up, without the e8m0 codes
-        field = amax.view(_U32) >> _U32(23)  # amax >= 0: no sign bit
-        _, inv, dec = bs._mx_floor_tables(elem)
-        factor, dec = inv.take(field, mode="clip"), dec.take(field, mode="clip")  # fields < 256
-    else:
-        _, factor, dec, _ = _scales(bf, amax, rule, pow2, None, None)
+    factor, dec = bf.scale_rule.factors(elem, amax, rule, pow2)
     u_all = blocks.draws(rng) if rng is not None else None
     outb = np.empty(blocks.xb.shape, np.float32)
     ex = blocks.expand
@@ -169,9 +163,9 @@ def _encode(bf: BlockFormat, blocks: _Blocks, rule, pow2: bool, rng) -> np.ndarr
 def _nearest_table(elem: Format) -> np.ndarray:
     """float32 (65,536): for every bfloat16 pattern, the float32 value of its saturating
     round-to-nearest-even cast into ``elem`` - ``kernels.narrow_cast``'s table, widened."""
-    t = _TABLES.get(elem.name)
+    t = _TABLES.get(elem)
     if t is None:
-        t = _TABLES[elem.name] = fp8_to_f32(narrow_cast(widening_table("bfloat16"), elem, True))
+        t = _TABLES[elem] = fp8_to_f32(narrow_cast(widening_table("bfloat16"), elem, True))
     return t
 
 

@@ -92,7 +92,7 @@ class BlockScaling:
         fmt = get_block_format(self.grad_format if grad and self.grad_format else self.format)
         block = block if block is not None else self.block if self.block is not None else fmt.block
         kw = dict(block=block, scale_rounding=_scale_rule(self, fmt),
-                  pow2_scales=self.pow2_scales and fmt.family == "fp8_block",
+                  pow2_scales=self.pow2_scales and fmt.scale_rule.pow2_scales,
                   rounding=self.grad_rounding if grad else "nearest")
         if self.tensor_core is None:
             return fake_quantize(a32, fmt, axis, **kw)  # quantize(...).dequantize(), bit for bit
@@ -105,16 +105,20 @@ class BlockScaling:
 
 
 def _scale_rule(r: BlockScaling, fmt) -> str | None:
-    """The ``scale_rounding`` :func:`fpsim.quantize` gets for a format of recipe ``r``."""
-    if fmt.family == "nvfp4":
+    """The ``scale_rounding`` :func:`fpsim.quantize` gets for a format of recipe ``r``: Four Over Six
+    where the format's scale rule has it and the recipe asks, else the recipe's ``scale_rounding``
+    where the rule takes it (the MX formats), else the rule's default."""
+    rule = fmt.scale_rule
+    if rule.four_over_six:
         return "four_over_six" if r.four_over_six else None
-    return r.scale_rounding if fmt.family == "mx" else None
+    return r.scale_rounding if r.scale_rounding in rule.roundings else None
 
 
 def _check_four_over_six(r: BlockScaling) -> None:
     if not isinstance(r.four_over_six, bool):
         raise TypeError(f"four_over_six must be True or False, got {r.four_over_six!r}")
-    if r.four_over_six and "nvfp4" not in (get_block_format(f).family for f in (r.format, r.grad_format) if f):
+    if r.four_over_six and not any(get_block_format(f).scale_rule.four_over_six for f in (r.format, r.grad_format)
+                                   if f):
         raise ValueError("four_over_six applies to nvfp4 only; no format of the recipe is nvfp4")
 
 
@@ -137,10 +141,10 @@ def _check_recipe(r: BlockScaling) -> None:
     if r.scale_rounding is not None:
         if r.scale_rounding not in SCALE_ROUNDINGS:
             raise ValueError(f"unknown scale_rounding {r.scale_rounding!r}; known: {', '.join(SCALE_ROUNDINGS)}")
-        if not any(f.family == "mx" for f in fmts):
+        if not any(r.scale_rounding in f.scale_rule.roundings for f in fmts):
             raise ValueError(f"scale_rounding applies to the MX formats only; {', '.join(f.name for f in fmts)} "
                              "has its own scale rule")
-    if r.pow2_scales and not any(f.family == "fp8_block" for f in fmts):
+    if r.pow2_scales and not any(f.scale_rule.pow2_scales for f in fmts):
         raise ValueError(f"pow2_scales applies to fp8_block only, not {', '.join(f.name for f in fmts)}")
     if r.grad_rounding not in ("nearest", "stochastic"):
         raise ValueError(f"grad_rounding must be 'nearest' or 'stochastic', got {r.grad_rounding!r}")
@@ -166,7 +170,7 @@ def _check_recipe(r: BlockScaling) -> None:
 
 def _check_tensor_core(r: BlockScaling, fmts) -> None:
     for f in fmts:
-        if f.family != "fp8_block":
+        if not f.scale_rule.tensor_core:
             raise ValueError(f"tensor_core runs fp8_block formats (DeepSeek-V3's blocks), not {f.name}")
         instruction(r.tensor_core, f.element.name, f.element.name)  # an architecture without fp8 raises
     if r.accumulate is not None:
