@@ -8,7 +8,7 @@
 - ``recipes.py`` :class:`Recipe` (``Recipe.prepare(model, ...) -> Run``), :data:`RECIPES`,
   :data:`DEFAULT_RECIPES`, :data:`EXTENDED_RECIPES`, :func:`get_recipe` (each recipe described there);
 - ``run.py``     :class:`Run`: one prepared run, ``Run.step`` the one training-step body;
-- ``loop.py``    :func:`train` (the one training loop), :func:`run_recipe` (the same, recipe first);
+- ``loop.py``    :func:`train` (the one training loop, the one public way to train once);
 - ``sweep.py``   :func:`compare`, :func:`compare_seeds`: recipes x seeds from the same initial weights;
 - ``result.py``  :class:`RunResult`, what every run records (``died_at``: the step it died at);
 - ``measure.py`` the flushed-gradient counter, the measured steps, where a run died;
@@ -24,9 +24,18 @@ from .studentteacher import StudentTeacherTask
 from .sweep import compare, compare_seeds
 from .task import TASKS, Task, get_task
 from .tasks import ReferenceTask
-from .tinygpt import OVERFLOW, TINYGPT_RECIPES, TinyGPTResult, TinyGPTTask, run_tinygpt
+from .tinygpt import OVERFLOW, TINYGPT_RECIPES, TinyGPTTask, run_tinygpt
 
+# run_recipe and run_tinygpt (deprecated aliases of train, removed 2027-06-01) still import from here.
 __all__ = ["Recipe", "RECIPES", "get_recipe", "RunResult", "Run", "Task", "TASKS", "get_task", "ReferenceTask",
-           "StudentTeacherTask", "train", "run_recipe",
-           "compare", "compare_seeds", "format_seed_table", "format_table", "DEFAULT_RECIPES", "EXTENDED_RECIPES",
-           "TinyGPTTask", "TinyGPTResult", "TINYGPT_RECIPES", "OVERFLOW", "run_tinygpt"]
+           "StudentTeacherTask", "train", "compare", "compare_seeds", "format_seed_table", "format_table",
+           "DEFAULT_RECIPES", "EXTENDED_RECIPES", "TinyGPTTask", "TINYGPT_RECIPES", "OVERFLOW"]
+
+
+def __getattr__(name: str):
+    """``TinyGPTResult``, the old name of :class:`RunResult`: deprecated (removed 2027-06-01)."""
+    if name == "TinyGPTResult":
+        from . import tinygpt
+
+        return tinygpt.TinyGPTResult
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

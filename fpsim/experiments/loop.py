@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 
 from .. import state
 from ..checks import check_at_least, check_positive, is_integer
@@ -22,6 +23,7 @@ from ..trace import FORWARD, NonFiniteTracer
 from .measure import FlushCounter, diagnose, measured_steps
 from .recipes import get_recipe
 from .result import RunResult
+from .task import get_task
 from .tasks import ReferenceTask
 
 __all__ = ["train", "run_recipe"]
@@ -30,7 +32,9 @@ __all__ = ["train", "run_recipe"]
 def train(task, recipe="fp32", seed: int = 0, *, steps: int | None = None, lr: float | None = None,
           measure_at=None, progress=None, backend=None) -> RunResult:
     """Train ``task`` under ``recipe`` from the initial weights of ``seed`` and measure what
-    happened (module docstring): the one training loop.
+    happened (module docstring): the one training loop, and the one public way to train once
+    (``task``: a Task, or a name in :data:`~fpsim.experiments.TASKS` built with its defaults;
+    ``recipe``: a Recipe, or a name in :data:`~fpsim.experiments.RECIPES`).
 
     ``steps`` / ``lr``: the task's defaults unless given (the task may schedule the rate:
     ``task.lr_at``).  ``measure_at``: ``"all"`` (every step), or the steps (negative counts from
@@ -40,6 +44,7 @@ def train(task, recipe="fp32", seed: int = 0, *, steps: int | None = None, lr: f
     from ``seed``'s own generator.  A run stops at the step after which it is dead
     (:func:`~fpsim.experiments.measure.diagnose`)."""
     r = get_recipe(recipe)
+    task = get_task(task)
     steps = task.steps if steps is None else steps
     lr = task.lr if lr is None else lr
     if not is_integer(steps):  # 2.7 steps is no number of steps (int() would run 2)
@@ -118,7 +123,9 @@ def _traced(out: RunResult, tracer) -> None:
 
 def run_recipe(recipe="fp32", task=None, *, steps: int | None = None, seed: int = 0, lr: float | None = None,
                measure_at="all", progress=None, backend=None) -> RunResult:
-    """:func:`train` with the recipe first and the reference task by default (``task=None``),
-    gradients measured at every step unless ``measure_at`` says otherwise."""
+    """Deprecated (removed 2027-06-01): ``train(task, recipe, seed, ...)`` - the one way to train
+    once.  This alias keeps its old defaults: the reference task, every step measured."""
+    warnings.warn("fpsim.experiments.run_recipe is deprecated (removed 2027-06-01): use "
+                  "train(task, recipe, seed, ...)", DeprecationWarning, stacklevel=2)
     return train(task or ReferenceTask(), recipe, seed, steps=steps, lr=lr, measure_at=measure_at,
                  progress=progress, backend=backend)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -39,7 +40,7 @@ from .recipes import get_recipe
 from .result import RunResult
 from .task import TASKS, Task
 
-__all__ = ["TinyGPTTask", "TinyGPTResult", "OVERFLOW", "TINYGPT_RECIPES", "OverflowGPTTask", "run_tinygpt", "training_step", "z_loss"]
+__all__ = ["TinyGPTTask", "OVERFLOW", "TINYGPT_RECIPES", "OverflowGPTTask", "run_tinygpt", "training_step", "z_loss"]
 
 SEP = 10  # the separator token; digits are 0-9
 BOS = 11  # the fixed first token of a task with ``bos=True``
@@ -61,11 +62,6 @@ def z_loss(logits: Tensor) -> Tensor:
     m = tensor(be.xp.max(logits.f32(), axis=-1, keepdims=True), logits.fmt, backend=be)
     log_z = ops.add(ops.log(ops.sum(ops.exp(ops.sub(logits, m)), axis=-1, keepdims=True)), m)
     return ops.mean(ops.mul(log_z, log_z))
-
-
-# The tiny GPT's runs are RunResults (accuracy, eval_loss and the traced first non-finite op filled
-# in); the old name stays for code that imported it.
-TinyGPTResult = RunResult
 
 
 @TASKS.register("tinygpt")
@@ -250,7 +246,7 @@ class OverflowGPTTask(TinyGPTTask):
 
 
 def training_step(recipe="fp32", task: TinyGPTTask | None = None, *, step: int = 0, seed: int = 0, backend=None):
-    """A callable doing one training step of :func:`run_tinygpt` (the same model, Adam, loss
+    """A callable doing one training step of :func:`~fpsim.experiments.train` on the tiny GPT (the same model, Adam, loss
     and loss scaler: ``Recipe.prepare``, ``Run.step``) on the batch of ``step`` at that step's
     learning rate; each call trains on it again.  ``fpsim bench`` times it; it returns (loss,
     scale, skipped)."""
@@ -269,14 +265,21 @@ def training_step(recipe="fp32", task: TinyGPTTask | None = None, *, step: int =
 
 def run_tinygpt(recipe="fp32", task: TinyGPTTask | None = None, *, steps: int | None = None, seed: int = 0,
                 lr: float | None = None, measure_at=(0, -1), progress=None, backend=None) -> RunResult:
-    """:func:`~fpsim.experiments.train` on the tiny GPT (``TinyGPTTask()`` by default): the
-    training loss, scale and skips per step, the share of backward gradients flushed to zero at
-    ``measure_at``, the first op that made an inf / NaN (a :class:`~fpsim.trace.NonFiniteTracer`
-    runs throughout), and the evaluation loss and answer accuracy of the final model.  Training
-    stops when a parameter turns non-finite; a NaN loss alone does not stop a run with a loss
-    scaler (it skips the step), which is how ``skipped`` can reach every step."""
+    """Deprecated (removed 2027-06-01): ``train(task, recipe, seed, ...)`` with a
+    :class:`TinyGPTTask` (``TinyGPTTask()`` here by default) - the one way to train once."""
+    warnings.warn("fpsim.experiments.run_tinygpt is deprecated (removed 2027-06-01): use "
+                  "train(TinyGPTTask(...), recipe, seed, ...)", DeprecationWarning, stacklevel=2)
     return train(task or TinyGPTTask(), recipe, seed, steps=steps, lr=lr, measure_at=measure_at,
                  progress=progress, backend=backend)
+
+
+def __getattr__(name: str):
+    """``TinyGPTResult``, the old name of :class:`RunResult`: deprecated (removed 2027-06-01)."""
+    if name == "TinyGPTResult":
+        warnings.warn("TinyGPTResult is deprecated (removed 2027-06-01): a tiny GPT's run is a RunResult",
+                      DeprecationWarning, stacklevel=2)
+        return RunResult
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def with_overrides(task: TinyGPTTask, **kw) -> TinyGPTTask:

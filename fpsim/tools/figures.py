@@ -38,7 +38,7 @@ import numpy as np
 from .. import ops
 from ..capture import capture_gradients
 from ..checks import check_at_least
-from ..experiments import DEFAULT_RECIPES, EXTENDED_RECIPES, Recipe, ReferenceTask, compare, run_recipe
+from ..experiments import DEFAULT_RECIPES, EXTENDED_RECIPES, Recipe, ReferenceTask, compare, train
 from ..formats import FORMATS, get_format
 from ..optim import Adam
 from ..tensor import tensor
@@ -278,7 +278,7 @@ def _loss_scale_figure(task, steps, interval, tick, path):
     """A dynamic GradScaler whose growth interval is cut to ``interval`` steps: it probes, overflows,
     skips and backs off, again and again."""
     probe = Recipe("fp16-dynamic", "float16", master=True, scaler="dynamic", growth_interval=interval)
-    run = run_recipe(probe, task, steps=steps, progress=tick)
+    run = train(task, probe, 0, steps=steps, progress=tick)
     backoffs = sum(1 for a, b in zip(run.scales, run.scales[1:]) if b < a)
     title = (f"fp16 master weights + GradScaler (start 2^16), growth interval cut to {interval} steps:\n"
              f"the scale doubles after {interval} clean steps until a float16 gradient overflows;\n"

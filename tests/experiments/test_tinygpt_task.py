@@ -13,13 +13,12 @@ from fpsim.experiments import (
     OVERFLOW,
     TASKS,
     TINYGPT_RECIPES,
-    TinyGPTResult,
+    RunResult,
     TinyGPTTask,
     compare,
     format_table,
     get_recipe,
-    run_recipe,
-    run_tinygpt,
+    train,
 )
 from fpsim.experiments.tinygpt import SEP
 from fpsim.trace import FORWARD
@@ -62,12 +61,12 @@ def test_every_recipe_runs_through_compare():
     out = compare(TINYGPT_RECIPES, SMALL, progress=False)
     assert list(out) == list(TINYGPT_RECIPES)
     for name, r in out.items():
-        assert isinstance(r, TinyGPTResult)
+        assert isinstance(r, RunResult)
         assert 0.0 <= r.accuracy <= 1.0 or r.failure, name
         assert r.failure or len(r.losses) == 3
     assert out["fp8-delayed"].fp8  # its Linears ran in fp8 (the attention products did not)
     assert out["fp32"].nonfinite is None and np.isfinite(out["fp32"].final_loss)
-    assert run_recipe("fp32", SMALL, steps=2).accuracy >= 0
+    assert train(SMALL, "fp32", steps=2).accuracy >= 0
 
 
 def test_block_recipes_swap_every_linear_of_the_gpt_and_reseed_their_rounding():
@@ -79,7 +78,7 @@ def test_block_recipes_swap_every_linear_of_the_gpt_and_reseed_their_rounding():
     run = get_recipe("nvfp4").prepare(SMALL.model(0), lr=SMALL.lr)
     kinds = [type(m) for _, m in run.model.named_modules()]
     assert lowp.BlockLinear in kinds and kinds.count(nn.Linear) == 2  # nvfp4 keeps the first and last Linear
-    a, b = (run_tinygpt("mxfp4-sr-rht", SMALL, steps=2) for _ in range(2))
+    a, b = (train(SMALL, "mxfp4-sr-rht", steps=2) for _ in range(2))
     assert a.losses == b.losses and np.isfinite(a.losses).all()
 
 
@@ -91,7 +90,7 @@ def _loud(task):
 
 def test_forward_overflow_kills_float16_and_not_autocast_or_bfloat16():
     task = _loud(SMALL)
-    res = {n: run_tinygpt(n, task) for n in ("fp16-master", "fp16-dynamic", "fp16-amp", "bf16-master")}
+    res = {n: train(task, n) for n in ("fp16-master", "fp16-dynamic", "fp16-amp", "bf16-master")}
     dead = res["fp16-master"]
     assert dead.failure and dead.nonfinite.kind == FORWARD and dead.nonfinite.step == 0
     assert (dead.nonfinite.op, dead.nonfinite.scope, dead.nonfinite.fmt) == ("exp", "blocks.0.attn", "float16")
@@ -105,7 +104,7 @@ def test_forward_overflow_kills_float16_and_not_autocast_or_bfloat16():
 
 def test_table_has_accuracy_nonfinite_and_skipped_share():
     task = _loud(SMALL)
-    results = {n: run_tinygpt(n, task) for n in ("fp32", "fp16-master", "fp16-dynamic")}
+    results = {n: train(task, n) for n in ("fp32", "fp16-master", "fp16-dynamic")}
     text = format_table(results)
     assert "answer acc" in text and "first non-finite" in text and "R^2" not in text
     assert "step 0: exp in blocks.0.attn (forward)" in text
@@ -121,7 +120,7 @@ def test_the_overflow_setting_is_the_naive_softmax():
 @pytest.mark.slow
 def test_float32_learns_to_sort():
     """The default run: float32 predicts at least 95% of the sorted digits exactly."""
-    r = run_tinygpt("fp32")
+    r = train("tinygpt", "fp32")
     assert r.accuracy >= 0.95 and not r.failure
 
 
@@ -183,3 +182,20 @@ def test_cli_compare_task_tinygpt(capsys, small_gpt_tasks):
     assert 0 <= got["accuracy"] <= 1 and got["first_nonfinite"] is None and got["skipped_share"] == 0
     args = _compare_parser().parse_args(["compare", "--provoke-overflow", "--figure", "none"])
     assert args.func(args) == 2 and "needs --task tinygpt" in capsys.readouterr().err
+
+
+def test_the_old_ways_to_train_once_warn_and_give_trains_numbers():
+    """run_recipe / run_tinygpt / TinyGPTResult: deprecated aliases (removed 2027-06-01) with their
+    old defaults (every step measured; the tiny GPT's first and last)."""
+    import fpsim.experiments as ex
+
+    with pytest.warns(DeprecationWarning, match="run_tinygpt is deprecated.*2027-06-01"):
+        old = ex.run_tinygpt("fp16-dynamic", SMALL, steps=2)
+    new = train(SMALL, "fp16-dynamic", 0, steps=2)
+    assert old.losses == new.losses and old.act_grad_flushed == new.act_grad_flushed
+    with pytest.warns(DeprecationWarning, match="run_recipe is deprecated.*2027-06-01"):
+        old = ex.run_recipe("bf16-pure", SMALL, steps=3)
+    assert old.losses == train(SMALL, "bf16-pure", steps=3).losses and sorted(old.stalled) == [0, 1, 2]
+    with pytest.warns(DeprecationWarning, match="TinyGPTResult is deprecated"):
+        assert ex.TinyGPTResult is RunResult
+    assert "run_recipe" not in ex.__all__ and "TinyGPTResult" not in ex.__all__

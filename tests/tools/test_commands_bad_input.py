@@ -60,11 +60,11 @@ def test_tinygpt_task_refuses_bad_settings_naming_them(kwargs, match):
                                            ({"steps": 0}, "steps must be >= 1"),
                                            ({"seed": -1}, "seed must be an integer >= 0, got -1"),
                                            ({"seed": 1.5}, "seed must be an integer >= 0, got 1.5")])
-def test_run_tinygpt_refuses_fractional_steps_and_bad_seeds_before_training(kwargs, match):
-    from fpsim.experiments.tinygpt import run_tinygpt
+def test_train_refuses_fractional_steps_and_bad_seeds_before_training(kwargs, match):
+    from fpsim.experiments import TinyGPTTask, train
 
     with pytest.raises(ValueError, match=match):
-        run_tinygpt("fp32", **kwargs)
+        train(TinyGPTTask(), "fp32", **kwargs)
 
 
 # -- compare --figure: a place that cannot be written fails before the runs -----------------------

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ... import backend as _backend
-from ...experiments import ReferenceTask, get_recipe, run_recipe
+from ...experiments import ReferenceTask, get_recipe, train
 from ...monitor import COUNTERS, monitor
 from ...textable import text_table
 
@@ -98,13 +98,13 @@ def task_check(device, recipes=("fp32", "fp16-dynamic", "bf16-master"), task=Non
         r = get_recipe(name)
         if progress:
             progress(f"task {r.name}")
-        run_recipe(r, task, steps=1, seed=seed, measure_at=(), backend=dev_be)  # warm-up
-        a = run_recipe(r, task, steps=steps, seed=seed, measure_at=(), backend=ref_be)
-        b = run_recipe(r, task, steps=steps, seed=seed, measure_at=(), backend=dev_be)
+        train(task, r, seed, steps=1, measure_at=(), backend=dev_be)  # warm-up
+        a = train(task, r, seed, steps=steps, measure_at=(), backend=ref_be)
+        b = train(task, r, seed, steps=steps, measure_at=(), backend=dev_be)
         with monitor() as ma:
-            run_recipe(r, task, steps=monitor_steps, seed=seed, measure_at=(), backend=ref_be)
+            train(task, r, seed, steps=monitor_steps, measure_at=(), backend=ref_be)
         with monitor() as mb:
-            run_recipe(r, task, steps=monitor_steps, seed=seed, measure_at=(), backend=dev_be)
+            train(task, r, seed, steps=monitor_steps, measure_at=(), backend=dev_be)
         keys, n_bad, worst, cok = _compare_counts(ma.counts, mb.counts)
         rtol = LOSS_RTOL.get(r.name, LOSS_RTOL_LOW)
         out.append(TaskCheck(

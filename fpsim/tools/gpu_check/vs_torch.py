@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from ... import backend as _backend
-from ...experiments import Recipe, ReferenceTask, get_recipe, run_recipe
+from ...experiments import Recipe, ReferenceTask, get_recipe, train
 from .. import torchref
 from .task import LOSS_RTOL, max_rel
 
@@ -76,8 +76,8 @@ def torch_compare(task=None, *, steps: int | None = None, seed: int = 0, device:
     losses, times = _torch_run(torch, task, task.model(seed), x_np, steps=steps, lr=lr, device=device, dtype=dtype)
     be = _backend.get_backend(backend)
     recipe = _fpsim_recipe_for(dtype)
-    run_recipe(recipe, task, steps=1, seed=seed, lr=lr, measure_at=(), backend=be)  # warm-up
-    res = run_recipe(recipe, task, steps=steps, seed=seed, lr=lr, measure_at=(), backend=be)
+    train(task, recipe, seed, steps=1, lr=lr, measure_at=(), backend=be)  # warm-up
+    res = train(task, recipe, seed, steps=steps, lr=lr, measure_at=(), backend=be)
     rtol = LOSS_RTOL["fp32"] if dtype == "float32" else 5e-2
     rel = max_rel(losses, res.losses)
     return {
