@@ -15,7 +15,7 @@
 - ``report.py``  :func:`format_table`, :func:`format_seed_table`: the tables ``fpsim compare`` prints.
 """
 
-from .loop import run_recipe, train
+from .loop import run_recipe, train  # noqa: F401  (run_recipe: deprecated, kept until 2027-06-01)
 from .recipes import DEFAULT_RECIPES, EXTENDED_RECIPES, RECIPES, Recipe, get_recipe
 from .report import format_seed_table, format_table
 from .result import RunResult
@@ -24,7 +24,7 @@ from .studentteacher import StudentTeacherTask
 from .sweep import compare, compare_seeds
 from .task import TASKS, Task, get_task
 from .tasks import ReferenceTask
-from .tinygpt import OVERFLOW, TINYGPT_RECIPES, TinyGPTTask, run_tinygpt
+from .tinygpt import OVERFLOW, TINYGPT_RECIPES, TinyGPTTask, run_tinygpt  # noqa: F401  (run_tinygpt: the same)
 
 # run_recipe and run_tinygpt (deprecated aliases of train, removed 2027-06-01) still import from here.
 __all__ = ["Recipe", "RECIPES", "get_recipe", "RunResult", "Run", "Task", "TASKS", "get_task", "ReferenceTask",

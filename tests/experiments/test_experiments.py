@@ -11,7 +11,7 @@ from support.documentation import documentation, row
 from support.reference_runs import reference_runs
 
 from fpsim import experiments as ex
-from fpsim.experiments import DEFAULT_RECIPES, RECIPES, ReferenceTask, compare, get_recipe, run_recipe
+from fpsim.experiments import DEFAULT_RECIPES, RECIPES, ReferenceTask, compare, get_recipe, train
 from fpsim.experiments.measure import FlushCounter
 from fpsim.tools import cli
 
@@ -79,11 +79,11 @@ def test_bad_input():
     with pytest.raises(ValueError, match="fp16-dynamic"):
         get_recipe("fp17-magic")
     with pytest.raises(ValueError, match="learning rate"):
-        run_recipe("fp32", steps=1, lr=0)
+        train("reference", "fp32", steps=1, lr=0)
     with pytest.raises(ValueError, match="learning rate"):
-        run_recipe("fp32", steps=1, lr=-1e-3)
+        train("reference", "fp32", steps=1, lr=-1e-3)
     with pytest.raises(ValueError, match="steps"):
-        run_recipe("fp32", steps=0)
+        train("reference", "fp32", steps=0)
 
 
 def test_small_task_runs_every_recipe_including_amp():
@@ -185,12 +185,12 @@ def test_every_step_is_measured_and_a_dead_run_says_which_step():
     assert (out["fp16-dynamic"].scaler, out["fp32"].scaler, get_recipe("fp16-static").scaler) == ("dynamic", None,
                                                                                                  "static")
     # measuring every step changes nothing: the same numbers as measuring two steps
-    two = run_recipe("fp16-master", task, steps=4, measure_at=(0, -1))
+    two = train(task, "fp16-master", steps=4, measure_at=(0, -1))
     r = out["fp16-master"]
     assert two.losses == r.losses and set(two.stalled) == {0, 3}
     assert all(two.act_grad_flushed[k] == r.act_grad_flushed[k] and two.stalled[k] == r.stalled[k] for k in (0, 3))
     with pytest.raises(ValueError, match="measure_at"):
-        run_recipe("fp32", task, steps=1, measure_at="every")
+        train(task, "fp32", steps=1, measure_at="every")
     assert "diverged at step 0" in ex.format_table(out)
 
 
