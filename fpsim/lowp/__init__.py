@@ -9,7 +9,8 @@ fp8 blocks), the layers they run in, and :func:`convert`, the one conversion of 
 - ``linear.py``   ``Fp8Linear`` and ``fp8_linear`` (three GEMMs, each operand with its own scale);
 - ``block.py``    block-scaled training (MX, NVFP4, DeepSeek-V3 fp8 blocks): ``BlockScaling``,
   ``BlockLinear`` (each GEMM's operands in blocks along its own K);
-- ``convert.py``  ``convert(model, config)``: every Linear swapped for the layer the config names.
+- ``convert.py``  ``convert(model, config)``: every Linear swapped for the layer the config names;
+  ``handlers.py`` the handlers it finds by the config's type (``LAYER_HANDLERS``).
 
 fp8 has too little range for raw activations and gradients (e4m3fn: 2^-9 .. 448; e5m2: 2^-16 ..
 57344), so every fp8 tensor carries a float32 scale.  Following Micikevicius et al. (2022) and
@@ -23,6 +24,7 @@ from ..formats import FP8_FORMATS
 from ..formats.kernels import f32_to_fp8
 from .block import BlockLinear, BlockScaling, block_linear, hadamard_matrix, hadamard_transform
 from .convert import convert
+from .handlers import LAYER_HANDLERS
 from .linear import Fp8Linear, LinearScaling, fp8_linear
 from .quant import Fp8Tensor, qdq, quantize_fp8
 from .recipes import AMAX_ALGOS, CurrentScaling, DelayedScaling, FixedScaling, compute_scale
@@ -31,7 +33,7 @@ from .scaling import ScalingGroup, ScalingState, format_scaling_table
 __all__ = ["DelayedScaling", "CurrentScaling", "FixedScaling", "ScalingState", "ScalingGroup", "Fp8Tensor", "LinearScaling",
            "Fp8Linear", "compute_scale", "quantize_fp8", "qdq", "fp8_linear", "convert", "f32_to_fp8",
            "format_scaling_table", "FP8_FORMATS", "AMAX_ALGOS", "BlockScaling", "BlockLinear", "block_linear",
-           "hadamard_matrix", "hadamard_transform"]
+           "hadamard_matrix", "hadamard_transform", "LAYER_HANDLERS"]
 
 # Old names, kept for one release: each use warns and names the new one.
 _RENAMED = {"quantize": ("quantize_fp8", quantize_fp8), "convert_blocks": ("convert", convert),

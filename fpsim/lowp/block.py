@@ -40,6 +40,7 @@ from ..formats.blockfast import fake_quantize
 from ..numerics import matmul_f32
 from ..tensor import Tensor, promote, round_result
 from ..tensorcore import instruction
+from .handlers import LAYER_HANDLERS
 from .swap import check_linear_args, linears_to_swap, share_linear
 
 __all__ = ["BlockScaling", "BlockLinear", "block_linear", "swap_block_linears", "hadamard_matrix", "hadamard_transform"]
@@ -360,6 +361,7 @@ class BlockLinear(nn.Module):
         return f"BlockLinear({self.in_features}, {self.out_features}, {r.format}{grad})"
 
 
+@LAYER_HANDLERS.register(None, BlockScaling)
 def swap_block_linears(model: nn.Module, recipe: BlockScaling | None = None, skip=()) -> list[str]:
     """Swap every ``nn.Linear`` inside ``model`` for a :class:`BlockLinear` (in place, sharing the
     parameters) and return the names of the layers swapped.

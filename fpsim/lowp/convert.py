@@ -1,12 +1,12 @@
 """The one entry point that converts a model for a low-precision recipe, in torchao's shape
-(``quantize_(model, config)``): :func:`convert`.  The config says what the Linear layers become;
-adding a recipe adds a config, not a conversion function."""
+(``quantize_(model, config)``): :func:`convert`.  The config says what the Linear layers become,
+its type which handler swaps them; adding a recipe adds a config and a handler, not a conversion."""
 
 from __future__ import annotations
 
 from .. import nn
-from .block import BlockScaling, swap_block_linears
-from .linear import swap_fp8_linears
+from . import block, linear  # noqa: F401  (they register their handlers)
+from .handlers import handler_for
 from .recipes import DelayedScaling
 
 __all__ = ["convert"]
@@ -26,10 +26,10 @@ def convert(model: nn.Module, config=None, skip=()):
 
     ``skip``: Linear layers left in the model's own format - module names as
     ``model.named_modules()`` gives them, or ``"first"`` / ``"last"``.  A name that is not a
-    Linear of ``model`` raises ValueError and the model is left as it was; a config of another
-    type raises TypeError."""
-    if config is None or isinstance(config, DelayedScaling):
-        return swap_fp8_linears(model, config, skip)
-    if isinstance(config, BlockScaling):
-        return swap_block_linears(model, config, skip)
-    raise TypeError(f"config must be a DelayedScaling, CurrentScaling or BlockScaling, got {type(config).__name__}")
+    Linear of ``model`` raises ValueError and the model is left as it was.
+
+    The layer is found by the config's type in ``LAYER_HANDLERS`` (:mod:`.handlers`): a new kind of
+    layer is a config class and one registration; a config of a type with no handler raises
+    TypeError naming the known config types."""
+    config = DelayedScaling() if config is None else config
+    return handler_for(config)(model, config, skip)

@@ -25,8 +25,9 @@ from .. import nn
 from ..formats import get_format
 from ..ops.arith import tensor_core_gemm
 from ..tensor import Tensor, promote, round_result
+from .handlers import LAYER_HANDLERS
 from .quant import quantize_fp8
-from .recipes import DelayedScaling
+from .recipes import CurrentScaling, DelayedScaling
 from .scaling import ScalingGroup, ScalingState
 from .swap import check_linear_args, linears_to_swap, share_linear
 
@@ -108,6 +109,8 @@ class Fp8Linear(nn.Module):
                 f"{self.meta.recipe.bwd_format})")
 
 
+@LAYER_HANDLERS.register(None, CurrentScaling)
+@LAYER_HANDLERS.register(None, DelayedScaling)  # FixedScaling too: a DelayedScaling
 def swap_fp8_linears(model: nn.Module, recipe: DelayedScaling | None = None, skip=()) -> ScalingGroup:
     """Swap every ``nn.Linear`` inside ``model`` for an :class:`Fp8Linear` (in place,
     sharing the parameters) and return the :class:`ScalingGroup` of their scaling states.
