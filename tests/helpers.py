@@ -67,8 +67,9 @@ def same_values(a, b) -> np.ndarray:
 
 
 def same(a, b) -> bool:
-    """Every element the same value: :func:`same_values` everywhere."""
-    return bool(np.all(same_values(a, b)))
+    """The same shape and every element the same value (:func:`same_values`); for float32 results
+    that is the same bit patterns, NaN payloads aside."""
+    return np.shape(a) == np.shape(b) and bool(np.all(same_values(a, b)))
 
 
 def state_bits(model) -> dict:

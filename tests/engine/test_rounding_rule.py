@@ -8,10 +8,11 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import small_task
 
 from fpsim import nn, ops, state
 from fpsim.backend import get_backend
-from fpsim.experiments import ReferenceTask, get_recipe
+from fpsim.experiments import get_recipe
 from fpsim.tensor import tensor
 
 
@@ -27,7 +28,7 @@ def _events(fn):
 def test_after_the_first_step_every_rounding_of_a_training_step_goes_through_round_result(recipe, monkeypatch):
     """The backend's rounding functions, watched during a whole training step (the second: the
     first creates the optimizer's zero state): each call comes from round_result."""
-    task = ReferenceTask(n=64)
+    task = small_task(64)
     r = get_recipe(recipe)
     run = r.prepare(task.model(0), lr=1e-3)
     batch = task.batches(r, None)(0)

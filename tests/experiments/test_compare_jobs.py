@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import small_task
 
 from fpsim.experiments import ReferenceTask, compare_seeds
 from fpsim.experiments.executors import SweepStopped, local_processes, usable_cores
@@ -31,7 +32,7 @@ def _numbers(by_seed):
 
 
 def test_parallel_sweep_equals_serial():
-    task = ReferenceTask(n=512)
+    task = small_task(512)
     recipes = ["fp32", "fp16-dynamic", "bf16-stochastic", "fp8-delayed"]
     serial = compare_seeds(recipes, [0, 3], task, steps=4, progress=False)
     parallel = compare_seeds(recipes, [0, 3], task, steps=4, progress=False, jobs=2)
@@ -41,7 +42,7 @@ def test_parallel_sweep_equals_serial():
 
 def test_jobs_must_be_positive():
     with pytest.raises(ValueError):
-        compare_seeds(["fp32"], [0], ReferenceTask(n=64), steps=1, progress=False, jobs=0)
+        compare_seeds(["fp32"], [0], small_task(64), steps=1, progress=False, jobs=0)
 
 
 def test_jobs_are_capped_at_the_usable_cores():
@@ -58,7 +59,7 @@ def test_jobs_are_capped_at_the_usable_cores():
 
 def test_the_same_bits_on_a_dask_cluster():
     distributed = pytest.importorskip("dask.distributed")
-    task = ReferenceTask(n=256)
+    task = small_task()
     recipes = ["fp32", "fp16-dynamic", "bf16-stochastic"]
     serial = compare_seeds(recipes, [0, 2], task, steps=3, progress=False)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1", processes=True,

@@ -8,6 +8,7 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import same
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.block_reference import (
@@ -85,11 +86,6 @@ NONFINITE = np.array([[np.inf] + [1.0] * 31, [np.nan] + [2.0] * 31, [-np.inf] + 
 
 
 # ---------------------------------------------------------------------------- comparison
-
-
-def same(a, b) -> bool:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return bool(np.all((np.isnan(a) & np.isnan(b)) | ((a == b) & (np.signbit(a) == np.signbit(b)))))
 
 
 def check_1d(q, x, axis, k, ref_block):

@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from helpers import exact_matmul_f32
+from helpers import bits, exact_matmul_f32, same
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.block_reference import MX_ELEM, blocks_1d, blocks_2d, fp8_block, mx_block, nvfp4_block, nvfp4_tensor_scale
@@ -25,11 +25,6 @@ CASES = ([(f, {"scale_rounding": m}) for f in MX_ELEM for m in SCALE_ROUNDINGS]
             ("fp8_block", {"block": (128, 128), "pow2_scales": True}), ("mxfp4", {"block": 8}),
             ("mxint8", {}), ("nvfp4", {"scale_rounding": "four_over_six"})])
 CASE_IDS = [f"{f}-{'-'.join(map(str, kw.values()))}" for f, kw in CASES]
-
-
-def bits(a: np.ndarray) -> np.ndarray:
-    assert a.dtype == np.float32
-    return a.view(np.uint32)
 
 
 def edge_values(rng, shape) -> np.ndarray:
@@ -145,11 +140,6 @@ def test_bad_arguments_raise_as_quantize_does(kwargs, exc):
 
 
 # ---------------------------------------------------------------------------- the independent reference
-
-
-def same(a, b) -> bool:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return bool(np.all((np.isnan(a) & np.isnan(b)) | ((a == b) & (np.signbit(a) == np.signbit(b)))))
 
 
 @pytest.mark.parametrize("fmt", list(MX_ELEM))

@@ -11,6 +11,7 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import same_values as same  # elementwise
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.gfloat_reference import gfloat, info  # gfloat is a [test] extra: the module is skipped without it
@@ -73,13 +74,6 @@ def exact_round(v: float, name: str, mode: str = "nearest") -> float:
 def finite_only(name, v):
     """v without its NaNs where the format has none to cast them to (that is an error)."""
     return v[~np.isnan(v)] if name in NO_NAN else v
-
-
-def same(a, b) -> np.ndarray:
-    """Elementwise equality where NaN equals NaN and -0 differs from +0."""
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    return (np.isnan(a) & np.isnan(b)) | ((a == b) & (np.signbit(a) == np.signbit(b)))
 
 
 # ---------------------------------------------------------------------------- constants

@@ -14,6 +14,7 @@ see exactly the same draws, chunk after chunk."""
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import bits as _bits
 
 from fpsim.formats import cast, decode, get_format, quantize
 from fpsim.formats.modes import finish, round_magnitudes
@@ -73,11 +74,6 @@ def _edge_draws(x32, f):
     draws = np.stack([np.zeros_like(frac), np.full_like(frac, 1 - ULP53), at - ULP53, at, at + ULP53,
                       at + 2 * ULP53])
     return np.clip(draws, 0, 1 - ULP53)
-
-
-def _bits(a):
-    a = np.ascontiguousarray(a)
-    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32}[a.dtype.itemsize])
 
 
 def _reference(x32, f, draws, saturate):

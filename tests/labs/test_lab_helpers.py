@@ -5,9 +5,9 @@ import math
 
 import numpy as np
 import pytest
+from helpers import small_task
 
 from fpsim import GradScaler, StaticScaler, get_format
-from fpsim.experiments import ReferenceTask
 from fpsim.labs import bits, loops
 
 UINT = {8: np.uint8, 16: np.uint16}
@@ -110,7 +110,7 @@ def test_one_weight_medium_updates_move_one_whole_gap():
 def test_scaler_run_first_step_trap_and_ceiling():
     """A float16 loss: S = 2^16 is inf as d(S*L)/dL, so step 0 is skipped, and every growth
     back to 2^16 after growth_interval clean steps is skipped again (PyTorch's state machine)."""
-    r = loops.scaler_run(GradScaler(growth_interval=10), ReferenceTask(n=256), steps=23, loss_format="float16",
+    r = loops.scaler_run(GradScaler(growth_interval=10), small_task(), steps=23, loss_format="float16",
                          measure=False)
     assert [i for i, s in enumerate(r.skipped) if s] == [0, 11, 22]
     assert r.scales[0] == r.scales[11] == r.scales[22] == 65536.0
@@ -119,7 +119,7 @@ def test_scaler_run_first_step_trap_and_ceiling():
 
 
 def test_scaler_run_static_scale_too_large_skips_every_step():
-    task = ReferenceTask(n=256)
+    task = small_task()
     big = loops.scaler_run(StaticScaler(2.0**40), task, steps=4)
     assert big.steps_skipped == 4 and len(set(big.losses)) == 1  # nothing ever moves
     ok = loops.scaler_run(StaticScaler(1024.0), task, steps=4)
@@ -127,7 +127,7 @@ def test_scaler_run_static_scale_too_large_skips_every_step():
 
 
 def test_scaler_run_low_scale_flushes_more():
-    task = ReferenceTask(n=4096)
+    task = small_task(4096)
     low = loops.scaler_run(StaticScaler(1.0), task, steps=1)
     high = loops.scaler_run(StaticScaler(1024.0), task, steps=1)
     assert low.flushed[0] > 0.005 and high.flushed[0] < low.flushed[0] / 10

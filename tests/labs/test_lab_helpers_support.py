@@ -8,10 +8,10 @@ import sys
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import small_task
 
 import fpsim
 from fpsim.examples import smallest_surviving_update
-from fpsim.experiments import ReferenceTask
 from fpsim.labs import (
     CheckFailed,
     Unanswered,
@@ -267,7 +267,7 @@ def test_runs_train_measures_every_step_and_the_labs_draw_with_the_compare_figur
     from fpsim.labs import runs
     from fpsim.tools.compareplot import compare_figure
 
-    res = runs.side_by_side(["fp32", "fp16-pure", "fp16-master", "fp16-dynamic"], ReferenceTask(n=256), steps=4)
+    res = runs.side_by_side(["fp32", "fp16-pure", "fp16-master", "fp16-dynamic"], small_task(), steps=4)
     assert all(len(res[k].act_grad_flushed) == 4 for k in ("fp32", "fp16-master", "fp16-dynamic"))  # every step
     text = format_table(res)
     assert "diverged at step 0" in text and "65536" in text
@@ -298,7 +298,7 @@ def test_gradient_totals():
     from fpsim.capture import capture_gradients
     from fpsim.labs.gradients import audit_totals, capture_totals, monitor_totals
 
-    task = ReferenceTask(n=256)
+    task = small_task()
     x = task.data()
     cap = capture_gradients(task.model(0), nn.mse_loss, x, x, formats=["float16"])
     text = capture_totals(cap, layers=True)
@@ -345,7 +345,7 @@ def test_fpsim_and_pytorch_amp_runs_agree_step_by_step():
     pytest.importorskip("torch")
     from fpsim.labs.torch_bridge import compare_with_torch
 
-    b = compare_with_torch("float16", steps=12, task=ReferenceTask(n=256), init_scale=2.0**24, growth_interval=3)
+    b = compare_with_torch("float16", steps=12, task=small_task(), init_scale=2.0**24, growth_interval=3)
     assert b.same_scales and b.same_skips and any(b.ours.skipped)
     assert b.rel_diff[0] < 1e-6 and b.rel_diff.max() < 1e-3
     assert "steps, autocast float16" in b.summary() and "both" in b.table()

@@ -8,7 +8,8 @@ accumulator near overflow or below the fast path's floor, K not a whole number o
 import ml_dtypes
 import numpy as np
 import pytest
-from support.tensorcore_reference import bits, mmasim
+from helpers import assert_same_bits as same
+from support.tensorcore_reference import mmasim
 
 from fpsim import tensorcore as tc
 from fpsim import tensorcore_fp8
@@ -24,11 +25,6 @@ def general(a, b, c, arch):
     ins = tc.instruction(arch, fa[0], fb[0])
     with np.errstate(all="ignore"):
         return tc._chain_any(a3, b3, c3, ins, fa, fb).reshape(shape)
-
-
-def same(got, want, what=""):
-    bad = bits(got) != bits(want)
-    assert not bad.any(), f"{what}: {bad.sum()} of {bad.size} differ; fast {got[bad][:4]} reference {want[bad][:4]}"
 
 
 def wide(rng, shape, dt, spread=(-14, 8)):

@@ -12,6 +12,7 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import same
 
 from fpsim import numerics
 from fpsim.numerics import exactsum, highprec
@@ -45,13 +46,6 @@ def rne_f32(q: Fraction) -> np.float32:
     if rem * 2 > ulp or (rem * 2 == ulp and k % 2 == 1):
         k += 1
     return np.float32(sign * float(k * ulp))
-
-
-def same(got, want) -> bool:
-    got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
-    return bool(np.array_equal(got.view(np.uint32), want.view(np.uint32)) or
-                (np.isnan(got) == np.isnan(want)).all() and
-                np.array_equal(got[~np.isnan(got)].view(np.uint32), want[~np.isnan(want)].view(np.uint32)))
 
 
 def ref_matmul(a, b) -> np.ndarray:

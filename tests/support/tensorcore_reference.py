@@ -5,6 +5,7 @@ numpy arrays through torch, the whole K at once (its ``dpa`` chains the steps it
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import bits  # noqa: F401 - the tensor-core tests take it from here with the references
 
 from fpsim import tensorcore as tc
 
@@ -21,9 +22,9 @@ _NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "tf32": np.float32
 
 
 def _to_torch(x: np.ndarray):
-    bits, tdt = _TORCH[x.dtype]
-    t = torch.from_numpy(np.ascontiguousarray(x).view(bits).astype(np.int64))
-    return t.to({np.uint8: torch.uint8, np.uint16: torch.int16, np.uint32: torch.int32}[bits]).view(tdt)
+    uint, tdt = _TORCH[x.dtype]
+    t = torch.from_numpy(np.ascontiguousarray(x).view(uint).astype(np.int64))
+    return t.to({np.uint8: torch.uint8, np.uint16: torch.int16, np.uint32: torch.int32}[uint]).view(tdt)
 
 
 def _reference(arch: str, fa: str, fb: str, out: str):
@@ -53,9 +54,3 @@ def mmasim(arch, a, b, c, fa, fb):
     b = np.pad(b, [(0, pad), (0, 0)])
     d = _reference(arch, fa, fb, out)(_to_torch(a), _to_torch(b), torch.from_numpy(c.copy()))
     return d.numpy()
-
-
-def bits(x: np.ndarray) -> np.ndarray:
-    return x.view(np.uint16 if x.dtype == np.float16 else np.uint32)
-
-

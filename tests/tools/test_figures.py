@@ -18,8 +18,8 @@ matplotlib.use("Agg")
 import matplotlib.image as mpimg  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from helpers import small_task  # noqa: E402
 
-from fpsim.experiments import ReferenceTask  # noqa: E402
 from fpsim.tools import cli  # noqa: E402
 from fpsim.tools.figures import example_dump_path, write_reference_dump  # noqa: E402
 
@@ -129,7 +129,7 @@ def test_audit_of_the_example_dump(capsys):
 
 
 def test_write_reference_dump_is_deterministic(tmp_path):
-    task = ReferenceTask(n=512)
+    task = small_task(512)
     a = write_reference_dump(tmp_path / "a.npz", task=task, steps=3, rows=16)
     b = write_reference_dump(tmp_path / "b.npz", task=task, steps=3, rows=16)
     da, db = _load(a), _load(b)

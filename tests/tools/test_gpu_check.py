@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import small_task
 from support.cupy_standin import GuardArray, GuardBackend
 
 from fpsim import backend as B
@@ -61,7 +62,7 @@ def test_every_part_on_the_strict_stand_in_all_exact():
     checks = op_sweep(GuardBackend(), quick=True)
     assert {c.fmt for c in checks} == {"float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
     assert all(c.mismatches == 0 and c.max_ulp == 0 for c in checks)
-    for t in task_check(GuardBackend(), ("fp32", "fp16-dynamic", "bf16-master"), ReferenceTask(n=512), steps=3,
+    for t in task_check(GuardBackend(), ("fp32", "fp16-dynamic", "bf16-master"), small_task(512), steps=3,
                         monitor_steps=2):
         assert t.ok and t.ref_losses == t.dev_losses and t.count_n_mismatch == 0 and t.count_worst == [], t.recipe
 
@@ -91,9 +92,9 @@ class _SloppyMatmul(GuardBackend):
 
 
 def test_task_check_catches_a_wrong_matmul():
-    (fp32,) = task_check(_SloppyMatmul(), ("fp32",), ReferenceTask(n=256), steps=2, monitor_steps=1)
+    (fp32,) = task_check(_SloppyMatmul(), ("fp32",), small_task(), steps=2, monitor_steps=1)
     assert not fp32.ok and fp32.max_rel_diff > 1e-3 and fp32.count_n_mismatch == 0
-    (good,) = task_check(GuardBackend(), ("fp32",), ReferenceTask(n=256), steps=2, monitor_steps=1)
+    (good,) = task_check(GuardBackend(), ("fp32",), small_task(), steps=2, monitor_steps=1)
     assert good.ok and good.max_rel_diff == 0.0
 
 
@@ -163,7 +164,7 @@ def test_torch_compare_on_cpu(dtype, rtol):
                 torch.nn.Linear(2, 2)(torch.ones(1, 2))
         except RuntimeError:
             pytest.skip("this PyTorch has no float16 autocast on the CPU")
-    task = ReferenceTask(n=256)
+    task = small_task()
     r = torch_compare(task, steps=4, device="cpu", dtype=dtype, backend="numpy")
     assert r["fpsim_recipe"] == {"float32": "fp32", "bfloat16": "bf16-amp", "float16": "fp16-amp"}[dtype]
     assert len(r["torch_losses"]) == len(r["fpsim_losses"]) == 4
@@ -177,9 +178,9 @@ def test_torch_compare_needs_cuda_when_asked():
     if torch.cuda.is_available():
         pytest.skip("CUDA is available")
     with pytest.raises(RuntimeError, match="no CUDA"):
-        torch_compare(ReferenceTask(n=64), steps=1, device="cuda")
+        torch_compare(small_task(64), steps=1, device="cuda")
     with pytest.raises(ValueError, match="dtype must be"):
-        torch_compare(ReferenceTask(n=64), steps=1, device="cpu", dtype="float8")
+        torch_compare(small_task(64), steps=1, device="cpu", dtype="float8")
 
 
 @pytest.mark.skipif(not HAVE_GPU, reason="CuPy with a GPU is not available here")
@@ -224,7 +225,7 @@ def test_module_runs_as_fpsim_cli():
 def test_fp8_recipes_run_on_the_strict_device_stand_in():
     """The fp8 recipes (delayed, current, with skipped layers) on the stand-in that fails on any
     numpy array or host copy inside an op: bit-identical to numpy, rounding counts equal."""
-    checks = task_check(GuardBackend(), ("fp8-delayed", "fp8-delayed-inner", "fp8-current"), ReferenceTask(n=256),
+    checks = task_check(GuardBackend(), ("fp8-delayed", "fp8-delayed-inner", "fp8-current"), small_task(),
                         steps=3, monitor_steps=1)
     for c in checks:
         assert not c.failure, c.failure
