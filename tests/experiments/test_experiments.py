@@ -7,11 +7,12 @@ import math
 
 import numpy as np
 import pytest
+from helpers import small_task
 from support.documentation import documentation, row
 from support.reference_runs import reference_runs
 
 from fpsim import experiments as ex
-from fpsim.experiments import DEFAULT_RECIPES, RECIPES, ReferenceTask, compare, get_recipe, train
+from fpsim.experiments import DEFAULT_RECIPES, RECIPES, compare, get_recipe, train
 from fpsim.experiments.measure import FlushCounter
 from fpsim.tools import cli
 
@@ -87,7 +88,7 @@ def test_bad_input():
 
 
 def test_small_task_runs_every_recipe_including_amp():
-    task = ReferenceTask(n=512, steps=3)
+    task = small_task(512, steps=3)
     out = compare(list(RECIPES), task, progress=False)
     assert set(out) == set(RECIPES)
     for name, r in out.items():
@@ -114,7 +115,7 @@ def test_cli_compare_rejects_unknown_recipe(capsys):
 
 
 def test_compare_seeds_ratios_per_seed_against_the_same_seeds_baseline():
-    task = ReferenceTask(n=256)
+    task = small_task()
     by_seed = ex.compare_seeds(["fp32", "bf16-pure", "fp16-pure"], [3, 1], task, steps=4, progress=False)
     assert list(by_seed) == [3, 1] and list(by_seed[3]) == ["fp32", "bf16-pure", "fp16-pure"]
     # the same runs as compare() with that seed, bit for bit
@@ -135,9 +136,9 @@ def test_compare_seeds_ratios_per_seed_against_the_same_seeds_baseline():
 def test_compare_seeds_bad_input():
     for seeds in ([], [0, 0], [0.5], [True]):
         with pytest.raises(ValueError, match="seed"):
-            ex.compare_seeds(["fp32"], seeds, ReferenceTask(n=64), steps=1, progress=False)
+            ex.compare_seeds(["fp32"], seeds, small_task(64), steps=1, progress=False)
     with pytest.raises(ValueError, match="at least one recipe"):
-        ex.compare_seeds([], [0], ReferenceTask(n=64), steps=1, progress=False)
+        ex.compare_seeds([], [0], small_task(64), steps=1, progress=False)
 
 
 def test_cli_compare_seeds(tmp_path, capsys):
@@ -164,7 +165,7 @@ def test_cli_compare_seeds(tmp_path, capsys):
 def test_compare_takes_your_own_recipe_objects():
     from fpsim.experiments import Recipe
 
-    task = ReferenceTask(n=256)
+    task = small_task()
     mine = Recipe("bf16-master-static", "bfloat16", master=True, scaler="static", static_scale=8.0)
     out = compare(["fp32", mine], task, steps=3, progress=False)
     assert list(out) == ["fp32", "bf16-master-static"] and out["bf16-master-static"].scales == [8.0] * 3
@@ -173,7 +174,7 @@ def test_compare_takes_your_own_recipe_objects():
 
 
 def test_every_step_is_measured_and_a_dead_run_says_which_step():
-    task = ReferenceTask(n=512)
+    task = small_task(512)
     out = compare(["fp32", "fp16-pure", "fp16-master", "fp16-dynamic", "bf16-pure"], task, steps=4, progress=False)
     for name, r in out.items():
         steps = list(range(len(r.losses)))
