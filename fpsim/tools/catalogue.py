@@ -1,22 +1,28 @@
-"""Running the whole findings catalogue: in this process, or several findings at once in worker
-processes (``fpsim reproduce --all / --table ... --jobs N``), and drawing a finding's figure.
+"""Running the whole findings catalogue (``fpsim reproduce --all / --table ... --jobs N``) and
+drawing a finding's figure.
 
-A finding's result carries a ``draw`` closure, which does not cross processes: a worker draws the
-figure itself and sends back the result without it.  Every worker runs on the BLAS thread count
-fpsim pins in this process (``fpsim.state``), so a finding gives the bits a serial run gives.
-Ctrl-C (or SIGTERM) stops the workers; the findings already finished have been printed.
+One after the other in this process, or on a pool: the training runs of every finding (the
+:class:`~fpsim.experiments.executors.RunSpec`\\ s of their sweeps, each run once even where two
+findings share it) and the measurements of the sampling findings go to worker processes (or a
+Dask cluster) together, so ``--jobs`` spreads the runs of all findings, not just the findings.  A
+finding is finished in this process as soon as its last run is back: its ``extract`` and verdict,
+then its figure, drawn here from its record and the plain data of its result.  Every worker runs
+on the BLAS thread count fpsim pins in this process (``fpsim.state``), so a finding gives the bits
+a serial run gives.  Ctrl-C (or SIGTERM) stops the workers; the findings already finished have
+been printed.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import signal
 import sys
 import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, wait
+from functools import partial
 from pathlib import Path
 
-__all__ = ["CatalogueStopped", "draw", "run_every"]
+__all__ = ["CatalogueStopped", "save_figure", "run_every"]
 
 
 class CatalogueStopped(Exception):
@@ -27,70 +33,31 @@ class CatalogueStopped(Exception):
         self.results = results
 
 
-def draw(result, path: Path) -> None:
-    """Draw ``result``'s figure into the PNG file ``path`` (its folder made if needed)."""
+def save_figure(finding, result, path: Path) -> bool:
+    """Draw ``result``'s figure (``finding``'s record says which) into the PNG file ``path`` (its
+    folder made if needed); False, and no file, for a finding without a figure."""
+    if finding.figure is None:
+        return False
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ..experiments.findings import figures
+
     fig, ax = plt.subplots(figsize=(8, 4.5))
     try:
-        result.draw(ax)
+        figures.draw_finding(finding, result, ax)
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110)
     finally:
         plt.close(fig)
+    return True
 
 
 def _say(name: str, line: str) -> None:
     print(f"fpsim reproduce: [{name}] {line}", file=sys.stderr, flush=True)
-
-
-def _one(name: str, quick: bool, seeds: tuple, folder, blas: int | None = None, quiet_progress: bool = False):
-    """Run the finding ``name`` (in whichever process calls this), draw its figure into ``folder``
-    (None: no figure) and return its result without the ``draw`` closure."""
-    from functools import partial
-
-    from .. import state
-    from ..experiments.findings import get_finding
-
-    if blas is not None:
-        state.set_blas_threads(blas)
-    result = get_finding(name).reproduce(quick, seeds, None if quiet_progress else partial(_say, name))
-    if folder is not None and result.draw is not None:
-        draw(result, Path(folder) / f"{name}.png")
-    return dataclasses.replace(result, draw=None)
-
-
-def run_every(quick: bool, seeds=None, jobs: int = 1, folder=None, progress=None, on_done=None) -> dict:
-    """{name: FindingResult, or None where the finding cannot run here} for every finding, in the
-    catalogue's order.  ``seeds``: None for each finding's own (see ``Finding.reproduce``); ``jobs``: findings run at once (worker processes when > 1); ``folder``: where
-    each figure is drawn (None: none); ``progress(line)`` hears each start and finish;
-    ``on_done(result)`` is called in this process as each finding finishes."""
-    from ..experiments.findings import FINDINGS
-
-    seeds = None if seeds is None else tuple(seeds)
-    names = [n for n, f in FINDINGS.items() if f.available()]
-    results: dict = {n: None for n in FINDINGS}
-    main = threading.current_thread() is threading.main_thread()
-    old = signal.signal(signal.SIGTERM, signal.default_int_handler) if main else None
-    try:
-        if jobs <= 1:
-            for name in names:
-                _tell(progress, f"{name}: starting")
-                results[name] = _one(name, quick, seeds, folder)
-                _finished(results[name], progress, on_done)
-        else:
-            _parallel(names, quick, seeds, jobs, folder, results, progress, on_done)
-    except KeyboardInterrupt:
-        got = sum(r is not None for r in results.values())
-        raise CatalogueStopped(f"stopped after {got} of {len(names)} findings", results) from None
-    finally:
-        if old is not None:
-            signal.signal(signal.SIGTERM, old)
-    return results
 
 
 def _tell(progress, line: str) -> None:
@@ -98,30 +65,135 @@ def _tell(progress, line: str) -> None:
         progress(line)
 
 
-def _finished(result, progress, on_done) -> None:
+def _finished(finding, result, folder, results, progress, on_done) -> None:
+    results[finding.name] = result
+    if folder is not None:
+        save_figure(finding, result, Path(folder) / f"{finding.name}.png")
     _tell(progress, f"{result.name}: {result.verdict} ({result.seconds:.0f} s)")
     if on_done is not None:
         on_done(result)
 
 
-def _parallel(names, quick, seeds, jobs, folder, results, progress, on_done) -> None:
-    from .. import state
-    from ..experiments.executors import local_processes, stop_workers, usable_cores
+def run_every(quick: bool, seeds=None, jobs: int = 1, folder=None, progress=None, on_done=None,
+              scheduler: str | None = None) -> dict:
+    """{name: FindingResult, or None where the finding cannot run here} for every finding, in the
+    catalogue's order.  ``seeds``: None for each finding's own (``Finding.seeds_for``); ``jobs``:
+    worker processes (the runs of all findings share them) when > 1; ``scheduler``: the address of
+    a Dask scheduler to run them on instead; ``folder``: where each figure is drawn (None: none);
+    ``progress(line)`` hears each start and finish; ``on_done(result)`` is called in this process as
+    each finding finishes."""
+    from ..experiments.findings import catalogue
 
-    pool, env = local_processes(jobs, len(names))
+    seeds = None if seeds is None else tuple(seeds)
+    every = catalogue()
+    runnable = [f for f in every if f.available()]
+    results: dict = {f.name: None for f in every}
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGTERM, signal.default_int_handler) if main else None
+    try:
+        if jobs <= 1 and scheduler is None:
+            from ..experiments.findings.runner import reproduce
+
+            for f in runnable:
+                _tell(progress, f"{f.name}: starting")
+                result = reproduce(f, quick, seeds, partial(_say, f.name) if progress is not None else None)
+                _finished(f, result, folder, results, progress, on_done)
+        else:
+            _parallel(runnable, quick, seeds, jobs, scheduler, folder, results, progress, on_done)
+    except KeyboardInterrupt:
+        got = sum(r is not None for r in results.values())
+        raise CatalogueStopped(f"stopped after {got} of {len(runnable)} findings", results) from None
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+    return results
+
+
+def _measure_job(name: str, quick: bool, seeds: tuple, blas: int | None):
+    """A sampling finding's measurement, in whichever process runs it: (its answer, seconds)."""
+    from .. import state
+    from ..experiments.findings import get_finding
+    from ..experiments.findings.runner import measure
+
+    if blas is not None:
+        state.set_blas_threads(blas)
+    return measure(get_finding(name), quick, seeds)
+
+
+class _Work:
+    """What each finding waits for: its measurement and its runs, and what has come back."""
+
+    def __init__(self, findings, quick, seeds):
+        from ..experiments.findings.runner import plan
+
+        self.seeds = {f.name: f.seeds_for(quick, seeds) for f in findings}
+        self.plans = {f.name: plan(f, quick, self.seeds[f.name]) for f in findings}
+        self.specs = list(dict.fromkeys(spec for p in self.plans.values() for _, _, spec in p))
+        self.measures = [f.name for f in findings if f.measure is not None]
+        self.runs, self.measured = {}, {}
+
+    def ready(self, f) -> bool:
+        return (f.measure is None or f.name in self.measured) and all(s in self.runs for _, _, s in self.plans[f.name])
+
+    def result(self, f, quick):
+        from ..experiments.findings.runner import collect, conclude
+
+        outs, seconds = [], 0.0
+        if f.measure is not None:
+            out, seconds = self.measured[f.name]
+            outs.append(out)
+        if not f.sweeps:
+            return conclude(f, quick, self.seeds[f.name], outs, seconds)
+        plan = self.plans[f.name]
+        results = collect(f, quick, self.seeds[f.name], plan, self.runs)
+        seconds += sum(r.seconds for r in {id(self.runs[s]): self.runs[s] for _, _, s in plan}.values())
+        t0 = time.perf_counter()
+        outs.append(f.extract(results))
+        return conclude(f, quick, self.seeds[f.name], outs, seconds + time.perf_counter() - t0, results)
+
+
+def _pool(jobs: int, scheduler, n: int):
+    """(executor, environment for its workers, what to close afterwards)."""
+    from ..experiments.executors import dask_cluster, local_processes
+
+    if scheduler is not None:
+        executor, client = dask_cluster(scheduler)
+        return executor, {}, client
+    pool, env = local_processes(jobs, n)
+    return pool, env, None
+
+
+def _parallel(findings, quick, seeds, jobs, scheduler, folder, results, progress, on_done) -> None:
+    from .. import state
+    from ..experiments.executors import run_spec, stop_workers
+
+    work = _Work(findings, quick, seeds)
+    n = len(work.specs) + len(work.measures)
+    pool, env, client = _pool(jobs, scheduler, n)
     blas = state.blas_threads()
+    left = list(findings)
     try:
         with state.environment(env):
-            futures = {pool.submit(_one, n, quick, seeds, folder, blas, progress is None): n for n in names}
-        _tell(progress, f"{len(names)} findings on {min(jobs, usable_cores(), len(names))} worker processes")
+            futures = {pool.submit(_measure_job, name, quick, work.seeds[name], blas): ("measure", name)
+                       for name in work.measures}
+            futures.update({pool.submit(run_spec, spec, blas): ("run", spec) for spec in work.specs})
+        where = f"the Dask cluster at {scheduler}" if scheduler else f"{getattr(pool, '_max_workers', jobs)} worker processes"
+        _tell(progress, f"{len(findings)} findings ({len(work.specs)} runs, {len(work.measures)} measurements) on {where}")
         pending = set(futures)
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for fut in finished:
-                results[futures[fut]] = fut.result()
-                _finished(results[futures[fut]], progress, on_done)
+                kind, key = futures[fut]
+                (work.measured if kind == "measure" else work.runs)[key] = fut.result()
+            for f in [f for f in left if work.ready(f)]:
+                left.remove(f)
+                _finished(f, work.result(f, quick), folder, results, progress, on_done)
     except BaseException:
-        stop_workers(pool)
+        if client is None:
+            stop_workers(pool)
         raise
     finally:
-        pool.shutdown(wait=True)
+        if client is not None:
+            client.close()
+        else:
+            pool.shutdown(wait=True)

@@ -6,9 +6,12 @@ progress on stderr; prints the claim, the source's number, fpsim's number and th
 its reason, and draws the finding's figure.  ``fpsim reproduce --all [--jobs N]``: runs every
 finding, printing each as it finishes and drawing every figure into ``figures/findings/`` (or the
 folder ``--figure`` names).  ``fpsim reproduce --table docs/findings.md [--quick] [--jobs N]``:
-runs every finding and writes the whole table.  With ``--jobs N`` the findings run in N worker
-processes at once, each on fpsim's pinned BLAS thread count, so every number is the one a serial
-run prints.
+runs every finding and writes the whole table.  With ``--jobs N`` the training runs of all findings (and
+the sampling findings' measurements) share N worker processes - or a Dask cluster with
+``--scheduler`` - each on fpsim's pinned BLAS thread count, so every number is the one a serial
+run prints; each figure is drawn here from the finding's record and its result's plain data.
+The names, the list and the table come from the registry of findings
+(``fpsim.experiments.findings.FINDINGS``): a new finding module shows up in all of them.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ HELP = "reproduce a published numerical finding in miniature (--list names them)
 
 
 def add_arguments(p) -> None:
-    p.add_argument("name", nargs="?", help="the finding to run (see --list)")
+    from ..experiments.findings import catalogue  # the registry: the help names every finding
+
+    p.add_argument("name", nargs="?", help=f"the finding to run; one of: {', '.join(f.name for f in catalogue())}")
     p.add_argument("--list", action="store_true", help="one line per finding: name, claim, source, running time here")
     p.add_argument("--quick", action="store_true", help="shorter runs (about 15 s each; what the tests run)")
     p.add_argument("--seeds", type=int, nargs="+", default=None,
@@ -37,7 +42,10 @@ def add_arguments(p) -> None:
     p.add_argument("--all", action="store_true", help="run every finding, print each result and draw each figure")
     p.add_argument("--table", metavar="PATH", help="run every finding and write the Markdown table to PATH")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="with --all or --table: run N findings at once in worker processes (same numbers)")
+                   help="with --all or --table: the runs of every finding on N worker processes (same numbers)")
+    p.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                   help="with --all or --table: run them on the Dask cluster whose scheduler is at ADDRESS "
+                        "(tcp://host:8786; pip install 'fpsim[cluster]')")
 
 
 def add_parser(subparsers):
@@ -53,9 +61,9 @@ def _progress(line: str) -> None:
 
 
 def _list() -> int:
-    from ..experiments.findings import FINDINGS
+    from ..experiments.findings import catalogue
 
-    for f in FINDINGS.values():
+    for f in catalogue():
         quick, full = f.runtime
         note = "" if f.available() else f"  [needs {f.needs}: not here]"
         print(f"{f.name:27s} {f.claim} [{f.source}; about {quick:.0f} s quick, {full:.0f} s full]{note}")
@@ -78,7 +86,8 @@ def _table(args) -> int:
     if path.parent and not path.parent.exists():
         raise OSError(f"--table: the folder {path.parent} does not exist")
     try:
-        results = catalogue.run_every(args.quick, args.seeds, args.jobs, None, _progress)
+        results = catalogue.run_every(args.quick, args.seeds, args.jobs, None, _progress,
+                                      scheduler=getattr(args, "scheduler", None))
     except catalogue.CatalogueStopped as e:
         print(f"fpsim reproduce: {e}; {path} not written (the verdicts above are the finished findings')",
               file=sys.stderr)
@@ -101,7 +110,8 @@ def _all(args) -> int:
         _print(result, FINDINGS[result.name])
 
     try:
-        results = catalogue.run_every(args.quick, args.seeds, args.jobs, folder, _progress, on_done=done)
+        results = catalogue.run_every(args.quick, args.seeds, args.jobs, folder, _progress, on_done=done,
+                                      scheduler=getattr(args, "scheduler", None))
     except catalogue.CatalogueStopped as e:
         print(f"fpsim reproduce: {e} (their results are above)", file=sys.stderr)
         return 130
@@ -145,8 +155,7 @@ def main(args) -> int:
         print(dumps(out, indent=1))
     else:
         _print(result, finding)
-    if fig_path is not None and result.draw is not None:
-        catalogue.draw(result, fig_path)
+    if fig_path is not None and catalogue.save_figure(finding, result, fig_path):
         print(f"fpsim reproduce: figure: {fig_path}", file=sys.stderr)
     return 0
 

@@ -1,24 +1,32 @@
-"""``fpsim reproduce``: every finding's quick run gives its numbers and a verdict; each verdict
-rule, on fixed inputs; the measurements where an exact reference exists (the saturated MX blocks
-against a direct count, Four Over Six against exact rationals, the KV-cache rollout against the
-full forward); the CLI and the table."""
+"""``fpsim reproduce``: the catalogue is the registry (every module of the package registers its
+record); every finding's quick run gives its numbers, a verdict and plain data; each verdict rule,
+on fixed inputs, for every registered finding; the measurements where an exact reference exists
+(the saturated MX blocks against a direct count, Four Over Six against exact rationals, the
+KV-cache rollout against the full forward); the CLI and the table."""
 
+import contextlib
 import dataclasses
 import functools
+import importlib
 import json
 import math
+import pkgutil
 from fractions import Fraction as Q
 
 import numpy as np
 import pytest
+from helpers import small_task
 from support.block_reference import ELEM, F32_MAX, f32, rne
 
 import fpsim
 from fpsim import nn
+from fpsim.experiments import findings
 from fpsim.experiments.findings import (
     FINDINGS,
     VERDICTS,
     FindingResult,
+    base,
+    catalogue,
     fouroversix,
     fp8scale,
     get_finding,
@@ -41,7 +49,7 @@ from fpsim.experiments.gradnoise import GradientNoiseMonitor
 from fpsim.lowp import BlockScaling
 from fpsim.tools import reproduce
 
-RUNNABLE = [n for n, f in FINDINGS.items() if f.available()]
+RUNNABLE = [n for n in FINDINGS.names() if FINDINGS[n].available()]
 
 
 @functools.cache
@@ -60,6 +68,10 @@ def test_each_quick_run_gives_its_numbers_and_a_verdict(name):
     assert r.numbers and all(isinstance(v, float) for v in r.numbers.values())
     assert get_finding(name).verdict(r.numbers) == (r.verdict, r.reason)
     assert r.seconds < 60  # "in seconds": the quick runs are what the tests and a first look use
+    # plain data only: it crosses processes and JSON, and the figure is drawn from it
+    assert base.plain(r.series) == r.series
+    json.dumps({"series": r.series, **r.to_json()})
+    assert not any(callable(v) for v in vars(r).values())
 
 
 def test_the_block_format_findings_reproduce_their_sources_in_quick_runs():
@@ -69,9 +81,38 @@ def test_the_block_format_findings_reproduce_their_sources_in_quick_runs():
     assert _quick(nvfp4round.NAME).verdict == "reproduced"
 
 
-@pytest.mark.parametrize("finding", [proxies, outliers])
-def test_the_finding_module_is_the_registered_finding(finding):
-    assert FINDINGS[finding.NAME] is finding.FINDING
+_MODULES = sorted(m.name for m in pkgutil.iter_modules(findings.__path__) if m.name not in findings._MACHINERY)
+
+
+@pytest.mark.parametrize("module", _MODULES)
+def test_every_module_of_the_package_registers_its_finding(module):
+    """The catalogue is discovered: each finding module's record is in the registry, under its name."""
+    mod = importlib.import_module(f"fpsim.experiments.findings.{module}")
+    assert FINDINGS[mod.NAME] is mod.FINDING
+
+
+def test_the_catalogue_is_every_registered_finding_in_a_stable_order():
+    names = [f.name for f in catalogue()]
+    assert sorted(names) == sorted(FINDINGS.names()) and len(names) == len(_MODULES)
+    assert names[:4] == ["fp16-loss-scaling", "attention-forward-overflow", "bf16-kahan-stochastic", "fp8-scaling"]
+    assert names[-1] == "ptq-degrades-with-training"
+    assert [f.order for f in catalogue()] == sorted(f.order for f in catalogue())
+
+
+def test_a_finding_record_refuses_what_it_cannot_run():
+    f = FINDINGS["nvfp4-rounding"]
+    with pytest.raises(ValueError, match="give a sweep .with extract. or a measure function"):
+        dataclasses.replace(f, measure=None)
+    with pytest.raises(ValueError, match="extract.results. -> numbers goes with a sweep"):
+        dataclasses.replace(f, extract=lambda results: {})
+    with pytest.raises(ValueError, match="seed_use must be one of"):
+        dataclasses.replace(f, seed_use="some")
+    with pytest.raises(TypeError, match="a finding is a Finding record"):
+        FINDINGS.register(object(), "x")
+    with pytest.raises(ValueError, match="modes must name 'quick' and/or 'full'"):
+        findings.Sweep(fpsim.experiments.ReferenceTask, ("fp32",), modes=("fast",))
+    with pytest.raises(TypeError, match="plain data"):
+        FindingResult("x", {}, "", "partly", "", True, (0,), series={"f": print})
 
 
 def test_unit_scaling_quick_run():
@@ -79,22 +120,22 @@ def test_unit_scaling_quick_run():
     assert r.verdict == "partly" and r.numbers["steps"] == 10
     assert r.numbers["plain_grad_output_flushed"] > 0.3 > r.numbers["unit_grad_output_flushed"]
     assert all(math.isfinite(r.numbers[f"{k}_mean"]) for k in unitscaling.RATIOS)
-    assert set(r.series) == {"fp8-delayed", "scale-1 start", "fixed scale 1", "unit-scaled, fixed scale 1"}
+    assert set(r.series["curves"]) == {"fp8-delayed", "scale-1 start", "fixed scale 1", "unit-scaled, fixed scale 1"}
 
 
 def test_mx_layernorm_quick_run():
     r = _quick(mxlayernorm.NAME)
     assert r.verdict in ("not at this scale", "partly", "reproduced") and r.numbers["steps"] == 15
     assert all(math.isfinite(r.numbers[f"{a}_final_loss"]) for a in mxlayernorm.ARMS)
-    assert set(r.series) == set(mxlayernorm.ARMS)
+    assert set(r.series["curves"]) == set(mxlayernorm.ARMS)
 
 
 @pytest.mark.slow
 def test_ptq_quick_run():
     r = _quick(ptq.NAME)
-    assert r.verdict == "partly" and list(r.series["steps"]) == [0, 5, 10, 15, 20]
+    assert r.verdict == "partly" and r.series["steps"] == [0, 5, 10, 15, 20]
     # the summary from the per-seed curves: early rise = increase at the middle less that at step 5
-    assert r.numbers["mxfp4_early_rise"] == pytest.approx(r.series["mxfp4"][0, 2] - r.series["mxfp4"][0, 1])
+    assert r.numbers["mxfp4_early_rise"] == pytest.approx(r.series["mxfp4"][0][2] - r.series["mxfp4"][0][1])
     assert r.numbers["fp32_loss_at_20"] < r.numbers["fp32_loss_at_0"]
     assert all(math.isfinite(v) for v in r.numbers.values())
 
@@ -108,7 +149,7 @@ def _mx(floor, up=0.0):
     return n
 
 
-@pytest.mark.parametrize("finding, numbers, expected", [
+VERDICT_CASES = [
     (mxscale, _mx(0.169), "reproduced"), (mxscale, _mx(0.189), "reproduced"), (mxscale, _mx(0.20), "partly"),
     (mxscale, _mx(0.169, up=0.01), "not at this scale"), (mxscale, _mx(0.0), "not at this scale"),
     (fouroversix, {"gaussian_mse_change": -0.16, "gaussian_share_four": 0.46}, "reproduced"),
@@ -157,11 +198,32 @@ def _mx(floor, up=0.0):
     (promotion, {"k4096_none_mean": -0.07, "k4096_128_mean": -0.0006}, "reproduced"),
     (promotion, {"k4096_none_mean": -0.002, "k4096_128_mean": -0.0001}, "partly"),
     (promotion, {"k4096_none_mean": -0.07, "k4096_128_mean": -0.07}, "not at this scale"),
-])
+    # one case each here; each of these has its whole table in its own test file
+    (proxies, {"logit_growth": 500.0, "qk_lowers_logit_every_seed": 1.0, "qk_wider_every_seed": 0.0, "seeds": 3.0},
+     "partly"),
+    (outliers, {"largest_plant": 1e4, "plant10000_ratio": 50.0, "plant10000_ratio_min": 50.0,
+                "plant10000_kurt_min": 500.0, "plant0_kurt_max": 0.5, "rho_rel_mse_min": 0.7, "rho_small_min": 0.8},
+     "not at this scale"),
+    (unitscaling, {"steps": 10.0, "delayed_mean": 1.1, "delayed_max": 1.15, "scale1_start_mean": 1.13,
+                   "unit_fixed1_mean": 1.0, "unit_fixed1_max": 1.0}, "partly"),
+    (mxlayernorm, {"seeds": 8.0, "steps": 100.0, "width": 32.0, "ln-quantized_seeds_spiking": 0.0,
+                   "ln-high-precision_seeds_spiking": 0.0, "bump_seeds_spiking": 0.0, "fp32_seeds_spiking": 0.0},
+     "not at this scale"),
+    (ptq, {"steps": 20.0, "seeds": 1.0}, "partly"),
+]
+
+
+@pytest.mark.parametrize("finding, numbers, expected", VERDICT_CASES)
 def test_verdict_rules_on_fixed_numbers(finding, numbers, expected):
     verdict, reason = finding.verdict(numbers)
     assert verdict == expected, reason
     assert reason and "\n" not in reason
+    assert FINDINGS[finding.NAME].verdict is finding.verdict  # the registered record's rule
+
+
+@pytest.mark.parametrize("name", FINDINGS.names())
+def test_every_registered_finding_has_its_verdict_tested_on_fixed_numbers(name):
+    assert name in {m.NAME for m, _, _ in VERDICT_CASES}
 
 
 def test_a_result_refuses_an_unknown_verdict_and_a_finding_bad_seeds():
@@ -238,7 +300,7 @@ def test_four_over_six_matches_exact_rationals():
 def test_four_over_six_as_a_block_scaling_option_and_bad_input():
     x = np.random.default_rng(0).standard_normal((32, 32)).astype(np.float32)
     r = BlockScaling("nvfp4", four_over_six=True)
-    np.testing.assert_array_equal(r.q(x, -1), fpsim.quantize(x, "nvfp4", scale_rounding="four_over_six").dequantize())
+    np.testing.assert_array_equal(r.quantize_operand(x, -1), fpsim.quantize(x, "nvfp4", scale_rounding="four_over_six").dequantize())
     with pytest.raises(ValueError, match="four_over_six applies to nvfp4 only"):
         BlockScaling("mxfp8", four_over_six=True)
     with pytest.raises(TypeError, match="four_over_six must be True or False"):
@@ -292,7 +354,7 @@ def test_decode_keeps_the_cache_and_refuses_what_does_not_fit():
 def test_the_gradient_noise_monitor_against_numpy():
     """A float32 'quantized' run has no noise (ratio inf); a gradient perturbed by a known amount
     gives ||g|| / ||delta||, computed here directly in float64."""
-    task = fpsim.experiments.ReferenceTask(n=64)
+    task = small_task(64)
     x = task.data()
     model = task.model(0)
     xt, tgt = fpsim.tensor(x, "float32"), fpsim.tensor(x, "float32")
@@ -315,6 +377,17 @@ def test_the_gradient_noise_monitor_against_numpy():
 
 # ---- the CLI and the table ----------------------------------------------------------------------
 
+@contextlib.contextmanager
+def swapped(name: str, **changes):
+    """The finding ``name`` registered with ``changes`` for the duration (the record restored after)."""
+    f = FINDINGS[name]
+    FINDINGS.register(dataclasses.replace(f, **changes), replace=True)
+    try:
+        yield FINDINGS[name]
+    finally:
+        FINDINGS.register(f, replace=True)
+
+
 def _args(**kw):
     base = {"name": None, "list": False, "quick": True, "seeds": [0], "json": False, "figure": "none", "table": None,
             "all": False, "jobs": 1}
@@ -324,7 +397,7 @@ def _args(**kw):
     return argparse.Namespace(**base)
 
 
-def test_cli_lists_runs_and_writes_json_and_a_figure(capsys, tmp_path, monkeypatch):
+def test_cli_lists_runs_and_writes_json_and_a_figure(capsys, tmp_path):
     assert reproduce.main(_args(list=True)) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in FINDINGS)
@@ -333,10 +406,9 @@ def test_cli_lists_runs_and_writes_json_and_a_figure(capsys, tmp_path, monkeypat
     got = json.loads(capsys.readouterr().out)
     assert got["name"] == "nvfp4-rounding" and got["verdict"] in VERDICTS and got["numbers"]["mse_ratio"] > 1
     assert fig.stat().st_size > 1000
-    nan_result = FindingResult("nvfp4-rounding", {"x": math.nan}, "m", "partly", "r", True, (0,))
-    monkeypatch.setitem(FINDINGS, "nvfp4-rounding",
-                        dataclasses.replace(FINDINGS["nvfp4-rounding"], run=lambda q, s, p: nan_result))
-    assert reproduce.main(_args(name="nvfp4-rounding", json=True)) == 0
+    with swapped("nvfp4-rounding", measure=lambda q, s, p: {"x": math.nan}, verdict=lambda n: ("partly", "r"),
+                 measured=lambda n, s: "m"):
+        assert reproduce.main(_args(name="nvfp4-rounding", json=True)) == 0
     got = json.loads(capsys.readouterr().out)  # strict JSON: NaN written as null, and said where
     assert got["numbers"]["x"] is None and got["non_finite"] == {"numbers.x": "nan"}
     assert reproduce.main(_args()) == 2

@@ -6,23 +6,23 @@ planted activation."""
 import numpy as np
 import pytest
 
-from fpsim.experiments.findings import outliers, proxies
+from fpsim.experiments.findings import outliers, proxies, runner
 from fpsim.experiments.tinygpt import BOS, SEP, TinyGPTTask
 
 
-class _Seen(Exception):
-    pass
-
-
 @pytest.mark.parametrize("given, used", [(None, (0, 1, 2)), ((4,), (4,)), ((1, 2, 3, 4), (1, 2, 3, 4))])
-def test_a_full_run_uses_the_seeds_given_or_the_findings_three(monkeypatch, given, used):
-    def sweep(configs, lrs, steps, seeds, progress=None):
-        raise _Seen(seeds)
+def test_a_full_run_uses_the_seeds_given_or_the_findings_three(given, used):
+    planned = runner.plan(proxies.FINDING, False, proxies.FINDING.seeds_for(False, given))
+    assert tuple(sorted({spec.seed for _, _, spec in planned})) == used
+    # every config of the full grid at every learning rate, each run once per seed
+    assert len(planned) == len(proxies.CONFIGS) * len(proxies.LRS) * len(used)
+    assert {spec.lr for _, _, spec in planned} == set(proxies.LRS) and {spec.steps for _, _, spec in planned} == {60}
 
-    monkeypatch.setattr(proxies, "sweep", sweep)
-    with pytest.raises(_Seen) as e:
-        proxies.FINDING.reproduce(False, given)
-    assert e.value.args[0] == used
+
+def test_a_quick_run_plans_the_quick_grid():
+    planned = runner.plan(proxies.FINDING, True, (0,))
+    assert sorted((rec, spec.task.qk_norm, spec.lr) for _, rec, spec in planned) == sorted(
+        (rec, arm == "qk-norm", lr) for rec, arm in proxies.QUICK_CONFIGS for lr in proxies.QUICK_LRS)
 
 
 # ---- the measures, against hand computations ------------------------------------------------

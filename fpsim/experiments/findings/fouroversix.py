@@ -11,13 +11,11 @@ midpoint 5).
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from ...formats import quantize
 from ...numerics import fsum64
-from .base import Finding, FindingResult, pct, say
+from .base import FINDINGS, Finding, pct, say
 from .samples import sample
 
 NAME = "nvfp4-four-over-six"
@@ -43,8 +41,9 @@ def measure(x: np.ndarray) -> dict:
     return out
 
 
-def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
-    t0 = time.perf_counter()
+def measure_blocks(quick: bool = True, seeds=(0,), progress=None) -> tuple[dict, dict]:
+    """The numbers of every sample kind (its values drawn with the first seed), and the same as the
+    figure's series."""
     n = 2**16 if quick else 2**20
     numbers = {}
     for kind in KINDS:
@@ -52,12 +51,13 @@ def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
         x = sample(kind, n, seeds[0])
         x = x[: x.size - x.size % 16]
         numbers.update({f"{kind}_{k}": v for k, v in measure(x).items()})
-    v, reason = verdict(numbers)
-    measured = (f"Gaussian blocks: MSE {pct(numbers['gaussian_mse_change'])}, {pct(numbers['gaussian_share_four'])} "
-                f"choose 4; reference grads {pct(numbers['reference_grads_mse_change'])}, tiny-GPT grads "
-                f"{pct(numbers['tinygpt_grads_mse_change'])}")
-    return FindingResult(NAME, numbers, measured, v, reason, quick, tuple(seeds[:1]), time.perf_counter() - t0,
-                         draw=lambda ax: _draw(ax, numbers))
+    return numbers, dict(numbers)
+
+
+def measured(numbers: dict, series: dict) -> str:
+    return (f"Gaussian blocks: MSE {pct(numbers['gaussian_mse_change'])}, {pct(numbers['gaussian_share_four'])} "
+            f"choose 4; reference grads {pct(numbers['reference_grads_mse_change'])}, tiny-GPT grads "
+            f"{pct(numbers['tinygpt_grads_mse_change'])}")
 
 
 def verdict(numbers: dict) -> tuple[str, str]:
@@ -70,7 +70,8 @@ def verdict(numbers: dict) -> tuple[str, str]:
     return "not at this scale", f"4/6 did not lower the Gaussian block MSE ({pct(change)})"
 
 
-def _draw(ax, numbers: dict) -> None:
+def draw(ax, numbers: dict) -> None:
+    """Per sample kind, the block MSE under each rule, annotated with the change and the share scaled to 4."""
     x = np.arange(len(KINDS))
     ax.bar(x - 0.2, [numbers[f"{k}_six_mse"] for k in KINDS], 0.4, label="amax to 6 (TE)")
     ax.bar(x + 0.2, [numbers[f"{k}_four_over_six_mse"] for k in KINDS], 0.4, label="4/6")
@@ -83,7 +84,8 @@ def _draw(ax, numbers: dict) -> None:
     ax.legend()
 
 
-FINDING = Finding(
+FINDING = FINDINGS.register(Finding(
     NAME, "Scaling each NVFP4 block's max to 6 or to 4, whichever errs less, lowers the quantization error.",
     "arXiv 2512.02010; NVIDIA/TransformerEngine#3068", "block MSE -16.3% on Gaussian 1x16 blocks, 45.2% of blocks "
-                                                       "choose 4", (1.0, 5.0), run, verdict)
+                                                       "choose 4", (1.0, 5.0), order=80, verdict=verdict, measured=measured,
+    measure=measure_blocks, figure=draw, seed_use="first"))

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from ...lowp import DelayedScaling
 from ..recipes import Recipe
-from .base import Finding, FindingResult
-from .runs import final_ratio, reference_runs
+from ..tasks import ReferenceTask
+from .base import FINDINGS, Finding, Sweep
+from .runs import final_ratio, trained_steps
 
 NAME = "fp8-scaling"
 SCALE1 = Recipe("fp8-scale1-start", "float32", fp8=DelayedScaling(margin=0, amax_history_len=16),
@@ -23,13 +24,17 @@ RECIPES = ("fp32", "fp8-delayed", "fp8-current", SCALE1)
 NAMES = ("fp8-delayed", "fp8-current", "fp8-scale1-start")
 
 
-def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
-    rr = reference_runs(RECIPES, quick, 10, seeds, progress, measure_at=())
-    runs, steps, seeds = rr.runs, rr.steps, rr.seeds
+SWEEP = Sweep(ReferenceTask, RECIPES, quick_steps=10)
+
+
+def extract(runs: dict) -> dict:
     numbers = {f"{n}_ratio": final_ratio(runs, n) for n in NAMES}
-    numbers["steps"] = float(steps)
-    measured = ", ".join(f"{n} {numbers[f'{n}_ratio']:.3f}x" for n in NAMES) + " fp32's final loss"
-    return rr.result(NAME, numbers, measured, verdict, quick, "fp8 scaling (reference task)")
+    numbers["steps"] = float(trained_steps(runs))
+    return numbers
+
+
+def measured(numbers: dict, series: dict) -> str:
+    return ", ".join(f"{n} {numbers[f'{n}_ratio']:.3f}x" for n in NAMES) + " fp32's final loss"
 
 
 def verdict(numbers: dict) -> tuple[str, str]:
@@ -46,8 +51,9 @@ def verdict(numbers: dict) -> tuple[str, str]:
     return "not at this scale", f"fp8 ends {delayed:.3f}x (delayed) and {current:.3f}x (current) float32's loss"
 
 
-FINDING = Finding(
+FINDING = FINDINGS.register(Finding(
     NAME, "Per-tensor scaled fp8 (e4m3 forward, e5m2 gradients) trains close to 16-bit precision; delayed, "
           "current and scale-1-start scaling differ in how close.",
     "arXiv 2209.05433; arXiv 2303.11257 (unit scaling)",
-    "fp8 training matches 16-bit baselines", (15.0, 240.0), run, verdict)
+    "fp8 training matches 16-bit baselines", (15.0, 240.0), order=40, verdict=verdict, measured=measured,
+    sweep=SWEEP, extract=extract, figure="loss-ratio", figure_options={"title": "fp8 scaling (reference task)"}))

@@ -10,24 +10,27 @@ gap to fp32 each cure closes.
 
 from __future__ import annotations
 
-from ...numerics import mean64
-from .base import Finding, FindingResult, pct
-from .runs import final_ratio, reference_runs
+from ..tasks import ReferenceTask
+from .base import FINDINGS, Finding, Sweep, pct
+from .runs import final_ratio, seed_mean, trained_steps
 
 NAME = "bf16-kahan-stochastic"
 RECIPES = ("fp32", "bf16-pure", "bf16-kahan", "bf16-stochastic")
+SWEEP = Sweep(ReferenceTask, RECIPES, quick_steps=15, measure_at=(-1,))
 
 
-def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
-    rr = reference_runs(RECIPES, quick, 15, seeds, progress)
-    runs, steps, seeds = rr.runs, rr.steps, rr.seeds
+def extract(runs: dict) -> dict:
+    steps = trained_steps(runs)
     numbers = {f"{n}_ratio": final_ratio(runs, n) for n in RECIPES[1:]}
-    numbers["pure_stalled"] = float(mean64([r.stalled[steps - 1] for r in runs["bf16-pure"]]))
+    numbers["pure_stalled"] = seed_mean(r.stalled[steps - 1] for r in runs["bf16-pure"])
     numbers["steps"] = float(steps)
-    measured = (f"final loss / fp32: bf16-pure {numbers['bf16-pure_ratio']:.3f}x (its last update left "
-                f"{pct(numbers['pure_stalled'])} of the weights unchanged), bf16-kahan "
-                f"{numbers['bf16-kahan_ratio']:.3f}x, bf16-stochastic {numbers['bf16-stochastic_ratio']:.3f}x")
-    return rr.result(NAME, numbers, measured, verdict, quick, "bfloat16 updates (reference task)")
+    return numbers
+
+
+def measured(numbers: dict, series: dict) -> str:
+    return (f"final loss / fp32: bf16-pure {numbers['bf16-pure_ratio']:.3f}x (its last update left "
+            f"{pct(numbers['pure_stalled'])} of the weights unchanged), bf16-kahan "
+            f"{numbers['bf16-kahan_ratio']:.3f}x, bf16-stochastic {numbers['bf16-stochastic_ratio']:.3f}x")
 
 
 def verdict(numbers: dict) -> tuple[str, str]:
@@ -44,9 +47,10 @@ def verdict(numbers: dict) -> tuple[str, str]:
     return "not at this scale", "neither cure ends closer to float32 than pure bfloat16"
 
 
-FINDING = Finding(
+FINDING = FINDINGS.register(Finding(
     NAME, "Pure bfloat16 training loses small weight updates to rounding; Kahan-compensated or stochastically "
           "rounded updates recover float32's quality.",
     "arXiv 2010.06192 (Zamirai et al.)",
     "bf16 with nearest-rounded updates falls short of fp32; stochastic rounding or Kahan summation matches it",
-    (12.0, 150.0), run, verdict)
+    (12.0, 150.0), order=30, verdict=verdict, measured=measured, sweep=SWEEP, extract=extract,
+    figure="loss-ratio", figure_options={"title": "bfloat16 updates (reference task)"}))

@@ -10,25 +10,27 @@ gradients float16 flushed to zero at the last step, and each final loss over fp3
 
 from __future__ import annotations
 
-from ...numerics import mean64
-from .base import Finding, FindingResult, pct
-from .runs import final_ratio, reference_runs
+from ..tasks import ReferenceTask
+from .base import FINDINGS, Finding, Sweep, pct
+from .runs import final_ratio, seed_mean, trained_steps
 
 NAME = "fp16-loss-scaling"
 RECIPES = ("fp32", "fp16-master", "fp16-dynamic")
+SWEEP = Sweep(ReferenceTask, RECIPES, quick_steps=20, measure_at=(-1,))
 
 
-def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
-    rr = reference_runs(RECIPES, quick, 20, seeds, progress)
-    runs, steps, seeds = rr.runs, rr.steps, rr.seeds
-    numbers = {"unscaled_flushed": float(mean64([r.act_grad_flushed[steps - 1] for r in runs["fp16-master"]])),
-               "scaled_flushed": float(mean64([r.act_grad_flushed[steps - 1] for r in runs["fp16-dynamic"]])),
-               "unscaled_ratio": final_ratio(runs, "fp16-master"), "scaled_ratio": final_ratio(runs, "fp16-dynamic"),
-               "steps": float(steps)}
-    measured = (f"at step {steps - 1}: fp16 without scaling flushed {pct(numbers['unscaled_flushed'])} of the activation "
-                f"gradients (with GradScaler {pct(numbers['scaled_flushed'], 3)}); final loss / fp32 "
-                f"{numbers['unscaled_ratio']:.3f}x unscaled, {numbers['scaled_ratio']:.3f}x scaled")
-    return rr.result(NAME, numbers, measured, verdict, quick, "fp16: loss scaling (reference task)")
+def extract(runs: dict) -> dict:
+    steps = trained_steps(runs)
+    return {"unscaled_flushed": seed_mean(r.act_grad_flushed[steps - 1] for r in runs["fp16-master"]),
+            "scaled_flushed": seed_mean(r.act_grad_flushed[steps - 1] for r in runs["fp16-dynamic"]),
+            "unscaled_ratio": final_ratio(runs, "fp16-master"), "scaled_ratio": final_ratio(runs, "fp16-dynamic"),
+            "steps": float(steps)}
+
+
+def measured(numbers: dict, series: dict) -> str:
+    return (f"at step {int(numbers['steps']) - 1}: fp16 without scaling flushed {pct(numbers['unscaled_flushed'])} of "
+            f"the activation gradients (with GradScaler {pct(numbers['scaled_flushed'], 3)}); final loss / fp32 "
+            f"{numbers['unscaled_ratio']:.3f}x unscaled, {numbers['scaled_ratio']:.3f}x scaled")
 
 
 def verdict(numbers: dict) -> tuple[str, str]:
@@ -44,9 +46,10 @@ def verdict(numbers: dict) -> tuple[str, str]:
                       f"{int(numbers['steps'])} steps the losses have not separated ({behind:.3f}x vs {scaled:.3f}x)")
 
 
-FINDING = Finding(
+FINDING = FINDINGS.register(Finding(
     NAME, "Float16 gradients below its range flush to zero and training falls behind float32; scaling the loss "
           "keeps them and matches float32.",
     "arXiv 1710.03740 (Micikevicius et al. 2018)",
     "Multibox SSD in float16 without loss scaling falls behind (most activation gradients below 2^-24 are lost); "
-    "a loss scale of 8 matches float32", (15.0, 150.0), run, verdict)
+    "a loss scale of 8 matches float32", (15.0, 150.0), order=10, verdict=verdict, measured=measured,
+    sweep=SWEEP, extract=extract, figure="loss-ratio", figure_options={"title": "fp16: loss scaling (reference task)"}))

@@ -17,7 +17,7 @@ alone changes (the float32 sums over a shorter row).
 from __future__ import annotations
 
 import math
-import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,15 +26,18 @@ from ...numerics import mean64
 from ...numerics.scalars import exp64
 from ...optim import Adam
 from ..tinygpt import TinyGPTTask
-from .base import Finding, FindingResult, pct, say
+from .base import FINDINGS, Finding, Sweep, pct
+from .runs import metric
 
 NAME = "fp16-vs-bf16-mismatch"
 FORMATS = ("float32", "bfloat16", "float16")
 BAND = (0.8, 1.25)
+KEYS = ("rms", "out_of_band", "rms_same_kernel")
 
 
 def train(task: TinyGPTTask, steps: int, seed: int, progress=None) -> nn.TinyGPT:
-    """The tiny GPT after ``steps`` float32 Adam steps of the task's schedule."""
+    """The tiny GPT after ``steps`` float32 Adam steps of the task's schedule (the model itself, for
+    lab 15; the finding trains through the pipeline: :class:`MismatchTask`)."""
     model = task.model(seed)
     opt = Adam(model.parameters(), lr=task.lr)
     for step in range(steps):
@@ -64,32 +67,58 @@ def mismatch(model: nn.TinyGPT, prompts: np.ndarray, n_new: int, seed: int, fuse
     return {"rms": math.sqrt(mean64((r - 1) ** 2)), "out_of_band": float(np.mean((r < BAND[0]) | (r > BAND[1])))}
 
 
-def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
-    t0 = time.perf_counter()
-    task = TinyGPTTask()
-    steps, n_prompts = (15, 64) if quick else (150, 512)
-    numbers = {f"{f}_{k}": 0.0 for f in FORMATS for k in ("rms", "out_of_band", "rms_same_kernel")}
-    for seed in seeds:
-        say(progress, f"seed {seed}: training the tiny GPT in float32 ({steps} steps)")
-        model = train(task, steps, seed)
-        prompts = task.sequences(n_prompts, np.random.default_rng([task.data_seed, 7, seed]))[:, : task.n_digits + 1]
+@dataclass(frozen=True)
+class MismatchTask(TinyGPTTask):
+    """The tiny GPT trained in float32 as the task trains it, whose final model is measured
+    (:meth:`metrics`): its weights rounded once into each of :data:`FORMATS`, ``n_prompts``
+    prompts of the seed rolled out through the KV cache and scored by the trainer's forward."""
+
+    trace_nonfinite = False
+    n_prompts: int = 64
+
+    def model(self, seed: int = 0):
+        m = super().model(seed)
+        m.seed = seed  # the rollout samples with the seed the weights were drawn from
+        return m
+
+    def metrics(self, model, recipe) -> dict:
+        """Per format ``{fmt}_rms``, ``{fmt}_out_of_band`` (the fused decode kernel against the
+        trainer) and ``{fmt}_rms_same_kernel`` (the eager attention on both sides)."""
+        seed = model.seed
+        prompts = self.sequences(self.n_prompts, np.random.default_rng([self.data_seed, 7, seed]))
+        prompts = prompts[:, : self.n_digits + 1]
+        out = {}
         for fmt in FORMATS:
-            say(progress, f"seed {seed}: {fmt}: rollout through the KV cache, then the trainer's forward")
-            m = task.model(seed)
+            m = self.model(seed)
             m.load_state_dict(model.state_dict())  # the trained float32 weights, rounded once into fmt
             m.to(fmt)
-            fused = mismatch(m, prompts, task.n_digits, seed)
-            same = mismatch(m, prompts, task.n_digits, seed, fused=False)
-            numbers[f"{fmt}_rms"] += fused["rms"] / len(seeds)
-            numbers[f"{fmt}_out_of_band"] += fused["out_of_band"] / len(seeds)
-            numbers[f"{fmt}_rms_same_kernel"] += same["rms"] / len(seeds)
+            fused = mismatch(m, prompts, self.n_digits, seed)
+            same = mismatch(m, prompts, self.n_digits, seed, fused=False)
+            out.update({f"{fmt}_rms": fused["rms"], f"{fmt}_out_of_band": fused["out_of_band"],
+                        f"{fmt}_rms_same_kernel": same["rms"]})
+        return out
+
+
+SWEEP = Sweep(MismatchTask, ("fp32",), quick_steps=15, full_steps=150, quick_settings={"n_prompts": 64},
+              settings={"n_prompts": 512})
+
+
+def extract(runs: dict) -> tuple[dict, dict]:
+    """Seed means of the per-format measures (accumulated seed by seed, each over the seed count)."""
+    rs = runs["fp32"]
+    numbers = {f"{f}_{k}": 0.0 for f in FORMATS for k in KEYS}
+    for r in rs:
+        for key in numbers:
+            numbers[key] += metric(r, key) / len(rs)
     numbers["bf16_over_fp16"] = numbers["bfloat16_rms"] / numbers["float16_rms"]
-    v, reason = verdict(numbers)
-    measured = (f"RMS relative error bf16 {pct(numbers['bfloat16_rms'], 3)} vs fp16 {pct(numbers['float16_rms'], 3)} "
-                f"({numbers['bf16_over_fp16']:.1f}x; float32 {numbers['float32_rms']:.1e}); out of [0.8, 1.25]: bf16 "
-                f"{pct(numbers['bfloat16_out_of_band'], 2)}, fp16 {pct(numbers['float16_out_of_band'], 2)}")
-    return FindingResult(NAME, numbers, measured, v, reason, quick, tuple(seeds), time.perf_counter() - t0,
-                         draw=lambda ax: _draw(ax, numbers))
+    return numbers, {k: [numbers[f"{f}_{k}"] for f in FORMATS] for k in ("rms", "rms_same_kernel")} | {
+        "bf16_over_fp16": numbers["bf16_over_fp16"]}
+
+
+def measured(numbers: dict, series: dict) -> str:
+    return (f"RMS relative error bf16 {pct(numbers['bfloat16_rms'], 3)} vs fp16 {pct(numbers['float16_rms'], 3)} "
+            f"({numbers['bf16_over_fp16']:.1f}x; float32 {numbers['float32_rms']:.1e}); out of [0.8, 1.25]: bf16 "
+            f"{pct(numbers['bfloat16_out_of_band'], 2)}, fp16 {pct(numbers['float16_out_of_band'], 2)}")
 
 
 def verdict(numbers: dict) -> tuple[str, str]:
@@ -101,21 +130,23 @@ def verdict(numbers: dict) -> tuple[str, str]:
     return "not at this scale", f"bfloat16's mismatch is only {ratio:.1f}x float16's"
 
 
-def _draw(ax, numbers: dict) -> None:
+def draw(ax, series: dict) -> None:
+    """Per format, the RMS mismatch with the fused kernel and with the same kernel on both sides."""
     x = np.arange(len(FORMATS))
-    ax.bar(x - 0.2, [numbers[f"{f}_rms"] for f in FORMATS], 0.4, label="fused decode kernel vs eager trainer")
-    ax.bar(x + 0.2, [max(numbers[f"{f}_rms_same_kernel"], 1e-12) for f in FORMATS], 0.4,
+    ax.bar(x - 0.2, series["rms"], 0.4, label="fused decode kernel vs eager trainer")
+    ax.bar(x + 0.2, [max(v, 1e-12) for v in series["rms_same_kernel"]], 0.4,
            label="same (eager) kernel on both sides")
     ax.set_yscale("log")
     ax.set_xticks(x, FORMATS)
     ax.set_ylabel("RMS of p_rollout / p_trainer - 1")
-    ax.set_title(f"rollout (KV cache) vs trainer: bf16 / fp16 = {numbers['bf16_over_fp16']:.1f}x")
+    ax.set_title(f"rollout (KV cache) vs trainer: bf16 / fp16 = {series['bf16_over_fp16']:.1f}x")
     ax.legend()
 
 
-FINDING = Finding(
+FINDING = FINDINGS.register(Finding(
     NAME, "The rollout engine (KV-cache decoding) and the trainer (one full forward) disagree on token "
           "probabilities about 8x less in float16 than in bfloat16.",
     "arXiv 2510.26788; ServiceNow/Fast-LLM#525; verl-project/verl#6280",
     "chosen-token RMS relative error 0.473% (bf16) vs 0.057% (fp16) on SmolLM2-135M; verl: 8.04% vs 0.00% of "
-    "tokens out of band (Qwen2.5-1.5B); a 4-layer numpy model 3.03e-3 vs 3.57e-4 (8.5x)", (7.0, 100.0), run, verdict)
+    "tokens out of band (Qwen2.5-1.5B); a 4-layer numpy model 3.03e-3 vs 3.57e-4 (8.5x)", (7.0, 100.0), order=50, verdict=verdict, measured=measured, sweep=SWEEP, extract=extract,
+    figure=draw))

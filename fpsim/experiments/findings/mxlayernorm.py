@@ -32,16 +32,14 @@ proxy is 16 times wider and 16 times the batch and ran thousands of steps.
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
 from ...lowp import BlockScaling
 from ...numerics import mean64
-from .. import run_recipe
 from ..recipes import Recipe
 from ..studentteacher import StudentTeacherTask
-from .base import Finding, FindingResult, say
+from .base import FINDINGS, Finding, Sweep
 
 NAME = "mx-layernorm-instability"
 WINDOW, FACTOR = 10, 2.0
@@ -67,29 +65,35 @@ def spikes(losses) -> list[int]:
     return out
 
 
-def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
-    t0 = time.perf_counter()
-    size = QUICK if quick else FULL
-    seeds = tuple(seeds)
-    curves, numbers = {}, {"steps": float(size["steps"]), "width": float(size["width"]), "seeds": float(len(seeds))}
-    for arm, (recipe, ln) in ARMS.items():
-        task = StudentTeacherTask(width=size["width"], depth=size["depth"], batch=size["batch"], ln_format=ln)
-        runs = []
-        for seed in seeds:
-            say(progress, f"{arm}, seed {seed}: {size['steps']} steps")
-            losses = run_recipe(recipe, task, steps=size["steps"], seed=seed, measure_at=[]).losses
-            runs.append(list(losses) + [math.nan] * (size["steps"] - len(losses)))  # a run that died: NaN after
+def _sweep(arm: str) -> Sweep:
+    recipe, ln = ARMS[arm]
+    fields = ("width", "depth", "batch")
+    return Sweep(StudentTeacherTask, (recipe,), quick_steps=QUICK["steps"], full_steps=FULL["steps"], name=arm,
+                 settings={**{k: FULL[k] for k in fields}, "ln_format": ln}, quick_settings={k: QUICK[k] for k in fields})
+
+
+SWEEPS = tuple(_sweep(arm) for arm in ARMS)  # all four arms from the same initial weights and batches
+
+
+def extract(results) -> tuple[dict, dict]:
+    """Per arm the spikes of each seed's loss curve (a run that died: NaN after it) and the final loss."""
+    size = QUICK if results.quick else FULL
+    numbers = {"steps": float(size["steps"]), "width": float(size["width"]), "seeds": float(len(results.seeds))}
+    curves = {}
+    for arm, (recipe, _) in ARMS.items():
+        runs = [list(r.losses) + [math.nan] * (size["steps"] - len(r.losses)) for r in results[arm][recipe.name]]
         found = [spikes(r) for r in runs]
         firsts = [f[0] for f in found if f]
         numbers[f"{arm}_spikes"] = float(np.mean([len(f) for f in found]))
         numbers[f"{arm}_seeds_spiking"] = float(sum(bool(f) for f in found))
         numbers[f"{arm}_first_spike"] = float(np.median(firsts)) if firsts else math.nan
         numbers[f"{arm}_final_loss"] = float(mean64([r[-1] for r in runs]))
-        curves[arm] = np.asarray(runs, np.float64)
-    v, reason = verdict(numbers)
-    measured = describe(numbers, size)
-    return FindingResult(NAME, numbers, measured, v, reason, quick, seeds, time.perf_counter() - t0,
-                         draw=lambda ax: _draw(ax, curves), series=curves)
+        curves[arm] = runs
+    return numbers, {"curves": curves, "size": {k: size[k] for k in ("width", "depth", "batch", "steps")}}
+
+
+def measured(numbers: dict, series: dict) -> str:
+    return describe(numbers, series["size"])
 
 
 def describe(numbers: dict, size: dict) -> str:
@@ -125,8 +129,10 @@ def verdict(numbers: dict) -> tuple[str, str]:
                                  f"LayerNorm ({int(quant)})")
 
 
-def _draw(ax, curves: dict) -> None:
-    for arm, c in curves.items():
+def draw(ax, series: dict) -> None:
+    """Each arm's seed-median loss curve, an x at every spike of any seed."""
+    for arm, c in series["curves"].items():
+        c = np.asarray(c, np.float64)
         steps = np.arange(c.shape[1])
         ax.plot(steps, np.median(c, axis=0), label=f"{arm} (seed median)")
         for r in c:
@@ -139,10 +145,10 @@ def _draw(ax, curves: dict) -> None:
     ax.legend(fontsize=8)
 
 
-FINDING = Finding(
+FINDING = FINDINGS.register(Finding(
     NAME, "In MXFP8 the residual-MLP proxy shows loss spikes when the LayerNorm's affine parameters are quantized, "
           "and none when they stay in high precision or the shared exponent is bumped up on overflow.",
     "arXiv 2506.20752; code Hither1/systems-scaling",
     "spikes in the quantized-LayerNorm runs (depth 4, width 512, batch 2048, Adam 6e-4, MXFP8 e4m3); none with "
-    "--dont_quantize_layernorm or --bump_up_overflow_exponent", (3.0, 50.0), run, verdict,
-    seeds=(0, 1, 2))
+    "--dont_quantize_layernorm or --bump_up_overflow_exponent", (3.0, 50.0), order=140, verdict=verdict,
+    measured=measured, sweep=SWEEPS, extract=extract, figure=draw, seeds=(0, 1, 2)))

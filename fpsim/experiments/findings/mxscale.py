@@ -14,17 +14,14 @@ verdict rests on the saturation counts.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from ...formats import quantize
 from ...lowp import BlockScaling
 from ...numerics import fsum64, mean64
-from .. import run_recipe
 from ..recipes import Recipe
 from ..tinygpt import TinyGPTTask
-from .base import Finding, FindingResult, pct, say
+from .base import FINDINGS, Finding, Sweep, pct, say
 from .samples import SAMPLES, sample
 
 NAME = "mxfp8-scale-rounding"
@@ -46,47 +43,46 @@ def measure(x: np.ndarray, rule: str, fmt: str = "mxfp8_e4m3") -> dict:
             "bias": float(fsum64(np.abs(d) - np.abs(x64)) / fsum64(np.abs(x64))) if sq else 0.0}
 
 
-def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
-    t0 = time.perf_counter()
+def measure_rules(quick: bool = True, seeds=(0,), progress=None) -> tuple[dict, dict]:
+    """Per sample kind and rule, the seed means of :func:`measure` (quick runs sample with the first
+    seed only: ``seed_use``), and the same as the figure's series."""
     n = 2**16 if quick else 2**20
-    used = tuple(seeds[:1]) if quick else tuple(seeds)  # quick runs sample with the first seed only
     numbers = {}
     for kind in SAMPLES:
         say(progress, f"{kind}: quantizing under {', '.join(RULES)}")
-        for seed in used:
+        for seed in seeds:
             x = sample(kind, n, seed)
             for rule in RULES:
                 for key, v in measure(x, rule).items():
                     k = f"{kind}_{rule}_{key}"
-                    numbers[k] = numbers.get(k, 0.0) + v / len(used)
-    if not quick:
-        numbers.update(training_effect(seeds, progress))
-    v, reason = verdict(numbers)
-    measured = (f"saturated blocks under floor: Gaussian {pct(numbers['gaussian_floor_saturated'])}, Student-t "
-                f"{pct(numbers['student_t3_floor_saturated'])}, reference grads "
-                f"{pct(numbers['reference_grads_floor_saturated'])}, tiny-GPT grads "
-                f"{pct(numbers['tinygpt_grads_floor_saturated'])}; ceil / rceil "
-                f"{pct(max(numbers[f'{k}_{r}_saturated'] for k in SAMPLES for r in ('ceil', 'rceil')))}")
-    if not quick:
-        measured += (f"; tiny GPT, {TRAIN_STEPS} steps of MXFP8: final loss floor / rceil "
-                     f"{numbers['tinygpt_floor_over_rceil']:.3f}x (seed mean)")
-    return FindingResult(NAME, numbers, measured, v, reason, quick, used, time.perf_counter() - t0,
-                         draw=lambda ax: _draw(ax, numbers))
+                    numbers[k] = numbers.get(k, 0.0) + v / len(seeds)
+    return numbers, dict(numbers)
 
 
-def training_effect(seeds, progress=None) -> dict:
-    """The tiny GPT trained ``TRAIN_STEPS`` steps with every Linear in MXFP8 under floor and under
-    rceil scales, per seed: the mean over seeds of floor's final evaluation loss over rceil's."""
-    task = TinyGPTTask()
-    ratios = []
-    for seed in seeds:
-        losses = {}
-        for rule in ("floor", "rceil"):
-            say(progress, f"tiny GPT, MXFP8 with {rule} scales, seed {seed}: {TRAIN_STEPS} steps")
-            recipe = Recipe(f"mxfp8-{rule}", "float32", block=BlockScaling("mxfp8_e4m3", scale_rounding=rule))
-            losses[rule] = run_recipe(recipe, task, steps=TRAIN_STEPS, seed=seed, measure_at=[]).final_loss
-        ratios.append(losses["floor"] / losses["rceil"])
-    return {"tinygpt_floor_over_rceil": float(mean64(ratios))}
+TRAINED = {rule: Recipe(f"mxfp8-{rule}", "float32", block=BlockScaling("mxfp8_e4m3", scale_rounding=rule))
+           for rule in ("floor", "rceil")}
+# full runs: the tiny GPT with every Linear in MXFP8 under floor and under rceil scales
+SWEEP = Sweep(TinyGPTTask, tuple(TRAINED.values()), full_steps=TRAIN_STEPS, modes=("full",))
+
+
+def extract(runs: dict) -> dict:
+    """The mean over seeds of floor's final evaluation loss over rceil's (nothing in a quick run)."""
+    if not runs:
+        return {}
+    floor, rceil = runs[TRAINED["floor"].name], runs[TRAINED["rceil"].name]
+    return {"tinygpt_floor_over_rceil": float(mean64([f.final_loss / r.final_loss for f, r in zip(floor, rceil)]))}
+
+
+def measured(numbers: dict, series: dict) -> str:
+    text = (f"saturated blocks under floor: Gaussian {pct(numbers['gaussian_floor_saturated'])}, Student-t "
+            f"{pct(numbers['student_t3_floor_saturated'])}, reference grads "
+            f"{pct(numbers['reference_grads_floor_saturated'])}, tiny-GPT grads "
+            f"{pct(numbers['tinygpt_grads_floor_saturated'])}; ceil / rceil "
+            f"{pct(max(numbers[f'{k}_{r}_saturated'] for k in SAMPLES for r in ('ceil', 'rceil')))}")
+    if "tinygpt_floor_over_rceil" in numbers:
+        text += (f"; tiny GPT, {TRAIN_STEPS} steps of MXFP8: final loss floor / rceil "
+                 f"{numbers['tinygpt_floor_over_rceil']:.3f}x (seed mean)")
+    return text
 
 
 def verdict(numbers: dict) -> tuple[str, str]:
@@ -103,7 +99,8 @@ def verdict(numbers: dict) -> tuple[str, str]:
     return "not at this scale", "floor saturated no Gaussian block"
 
 
-def _draw(ax, numbers: dict) -> None:
+def draw(ax, numbers: dict) -> None:
+    """Per sample kind and rule, the share of blocks holding a saturated element."""
     width = 0.8 / len(RULES)
     for i, rule in enumerate(RULES):
         ax.bar(np.arange(len(SAMPLES)) + i * width, [100 * numbers[f"{k}_{rule}_saturated"] for k in SAMPLES],
@@ -115,8 +112,9 @@ def _draw(ax, numbers: dict) -> None:
     ax.legend()
 
 
-FINDING = Finding(
+FINDING = FINDINGS.register(Finding(
     NAME, "The OCP floor rule for MXFP8's shared scale saturates the largest element of many blocks; "
           "rounding the scale up (ceil, rceil) saturates none.",
     "arXiv 2506.08027", "16.9% of Gaussian 32-blocks saturate under floor (19.6% Student-t, 3 dof); 0% under "
-                        "ceil / rceil", (2.0, 60.0), run, verdict)
+                        "ceil / rceil", (2.0, 60.0), order=70, verdict=verdict, measured=measured,
+    measure=measure_rules, sweep=SWEEP, extract=extract, figure=draw, seed_use="first-when-quick"))

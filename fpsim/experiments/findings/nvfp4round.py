@@ -13,14 +13,13 @@ tiles).
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
 from ...formats import quantize
 from ...numerics import mean64
 from ...numerics.random import normal
-from .base import Finding, FindingResult, pct, say
+from .base import FINDINGS, Finding, pct, say
 
 NAME = "nvfp4-rounding"
 SOURCE_RATIO = 2.09
@@ -52,8 +51,8 @@ def transpose_mismatch(w: np.ndarray, block) -> float:
     return float((a != b).mean())
 
 
-def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
-    t0 = time.perf_counter()
+def measure_rounding(quick: bool = True, seeds=(0,), progress=None) -> tuple[dict, dict]:
+    """The numbers (module docstring) from the first seed's draws, and the same as the figure's series."""
     rng = np.random.default_rng(seeds[0])
     n, draws = (2**14, 16) if quick else (2**16, 64)
     say(progress, f"Gaussian 1x16 blocks: nearest, and {draws} stochastic draws")
@@ -63,13 +62,14 @@ def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
     w = normal(rng, (256, 256), 1 / 16)
     numbers["transpose_mismatch_1x16"] = transpose_mismatch(w, 16)
     numbers["transpose_mismatch_16x16"] = transpose_mismatch(w, (16, 16))
-    v, reason = verdict(numbers)
-    measured = (f"SR / RTN MSE {numbers['mse_ratio']:.2f}x; mean |bias| per value SR {numbers['sr_bias']:.2e} "
-                f"({draws} draws) vs RTN {numbers['rtn_bias']:.2e} (x RMS); W vs W^T differ in "
-                f"{pct(numbers['transpose_mismatch_1x16'])} of entries with 1x16 blocks, "
-                f"{pct(numbers['transpose_mismatch_16x16'])} with 16x16 tiles")
-    return FindingResult(NAME, numbers, measured, v, reason, quick, tuple(seeds[:1]), time.perf_counter() - t0,
-                         draw=lambda ax: _draw(ax, numbers))
+    return numbers, {**numbers, "draws": draws}
+
+
+def measured(numbers: dict, series: dict) -> str:
+    return (f"SR / RTN MSE {numbers['mse_ratio']:.2f}x; mean |bias| per value SR {numbers['sr_bias']:.2e} "
+            f"({series['draws']} draws) vs RTN {numbers['rtn_bias']:.2e} (x RMS); W vs W^T differ in "
+            f"{pct(numbers['transpose_mismatch_1x16'])} of entries with 1x16 blocks, "
+            f"{pct(numbers['transpose_mismatch_16x16'])} with 16x16 tiles")
 
 
 def verdict(numbers: dict) -> tuple[str, str]:
@@ -84,7 +84,8 @@ def verdict(numbers: dict) -> tuple[str, str]:
     return "not at this scale", f"SR / RTN MSE {ratio:.2f}x and 16x16 tiles {'agree' if tiles_same else 'differ'}"
 
 
-def _draw(ax, numbers: dict) -> None:
+def draw(ax, numbers: dict) -> None:
+    """The MSE ratio and the two transpose mismatches, beside the source's ratio."""
     names = ["MSE SR / RTN", "W vs W^T, 1x16 (%)", "W vs W^T, 16x16 (%)"]
     vals = [numbers["mse_ratio"], 100 * numbers["transpose_mismatch_1x16"], 100 * numbers["transpose_mismatch_16x16"]]
     ax.bar(names, vals, color=["C0", "C1", "C2"])
@@ -93,8 +94,9 @@ def _draw(ax, numbers: dict) -> None:
     ax.legend()
 
 
-FINDING = Finding(
+FINDING = FINDINGS.register(Finding(
     NAME, "Stochastic rounding of NVFP4 elements costs about twice the MSE of nearest but is unbiased; 16x16 "
           "weight tiles make W and W^T quantize to the same values.",
     "arXiv 2509.25149; arXiv 2601.22813", "SR MSE about 2.09x RTN on Gaussian blocks, unbiased; 16x16 weight blocks",
-    (1.0, 4.0), run, verdict)
+    (1.0, 4.0), order=90, verdict=verdict, measured=measured, measure=measure_rounding, figure=draw,
+    seed_use="first"))

@@ -28,21 +28,22 @@ usual relative precision.
 from __future__ import annotations
 
 import math
-import time
+from collections import namedtuple
+from dataclasses import dataclass
 
 import numpy as np
 
 from ...numerics import fsum64, mean64
-from ...optim import Adam
 from ...outliers import OutlierMonitor
 from ...tensor import tensor
 from ..tinygpt import BOS, TinyGPTTask
-from .base import Finding, FindingResult, pct, say
+from .base import FINDINGS, Finding, Sweep, pct
+from .runs import metric
 
 NAME = "outliers-and-kurtosis"
 PLANTS = (0.0, 100.0, 1000.0, 10000.0)
 QUICK_PLANTS = (0.0, 10000.0)
-TASK = TinyGPTTask(n_digits=8, d_model=32, n_layers=2, n_heads=2, batch=16, warmup=10, lr=1e-2, bos=True)
+Row = namedtuple("Row", "pass_ module top_ratio kurtosis fp8_rel_mse fp8_small")  # one monitor row, as data
 
 
 def watched(n_layers: int) -> list:
@@ -59,20 +60,40 @@ def plant(model, value: float) -> None:
     w.data = tensor(arr, w.fmt, backend=w.backend).data
 
 
-def train_watched(value: float, steps: int, seed: int, task: TinyGPTTask = TASK, every: int = 1) -> tuple:
-    """(OutlierMonitor, evaluation loss) of the tiny GPT trained ``steps`` float32 Adam steps with
-    ``value`` planted (0: the BOS token as drawn), the monitor reading every ``every``-th step."""
-    model = task.model(seed)
-    if value:
-        plant(model, value)
-    opt = Adam(model.parameters(), lr=task.lr)
-    with OutlierMonitor(model, modules=watched(task.n_layers), every=every) as om:
-        for step in range(steps):
-            opt.zero_grad()
-            opt.lr = task.lr_at(step, steps, task.lr)
-            task.loss(model, task.batch_at(step)).backward()
-            opt.step()
-    return om, task.evaluate(model)[0]
+@dataclass(frozen=True)
+class OutlierTask(TinyGPTTask):
+    """The tiny GPT with ``plant`` planted (0: the BOS token as drawn), trained under an
+    :class:`~fpsim.outliers.OutlierMonitor` that reads every ``every``-th step: the monitor is
+    entered as the model is made and left in :meth:`metrics`, whose ``outlier_rows`` are its rows as
+    plain tuples (pass, module, max / median |x|, excess kurtosis, e4m3 relative MSE, share below
+    e4m3's normal range) before the evaluation loss is taken."""
+
+    trace_nonfinite = False
+    plant: float = 0.0
+    every: int = 1
+
+    def model(self, seed: int = 0):
+        m = super().model(seed)
+        if self.plant:
+            plant(m, self.plant)
+        om = OutlierMonitor(m, modules=watched(self.n_layers), every=self.every)
+        om.__enter__()
+        m.outlier_monitor = om
+        return m
+
+    def metrics(self, model, recipe) -> dict:
+        om = model.outlier_monitor
+        om.__exit__(None, None, None)
+        rows = [(r.pass_, r.module, r.top_ratio, r.kurtosis, r.fp8_rel_mse, r.fp8_small) for r in om.rows]
+        return {**super().metrics(model, recipe), "outlier_rows": rows}
+
+
+TASK_SETTINGS = {"n_digits": 8, "d_model": 32, "n_layers": 2, "n_heads": 2, "batch": 16, "warmup": 10, "lr": 1e-2,
+                 "bos": True}
+TASK = TinyGPTTask(**TASK_SETTINGS)
+SWEEPS = tuple(Sweep(OutlierTask, ("fp32",), quick_steps=10, full_steps=100, name=f"plant{p:g}",
+                     settings={**TASK_SETTINGS, "plant": p, "every": 5}, quick_settings={"every": 2},
+                     modes=("quick", "full") if p in QUICK_PLANTS else ("full",)) for p in PLANTS)
 
 
 def rank_correlation(a, b) -> float:
@@ -97,27 +118,23 @@ def _spread(n: dict, name: str, vals) -> None:
     n[name], n[f"{name}_min"], n[f"{name}_max"] = float(mean64(vals)), float(np.min(vals)), float(np.max(vals))
 
 
-def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
-    t0 = time.perf_counter()
-    seeds = tuple(seeds)
-    if quick:
-        plants, steps, every = QUICK_PLANTS, 10, 2
-    else:
-        plants, steps, every = PLANTS, 100, 5
+def extract(results) -> tuple[dict, dict]:
+    """The numbers (module docstring) from every plant's runs, seed by seed."""
+    plants = QUICK_PLANTS if results.quick else PLANTS
     per = {p: {"ratio": [], "kurt": [], "loss": [], "small": []} for p in plants}
     rho_mse, rho_small, points = [], [], []
-    for seed in seeds:
+    for i in range(len(results.seeds)):
         rows = []
         for p in plants:
-            say(progress, f"seed {seed}: planted {p:g}, {steps} float32 steps under the outlier monitor")
-            om, loss = train_watched(p, steps, seed, every=every)
-            end = max(r.pass_ for r in om.rows)
-            last = [r for r in om.rows if r.pass_ == end and r.module.count(".") == 1]  # the block outputs
+            run = results[f"plant{p:g}"]["fp32"][i]
+            seen = [Row(*r) for r in metric(run, "outlier_rows")]
+            end = max(r.pass_ for r in seen)
+            last = [r for r in seen if r.pass_ == end and r.module.count(".") == 1]  # the block outputs
             per[p]["ratio"].append(mean64([r.top_ratio for r in last]))
             per[p]["kurt"].append(mean64([r.kurtosis for r in last]))
             per[p]["small"].append(mean64([r.fp8_small for r in last]))
-            per[p]["loss"].append(loss)
-            rows += [(p, r) for r in om.rows]
+            per[p]["loss"].append(metric(run, "eval_loss"))
+            rows += [(p, r) for r in seen]
         k = [r.kurtosis for _, r in rows]
         rho_mse.append(rank_correlation(k, [r.fp8_rel_mse for _, r in rows]))
         rho_small.append(rank_correlation(k, [r.fp8_small for _, r in rows]))
@@ -128,10 +145,12 @@ def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
             _spread(n, f"plant{p:g}_{stat}", per[p][stat])
     _spread(n, "rho_rel_mse", rho_mse)
     _spread(n, "rho_small", rho_small)
-    n["largest_plant"], n["seeds"] = float(plants[-1]), float(len(seeds))
-    v, reason = verdict(n)
-    return FindingResult(NAME, n, _measured(n, plants), v, reason, quick, seeds, time.perf_counter() - t0,
-                         draw=lambda ax: draw(ax, points, n), series={"points": points})
+    n["largest_plant"], n["seeds"] = float(plants[-1]), float(len(results.seeds))
+    return n, {"points": points, "plants": list(plants), "rho_small": n["rho_small"], "rho_rel_mse": n["rho_rel_mse"]}
+
+
+def measured(numbers: dict, series: dict) -> str:
+    return _measured(numbers, series["plants"])
 
 
 def _measured(n: dict, plants) -> str:
@@ -162,9 +181,11 @@ def verdict(n: dict) -> tuple[str, str]:
     return "not at this scale", f"kurtosis does not rank the e4m3 error (rho down to {mse:.2f} and {small:.2f})"
 
 
-def draw(ax, points: list, n: dict) -> None:
+def draw(ax, series: dict) -> None:
     """Excess kurtosis against the share of the tensor e4m3's per-tensor scale pushes below its
-    normal range, one colour per plant; inset: against the e4m3 relative MSE."""
+    normal range, one colour per plant; inset: against the e4m3 relative MSE; the seed-mean
+    correlations in the title."""
+    points, n = series["points"], series
     plants = sorted({p for p, *_ in points})
     inset = ax.inset_axes([0.5, 0.12, 0.3, 0.4])
     for i, p in enumerate(plants):
@@ -184,10 +205,10 @@ def draw(ax, points: list, n: dict) -> None:
     ax.legend(fontsize=8, loc="upper left")
 
 
-FINDING = Finding(
+FINDING = FINDINGS.register(Finding(
     NAME, "Massive activations (a few values far above the median) make activation tensors heavy-tailed; their "
           "excess kurtosis tracks how much per-tensor fp8 quantization loses.",
     "arXiv 2402.17762 (Massive Activations); arXiv 2505.20524 (FOG); arXiv 2506.19697",
     "activations up to 100,000x the median on sink tokens; kurtosis as the early sign of fp8 divergence (FOG: "
-    "Adam-trained kurtosis 1818.56 vs 0.04 with an outlier-safe recipe, 1.4B)", (5.0, 110.0), run, verdict,
-    seeds=(0, 1, 2))
+    "Adam-trained kurtosis 1818.56 vs 0.04 with an outlier-safe recipe, 1.4B)", (5.0, 110.0), order=120,
+    verdict=verdict, measured=measured, sweep=SWEEPS, extract=extract, figure=draw, seeds=(0, 1, 2)))

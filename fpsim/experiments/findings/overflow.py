@@ -14,41 +14,39 @@ the scores sharpen within them.
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import replace
 
 import numpy as np
 
-from ...numerics import mean64
-from ..tinygpt import OVERFLOW
-from .base import Finding, FindingResult, pct
-from .runs import train_recipes
+from ..tinygpt import TinyGPTTask
+from .base import FINDINGS, Finding, Sweep, pct
+from .runs import metric, seed_mean
 
 NAME = "attention-forward-overflow"
 RECIPES = ("fp16-master", "fp16-amp")
+# OVERFLOW (experiments.tinygpt): attn_stable=False; quick runs at four times the rate after a 5-step warm-up
+SWEEP = Sweep(TinyGPTTask, RECIPES, quick_steps=20, full_steps=100, settings={"attn_stable": False},
+              quick_settings={"lr": 2e-2, "warmup": 5}, measure_at=(-1,))
 
 
-def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
-    t0 = time.perf_counter()
-    steps, task = (20, replace(OVERFLOW, lr=2e-2, warmup=5)) if quick else (100, OVERFLOW)
-    seeds = tuple(seeds)
-    runs = train_recipes(RECIPES, task, steps, seeds, progress)
+def extract(runs: dict) -> tuple[dict, dict]:
     died = [r.died_at for r in runs["fp16-master"]]
     first = runs["fp16-master"][0].nonfinite
     numbers = {"fp16_died": float(np.mean([d is not None for d in died])),
                "fp16_died_at": float(np.mean([d for d in died if d is not None])) if any(d is not None for d in died)
                else math.nan,
                "amp_died": float(np.mean([r.died_at is not None for r in runs["fp16-amp"]])),
-               "amp_accuracy": float(mean64([r.accuracy for r in runs["fp16-amp"]])), "steps": float(steps)}
-    where = f"; first inf: {first.op} in {first.scope} ({first.kind})" if first is not None else ""
-    v, reason = verdict(numbers)
+               "amp_accuracy": seed_mean(metric(r, "accuracy") for r in runs["fp16-amp"]),
+               "steps": float(len(runs["fp16-amp"][0].losses))}
+    series = {n: [list(r.losses) for r in rs] for n, rs in runs.items()}
+    series["first_inf"] = "" if first is None else f"{first.op} in {first.scope} ({first.kind})"
+    return numbers, series
+
+
+def measured(numbers: dict, series: dict) -> str:
+    where = f"; first inf: {series['first_inf']}" if series["first_inf"] else ""
     at = f" (at step {numbers['fp16_died_at']:.0f})" if numbers["fp16_died"] else ""
-    measured = (f"fp16-master died in {pct(numbers['fp16_died'], 0)} of runs{at}"
-                f"{where}; fp16-amp died in {pct(numbers['amp_died'], 0)}, answer accuracy "
-                f"{pct(numbers['amp_accuracy'])}")
-    series = {n: [r.losses for r in rs] for n, rs in runs.items()}
-    return FindingResult(NAME, numbers, measured, v, reason, quick, seeds, time.perf_counter() - t0,
-                         draw=lambda ax: _draw(ax, series), series=series)
+    return (f"fp16-master died in {pct(numbers['fp16_died'], 0)} of runs{at}{where}; fp16-amp died in "
+            f"{pct(numbers['amp_died'], 0)}, answer accuracy {pct(numbers['amp_accuracy'])}")
 
 
 def verdict(numbers: dict) -> tuple[str, str]:
@@ -61,8 +59,10 @@ def verdict(numbers: dict) -> tuple[str, str]:
                                  if numbers["fp16_died"] == 0 else "autocast did not save the runs")
 
 
-def _draw(ax, series: dict) -> None:
-    for name, curves in series.items():
+def draw(ax, series: dict) -> None:
+    """Each run's training loss, float16 in red, autocast in blue."""
+    for name in RECIPES:
+        curves = series[name]
         for i, c in enumerate(curves):
             ax.semilogy(c, color="C0" if name == "fp16-amp" else "C3", label=name if i == 0 else None)
     ax.set_xlabel("step")
@@ -71,9 +71,9 @@ def _draw(ax, series: dict) -> None:
     ax.legend()
 
 
-FINDING = Finding(
+FINDING = FINDINGS.register(Finding(
     NAME, "In float16 the attention's exponentials overflow once training sharpens the scores and the run dies; "
           "softmax in float32 (autocast) cures it.",
     "pytorch/pytorch#60939; huggingface/transformers#17437",
     "q.k / exp reach inf in float16, softmax returns NaN; fixed by upcasting softmax to float32", (12.0, 40.0),
-    run, verdict)
+    order=20, verdict=verdict, measured=measured, sweep=SWEEP, extract=extract, figure=draw))

@@ -15,14 +15,13 @@ promotion every 128.
 from __future__ import annotations
 
 import importlib
-import time
 
 import numpy as np
 
 from ...formats import get_format
 from ...numerics import mean64
 from ...numerics.random import normal
-from .base import Finding, FindingResult, pct, say
+from .base import FINDINGS, Finding, pct, say
 
 NAME = "tensor-core-accumulation"
 
@@ -42,8 +41,9 @@ def errors(k: int, m: int, n: int, seed: int, promote_every) -> tuple[float, flo
     return float(mean64(rel)), float(np.abs(rel).max())
 
 
-def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
-    t0 = time.perf_counter()
+def measure(quick: bool = True, seeds=(0,), progress=None) -> tuple[dict, dict]:
+    """The errors at each K of the sweep, with and without promotion (module docstring), from the
+    first seed's draws; the series: the K values and the numbers."""
     ks, (m, n) = ((512, 4096), (8, 16)) if quick else ((512, 4096, 16384), (32, 64))
     numbers = {}
     for k in ks:
@@ -51,12 +51,13 @@ def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
             say(progress, f"K = {k}, {'no promotion' if promote is None else f'promotion every {promote}'}")
             tag = f"k{k}_{'none' if promote is None else promote}"
             numbers[f"{tag}_mean"], numbers[f"{tag}_max"] = errors(k, m, n, seeds[0], promote)
-    v, reason = verdict(numbers)
-    measured = (f"K = 4096: mean relative error {pct(numbers['k4096_none_mean'], 2)} without promotion, "
-                f"{pct(numbers['k4096_128_mean'], 3)} with promotion every 128 (largest |error| "
-                f"{pct(numbers['k4096_none_max'], 2)} and {pct(numbers['k4096_128_max'], 3)})")
-    return FindingResult(NAME, numbers, measured, v, reason, quick, tuple(seeds[:1]), time.perf_counter() - t0,
-                         draw=lambda ax: _draw(ax, numbers, ks))
+    return numbers, {"ks": list(ks), **numbers}
+
+
+def measured(numbers: dict, series: dict) -> str:
+    return (f"K = 4096: mean relative error {pct(numbers['k4096_none_mean'], 2)} without promotion, "
+            f"{pct(numbers['k4096_128_mean'], 3)} with promotion every 128 (largest |error| "
+            f"{pct(numbers['k4096_none_max'], 2)} and {pct(numbers['k4096_128_max'], 3)})")
 
 
 def verdict(numbers: dict) -> tuple[str, str]:
@@ -70,7 +71,9 @@ def verdict(numbers: dict) -> tuple[str, str]:
     return "not at this scale", f"promotion did not cut the error ({pct(none, 2)} -> {pct(prom, 3)})"
 
 
-def _draw(ax, numbers: dict, ks) -> None:
+def draw(ax, series: dict) -> None:
+    """|mean relative error| against K, without promotion and with promotion every 128."""
+    ks, numbers = series["ks"], series
     for promote, label in ((None, "no promotion"), (128, "promotion every 128")):
         tag = "none" if promote is None else promote
         ax.plot(ks, [100 * abs(numbers[f"k{k}_{tag}_mean"]) for k in ks], marker="o", label=label)
@@ -82,9 +85,10 @@ def _draw(ax, numbers: dict, ks) -> None:
     ax.legend()
 
 
-FINDING = Finding(
+FINDING = FINDINGS.register(Finding(
     NAME, "Hopper fp8 tensor cores truncate while they accumulate, so long dot products lose accuracy; promoting "
           "the partial sum to float32 every 128 elements restores it.",
     "arXiv 2412.19437 (DeepSeek-V3); arXiv 2511.10909 (MMA-Sim)",
     "about 2% maximum relative error at K = 4096 without promotion; a numpy model: -7.0% on all-positive e4m3 "
-    "data, -0.06% with promotion every 128", (1.0, 3.0), run, verdict, needs="fpsim.tensorcore")
+    "data, -0.06% with promotion every 128", (1.0, 3.0), order=60, verdict=verdict, measured=measured,
+    measure=measure, figure=draw, needs="fpsim.tensorcore", seed_use="first"))

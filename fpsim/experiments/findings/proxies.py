@@ -20,15 +20,14 @@ and fp32 qk-norm keeps it lower at every LR of the grid's upper half AND reaches
 
 from __future__ import annotations
 
-import time
 import warnings
 
 import numpy as np
 
 from ...numerics import mean64
-from ..loop import train
 from ..tinygpt import TinyGPTTask
-from .base import Finding, FindingResult, pct, say
+from .base import FINDINGS, Finding, Sweep, pct
+from .runs import metric
 
 NAME = "small-scale-proxies"
 LRS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
@@ -51,32 +50,46 @@ class ProxyTask(TinyGPTTask):
     trace_nonfinite = False
 
 
-def _task(arm: str) -> ProxyTask:
-    return ProxyTask(**SETTINGS, **ARMS[arm])
-
-
 def key(rec: str, arm: str) -> str:
     return f"{rec}/{arm}"
 
 
-def sweep(configs, lrs, steps: int, seeds, progress=None) -> dict:
+def _modes(arm: str, lr: float) -> tuple:
+    """The runs (quick, full) whose grid holds ``lr`` and whose configs hold ``arm``."""
+    return tuple(m for m, lrs, configs in (("quick", QUICK_LRS, QUICK_CONFIGS), ("full", LRS, CONFIGS))
+                 if lr in lrs and any(a == arm for _, a in configs))
+
+
+def _sweep(arm: str, lr: float) -> Sweep:
+    """The runs of one arm at one learning rate: its recipes of :data:`CONFIGS` (and of
+    :data:`QUICK_CONFIGS` in a quick run)."""
+    full = tuple(rec for rec, a in CONFIGS if a == arm)
+    quick = tuple(rec for rec, a in QUICK_CONFIGS if a == arm)
+    return Sweep(ProxyTask, full or quick, quick_steps=20, full_steps=60, settings={**SETTINGS, **ARMS[arm]},
+                 quick_recipes=quick, modes=_modes(arm, lr), lr=lr, name=f"{arm}@{lr:g}")
+
+
+SWEEPS = tuple(_sweep(arm, lr) for arm in ARMS for lr in sorted(set(LRS) | set(QUICK_LRS)) if _modes(arm, lr))
+
+
+def gather(results) -> dict:
     """{config key: {"loss": (seeds, lrs), "logit": (seeds, lrs), "init": (seeds,), "curves": {lr: per-step
     logits of the first seed}}} - final loss (NaN for a dead run) and largest attention logit."""
+    lrs, configs = (QUICK_LRS, QUICK_CONFIGS) if results.quick else (LRS, CONFIGS)
+    n = len(results.seeds)
     out = {}
     for rec, arm in configs:
-        k = key(rec, arm)
-        loss, logit, init, curves = np.full((len(seeds), len(lrs)), np.nan), np.zeros((len(seeds), len(lrs))), [], {}
-        for i, seed in enumerate(seeds):
-            say(progress, f"{k}, seed {seed}: {len(lrs)} learning rates x {steps} steps")
-            for j, lr in enumerate(lrs):
-                r = train(_task(arm), rec, seed, steps=steps, lr=lr, measure_at=())
+        loss, logit, init, curves = np.full((n, len(lrs)), np.nan), np.zeros((n, len(lrs))), [], {}
+        for j, lr in enumerate(lrs):
+            for i, r in enumerate(results[f"{arm}@{lr:g}"][rec]):
+                logits = metric(r, "attn_logits")
                 loss[i, j] = r.final_loss
-                logit[i, j] = max(r.attn_logits) if r.attn_logits else np.nan
+                logit[i, j] = max(logits) if logits else np.nan
                 if i == 0:
-                    curves[lr] = list(r.attn_logits)
+                    curves[lr] = list(logits)
                 if j == 0:
                     init.append(r.losses[0])
-        out[k] = {"loss": loss, "logit": logit, "init": np.array(init), "curves": curves}
+        out[key(rec, arm)] = {"loss": loss, "logit": logit, "init": np.array(init), "curves": curves}
     return out
 
 
@@ -121,18 +134,14 @@ def summarize(res: dict, lrs) -> dict:
     return n
 
 
-def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
-    t0 = time.perf_counter()
-    seeds = tuple(seeds)
-    if quick:
-        lrs, configs, steps = QUICK_LRS, QUICK_CONFIGS, 20
-    else:
-        lrs, configs, steps = LRS, CONFIGS, 60
-    res = sweep(configs, lrs, steps, seeds, progress)
-    numbers = summarize(res, lrs)
-    v, reason = verdict(numbers)
-    return FindingResult(NAME, numbers, _measured(numbers, res, lrs), v, reason, quick, seeds,
-                         time.perf_counter() - t0, draw=lambda ax: draw(ax, res, lrs), series=res)
+def extract(results) -> tuple[dict, dict]:
+    lrs = QUICK_LRS if results.quick else LRS
+    res = gather(results)
+    return summarize(res, lrs), {"lrs": lrs, "configs": res}
+
+
+def measured(numbers: dict, series: dict) -> str:
+    return _measured(numbers, series["configs"], series["lrs"])
 
 
 def _measured(n: dict, res: dict, lrs) -> str:
@@ -171,9 +180,10 @@ def verdict(numbers: dict) -> tuple[str, str]:
     return "not at this scale", f"the logits grow {growth:.0f}x with LR, but qk-norm does not hold them down {seeds}"
 
 
-def draw(ax, res: dict, lrs) -> None:
+def draw(ax, series: dict) -> None:
     """Final loss against LR (seed mean, min-max bars), one line per arm; inset: the largest
     attention logit against LR."""
+    res, lrs = series["configs"], series["lrs"]
     styles = {"fp32": "-", "bf16-master": "--", "fp16-amp": ":", "fp8-delayed": "-."}
     colours = {arm: f"C{i}" for i, arm in enumerate(ARMS)}
     inset = ax.inset_axes([0.07, 0.62, 0.33, 0.33])
@@ -199,10 +209,10 @@ def draw(ax, res: dict, lrs) -> None:
     inset.tick_params(labelsize=6)
 
 
-FINDING = Finding(
+FINDING = FINDINGS.register(Finding(
     NAME, "At high learning rates small transformers show attention-logit growth and a degraded final loss; "
           "qk-layernorm stops the growth and flattens the loss-against-LR curve (z-loss guards the output logits).",
     "arXiv 2309.14322 (Wortsman et al.)",
     "attention logits grow without bound at high LR in models from 9.4M parameters; qk-layernorm and z-loss "
-    "(1e-4 log^2 Z) lower the LR sensitivity (AdamW, beta2 0.95, eps 1e-8, wd 1e-4)", (5.0, 440.0), run, verdict,
-    seeds=(0, 1, 2))
+    "(1e-4 log^2 Z) lower the LR sensitivity (AdamW, beta2 0.95, eps 1e-8, wd 1e-4)", (5.0, 440.0), order=110,
+    verdict=verdict, measured=measured, sweep=SWEEPS, extract=extract, figure=draw, seeds=(0, 1, 2)))

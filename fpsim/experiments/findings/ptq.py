@@ -19,7 +19,7 @@ the share of seeds on which it grows (:func:`summarize`).
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,9 +27,9 @@ from ... import nn
 from ...formats import quantize, round_to
 from ...lowp import compute_scale
 from ...numerics import mean64
-from ..recipes import get_recipe
 from ..tinygpt import TinyGPTTask
-from .base import Finding, FindingResult, say
+from .base import FINDINGS, Finding, Sweep
+from .runs import metric
 
 NAME = "ptq-degrades-with-training"
 FORMATS = ("fp8", "mxfp4", "nvfp4")
@@ -69,44 +69,64 @@ def ptq_losses(task, model) -> dict:
     return out
 
 
-def train_and_measure(task, seed: int, steps: int, progress=None, checkpoints: int = CHECKPOINTS) -> tuple[list, dict]:
-    """Train ``task``'s model in float32 for ``steps`` steps; at step 0 and every ``steps //
-    checkpoints`` steps measure :func:`ptq_losses`.  Returns (checkpoint steps, {name: losses})."""
-    recipe = get_recipe("fp32")
-    run = recipe.prepare(task.model(seed), lr=task.lr, seed=seed, optimizer=task.optimizer)
-    every = max(1, steps // checkpoints)
-    at, losses = [], {k: [] for k in ("fp32", *FORMATS)}
-    for step in range(steps + 1):
-        if step % every == 0 or step == steps:
-            at.append(step)
-            for k, v in ptq_losses(task, run.model).items():
-                losses[k].append(v)
-        if step == steps:
-            break
-        run.opt.lr = task.lr_at(step, steps, task.lr)
-        batch = task.batch_at(step)
-        run.step(lambda model, batch=batch: task.loss(model, batch, recipe))
-        if progress is not None and (step + 1) % 50 == 0:
-            progress(f"seed {seed}: step {step + 1}/{steps}")
-    return at, losses
+@dataclass(frozen=True)
+class PTQTask(TinyGPTTask):
+    """The tiny GPT trained in float32 and quantized after training at its checkpoints: step 0, every
+    ``steps // checkpoints`` steps and the end (each step's :func:`ptq_losses` taken as the step's
+    loss is asked for, before its forward pass: the weights then are that checkpoint's).  Its
+    metrics: ``ptq_at`` (the checkpoint steps) and ``ptq_losses`` ({name: losses})."""
+
+    trace_nonfinite = False
+    checkpoints: int = CHECKPOINTS
+
+    @property
+    def every(self) -> int:
+        return max(1, self.steps // self.checkpoints)
+
+    def model(self, seed: int = 0):
+        m = super().model(seed)
+        m.ptq = ([], {k: [] for k in ("fp32", *FORMATS)})  # filled at each checkpoint
+        return m
+
+    def batches(self, recipe, backend):
+        """(step, token ids) of each step: the step says when a checkpoint is due."""
+        return lambda step: (step, self.batch_at(step))
+
+    def loss(self, model, batch, recipe=None):
+        step, seq = batch
+        if step % self.every == 0:
+            self._checkpoint(model, step)
+        return super().loss(model, seq, recipe)
+
+    def _checkpoint(self, model, step: int) -> None:
+        at, losses = model.ptq
+        at.append(step)
+        for k, v in ptq_losses(self, model).items():
+            losses[k].append(v)
+
+    def metrics(self, model, recipe) -> dict:
+        self._checkpoint(model, self.steps)  # the last checkpoint: the trained model
+        at, losses = model.ptq
+        return {"ptq_at": list(at), "ptq_losses": {k: list(v) for k, v in losses.items()}}
 
 
-def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
-    t0 = time.perf_counter()
-    task = TinyGPTTask()
-    steps, checkpoints = (20, 4) if quick else (task.steps, CHECKPOINTS)
-    seeds = tuple(seeds)
+# quick runs: 20 steps, 4 checkpoints; full runs: the task's 250 steps, 10
+SWEEP = Sweep(PTQTask, ("fp32",), quick_steps=20, quick_settings={"steps": 20, "checkpoints": 4})
+
+
+def extract(runs: dict) -> tuple[dict, dict]:
+    """Per seed the loss increases at the checkpoints, summarized (:func:`summarize`)."""
     per_seed = []
-    for seed in seeds:
-        say(progress, f"tiny GPT, float32, seed {seed}: {steps} steps, quantized every {max(1, steps // checkpoints)}")
-        at, losses = train_and_measure(task, seed, steps, progress, checkpoints)
+    for r in runs["fp32"]:
+        at, losses = metric(r, "ptq_at"), metric(r, "ptq_losses")
         per_seed.append({f: np.asarray(losses[f]) - np.asarray(losses["fp32"]) for f in FORMATS} |
                         {"fp32": np.asarray(losses["fp32"])})
-    numbers, measured = summarize(at, per_seed, steps)
-    v, reason = verdict(numbers)
-    series = {f: np.asarray([s[f] for s in per_seed]) for f in FORMATS} | {"steps": np.asarray(at)}
-    return FindingResult(NAME, numbers, measured, v, reason, quick, seeds, time.perf_counter() - t0,
-                         draw=lambda ax: _draw(ax, series), series=series)
+    numbers, _ = summarize(at, per_seed, at[-1])
+    return numbers, {f: np.asarray([s[f] for s in per_seed]) for f in FORMATS} | {"steps": list(at)}
+
+
+def measured(numbers: dict, series: dict) -> str:
+    return describe(numbers, series["steps"])
 
 
 def summarize(at: list, per_seed: list, steps: int) -> tuple[dict, str]:
@@ -127,13 +147,17 @@ def summarize(at: list, per_seed: list, steps: int) -> tuple[dict, str]:
                            ("late", [float(mean64(s[f][mid + 1:]) - s[f][mid]) for s in per_seed])):
             numbers[f"{f}_{key}_rise"] = float(mean64(rises))
             numbers[f"{f}_{key}_rise_share"] = float(np.mean([r > 0 for r in rises]))
-    n, last = len(per_seed), at[-1]
-    measured = (f"loss increase at step {at[1]} / {at[mid]} / {last} (seed mean, {n} seed{'s' * (n > 1)}): " +
-                ", ".join(f"{f} " + " / ".join(f"{numbers[f'{f}_increase_at_{t}']:+.3g}" for t in (at[1], at[mid], last))
-                          for f in FORMATS) +
-                f"; float32 loss {numbers[f'fp32_loss_at_{at[1]}']:.3g} / {numbers[f'fp32_loss_at_{at[mid]}']:.3g} / "
-                f"{numbers[f'fp32_loss_at_{last}']:.3g}")
-    return numbers, measured
+    return numbers, describe(numbers, at)
+
+
+def describe(numbers: dict, at: list) -> str:
+    """fpsim's number in one line, from the numbers and the checkpoint steps ``at``."""
+    n, last, mid = int(numbers["seeds"]), at[-1], len(at) // 2
+    return (f"loss increase at step {at[1]} / {at[mid]} / {last} (seed mean, {n} seed{'s' * (n > 1)}): " +
+            ", ".join(f"{f} " + " / ".join(f"{numbers[f'{f}_increase_at_{t}']:+.3g}" for t in (at[1], at[mid], last))
+                      for f in FORMATS) +
+            f"; float32 loss {numbers[f'fp32_loss_at_{at[1]}']:.3g} / {numbers[f'fp32_loss_at_{at[mid]}']:.3g} / "
+            f"{numbers[f'fp32_loss_at_{last}']:.3g}")
 
 
 def verdict(numbers: dict) -> tuple[str, str]:
@@ -161,10 +185,11 @@ def verdict(numbers: dict) -> tuple[str, str]:
     return "not at this scale", f"the increase does not grow with training on every seed for two formats ({said})"
 
 
-def _draw(ax, series: dict) -> None:
+def draw(ax, series: dict) -> None:
+    """Per format, the loss increase at each checkpoint (seed mean, min-max band)."""
     at = series["steps"]
     for f in FORMATS:
-        c = series[f]
+        c = np.asarray(series[f], np.float64)
         line, = ax.plot(at, c.mean(axis=0), marker="o", label=f)
         ax.fill_between(at, c.min(axis=0), c.max(axis=0), color=line.get_color(), alpha=0.2)
     ax.axhline(0.0, color="k", lw=0.8)
@@ -174,9 +199,9 @@ def _draw(ax, series: dict) -> None:
     ax.legend(fontsize=8)
 
 
-FINDING = Finding(
+FINDING = FINDINGS.register(Finding(
     NAME, "Post-training quantization degrades a model more the longer it has trained.",
     "arXiv 2411.04330 (Scaling Laws for Precision)",
     "the loss increase from post-training quantization grows with the tokens seen during pretraining",
-    (12.0, 75.0), run, verdict,
-    seeds=(0, 1, 2))
+    (12.0, 75.0), order=150, verdict=verdict, measured=measured, sweep=SWEEP, extract=extract, figure=draw,
+    seeds=(0, 1, 2)))

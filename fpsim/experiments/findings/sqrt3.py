@@ -14,62 +14,86 @@ that widens after c is quantized training falling behind.
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
 
 import numpy as np
 
-from ... import ops, state
 from ...lowp import BlockScaling
 from ...numerics import mean64
-from ...tensor import tensor
-from .. import run_recipe
 from ..gradnoise import SQRT3, GradientNoiseMonitor
 from ..recipes import Recipe
+from ..run import Run
 from ..tasks import ReferenceTask
-from .base import Finding, FindingResult, say
+from .base import FINDINGS, Finding, Sweep
+from .runs import metric, trained_steps
 
 NAME = "fp4-sqrt3-rule"
-RECIPE = Recipe("nvfp4-all", "float32", block=BlockScaling("nvfp4", weight_block=(16, 16), grad_rounding="stochastic"),
-                description="NVFP4 on every Linear, 16x16 weight tiles, SR gradients")
 WINDOW = 5
 
 
-def train_monitored(task: ReferenceTask, steps: int, seed: int, progress=None):
-    """(losses, monitor) of the NVFP4 run - ``RECIPE.prepare`` on the task's model from ``seed``
-    (every Linear a BlockLinear, Adam at the task's rate), full batch - the ratio measured after
-    every backward pass, before the update."""
-    run = RECIPE.prepare(task.model(seed), lr=task.lr, seed=seed)
-    x = tensor(task.data(), "float32")
+@dataclass(frozen=True)
+class NoiseTask(ReferenceTask):
+    """The reference task whose model carries a float32 twin (``model.twin``, in a tuple: a companion,
+    not a submodule) for :class:`NoiseRecipe`'s monitor, and whose metrics add the monitor's
+    ``noise_ratios`` (one per step) where a monitor watched the run."""
 
-    def loss_of(m):
-        return ops.mse_loss(m(x), x)
+    def model(self, seed: int = 0):
+        m = super().model(seed)
+        m.twin = (super().model(seed),)
+        return m
 
-    mon = GradientNoiseMonitor(task.model(seed))
-    losses = []
-    with state.seeded(seed):  # the stochastic rounding of the gradients draws from the seed
-        for step in range(steps):
-            loss, _ = run.forward_backward(loss_of)
-            mon(run.model, loss_of)
-            run.update()
-            losses.append(loss.item())
-            if progress is not None and step % 20 == 19:
-                progress(f"NVFP4 step {step + 1}/{steps}: ||g|| / ||Q(g) - g|| = {mon.ratios[-1]:.2f}")
-    return np.asarray(losses), mon
+    def metrics(self, model, recipe) -> dict:
+        out = super().metrics(model, recipe)
+        mon = getattr(model, "noise", None)
+        return out if mon is None else {**out, "noise_ratios": list(mon.ratios)}
+
+
+@dataclass
+class MonitoredRun(Run):
+    """A :class:`~fpsim.experiments.run.Run` that measures ||g|| / ||Q(g) - g|| after every backward
+    pass, before the update (``monitor``: a GradientNoiseMonitor, called on the step's own loss)."""
+
+    monitor: object = None
+
+    def forward_backward(self, loss_fn, hook=None):
+        self._loss_fn = loss_fn
+        return super().forward_backward(loss_fn, hook)
+
+    def update(self) -> bool:
+        self.monitor(self.model, self._loss_fn)
+        return super().update()
+
+
+@dataclass(frozen=True)
+class NoiseRecipe(Recipe):
+    """A recipe whose run is a :class:`MonitoredRun` (on a :class:`NoiseTask`, whose model brings its twin)."""
+
+    def prepare(self, model, **kw) -> Run:
+        mon = GradientNoiseMonitor(model.twin[0])
+        run = super().prepare(model, **kw)
+        model.noise = mon  # read back by NoiseTask.metrics
+        return MonitoredRun(run.recipe, run.model, run.opt, run.scaler, run.scaling, monitor=mon)
+
+
+RECIPE = NoiseRecipe("nvfp4-all", "float32",
+                     block=BlockScaling("nvfp4", weight_block=(16, 16), grad_rounding="stochastic"),
+                     description="NVFP4 on every Linear, 16x16 weight tiles, SR gradients")
+# 2,048 samples in quick runs and full ones alike; the float32 control from the same initial weights
+SWEEP = Sweep(NoiseTask, (RECIPE, "fp32"), quick_steps=40, full_steps=150, settings={"n": 2048, "steps": 150},
+              quick_settings={"steps": 40})
 
 
 def _smooth(a: np.ndarray, at: int) -> float:
     return float(mean64(a[max(0, at - WINDOW + 1): at + 1]))
 
 
-def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
-    t0 = time.perf_counter()
-    steps = 40 if quick else 150
-    task = ReferenceTask(n=2048, steps=steps)
-    seed = seeds[0]
-    say(progress, f"NVFP4 run with the gradient-noise monitor ({steps} steps)")
-    lq, mon = train_monitored(task, steps, seed, progress)
-    say(progress, "the float32 control")
-    lf = np.asarray(run_recipe("fp32", task, steps=steps, seed=seed, measure_at=[]).losses)
+def extract(runs: dict) -> tuple[dict, dict]:
+    """The crossing steps and the loss gaps (module docstring) of the first seed's runs."""
+    run = runs[RECIPE.name][0]
+    mon = GradientNoiseMonitor(None)
+    mon.ratios = list(metric(run, "noise_ratios"))
+    lq, lf = np.asarray(run.losses), np.asarray(runs["fp32"][0].losses)
+    steps = trained_steps(runs)
     c = mon.first_below(SQRT3, WINDOW)
     c3 = mon.first_below(3 * SQRT3, WINDOW)  # the paper's v2 abstract reads 3 sqrt(3): reported beside it
     end = steps - 1
@@ -78,15 +102,16 @@ def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
                "gap_at_cross": float("nan") if c is None else _smooth(lq, c) / _smooth(lf, c),
                "gap_at_end": _smooth(lq, end) / _smooth(lf, end), "steps": float(steps),
                "cross_step_3sqrt3": float("nan") if c3 is None else float(c3)}
-    v, reason = verdict(numbers)
+    return numbers, {"ratio": mon.ratios, "loss_nvfp4": lq, "loss_fp32": lf, "cross": c, "cross_3sqrt3": c3}
+
+
+def measured(numbers: dict, series: dict) -> str:
+    c, c3 = series["cross"], series["cross_3sqrt3"]
     cross = "never" if c is None else f"at step {c}"
-    measured = (f"||g|| / ||Q(g) - g|| {numbers['ratio_start']:.1f} at step 0, below sqrt(3) {cross}, "
-                f"{numbers['ratio_end']:.2f} at the end; NVFP4 / float32 loss {numbers['gap_at_cross']:.2f}x at the "
-                f"crossing, {numbers['gap_at_end']:.2f}x at the end; below 3 sqrt(3) (the v2 abstract's "
-                f"threshold) {'never' if c3 is None else f'at step {c3}'}")
-    series = {"ratio": np.asarray(mon.ratios), "loss_nvfp4": lq, "loss_fp32": lf}
-    return FindingResult(NAME, numbers, measured, v, reason, quick, (seed,), time.perf_counter() - t0,
-                         draw=lambda ax: _draw(ax, series, c), series=series)
+    return (f"||g|| / ||Q(g) - g|| {numbers['ratio_start']:.1f} at step 0, below sqrt(3) {cross}, "
+            f"{numbers['ratio_end']:.2f} at the end; NVFP4 / float32 loss {numbers['gap_at_cross']:.2f}x at the "
+            f"crossing, {numbers['gap_at_end']:.2f}x at the end; below 3 sqrt(3) (the v2 abstract's "
+            f"threshold) {'never' if c3 is None else f'at step {c3}'}")
 
 
 def verdict(numbers: dict) -> tuple[str, str]:
@@ -101,7 +126,9 @@ def verdict(numbers: dict) -> tuple[str, str]:
                       f"{grew:.2f}x after it")
 
 
-def _draw(ax, series: dict, c) -> None:
+def draw(ax, series: dict) -> None:
+    """The noise ratio per step against sqrt(3), and both runs' losses on a second axis."""
+    c = series["cross"]
     steps = np.arange(len(series["ratio"]))
     ax.semilogy(steps, series["ratio"], color="C0", label="||g|| / ||Q(g) - g|| (NVFP4)")
     ax.axhline(SQRT3, color="C0", ls="--", lw=0.8, label="sqrt(3)")
@@ -119,8 +146,8 @@ def _draw(ax, series: dict, c) -> None:
     ax.set_title("FP4 training: the sqrt(3) rule")
 
 
-FINDING = Finding(
+FINDING = FINDINGS.register(Finding(
     NAME, "Quantized (FP4) training stops helping once ||g|| falls below about sqrt(3) times the quantization "
           "noise ||Q(g) - g||.",
-    "arXiv 2505.19115", "quantized training is effective while ||g|| > sqrt(3) ||Q(g) - g||", (16.0, 100.0), run,
-    verdict)
+    "arXiv 2505.19115", "quantized training is effective while ||g|| > sqrt(3) ||Q(g) - g||", (16.0, 100.0),
+    order=100, verdict=verdict, measured=measured, sweep=SWEEP, extract=extract, figure=draw, seed_use="first"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import platform
 import time
 
-from . import FINDINGS
+from . import catalogue
 from .base import FindingResult
 
 __all__ = ["markdown"]
@@ -42,7 +42,8 @@ def markdown(results: dict, quick: bool, seeds=(0,)) -> str:
         "| finding | claim | source | the source's number | fpsim's number | verdict | seconds |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name, f in FINDINGS.items():
+    for f in catalogue():
+        name = f.name
         r: FindingResult | None = results.get(name)
         if r is None:
             got, verdict, secs = f"not run: needs `{f.needs}`", "-", "-"

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,9 +29,9 @@ from ...numerics import mean64
 from ..recipes import Recipe
 from ..tasks import ReferenceTask
 from ..tinygpt import TinyGPTTask
-from .base import Finding, FindingResult, pct, say
+from .base import FINDINGS, Finding, Sweep, pct, say
 from .fp8scale import SCALE1
-from .runs import train_recipes
+from .runs import ratios, seed_mean, trained_steps
 
 NAME = "unit-scaling"
 FIXED1 = Recipe("fp8-fixed1", "float32", fp8=FixedScaling(),
@@ -104,16 +103,43 @@ def scale1_casts(task, seed: int = 0) -> dict:
             for what, v in (("flushed", under), ("saturated", sat))}
 
 
-def run(quick: bool = True, seeds=(0,), progress=None) -> FindingResult:
-    t0 = time.perf_counter()
-    seeds = tuple(seeds)
-    numbers, curves = _reference(quick, seeds, progress)
+SWEEPS = (  # as it is, and unit-scaled; the tiny GPT in full runs only
+    Sweep(ReferenceTask, PLAIN, quick_steps=10, name="plain"),
+    Sweep(UnitReferenceTask, UNIT, quick_steps=10, name="unit"),
+    Sweep(TinyGPTTask, ("fp32", "fp8-delayed"), full_steps=TinyGPTTask.steps, modes=("full",), name="gpt"),
+    Sweep(UnitTinyGPTTask, UNIT, full_steps=TinyGPTTask.steps, modes=("full",), name="gpt-unit"),
+)
+
+
+def measure_casts(quick: bool = True, seeds=(0,), progress=None) -> dict:
+    """:func:`scale1_casts` at the first seed's initial weights, per model (the tiny GPT's in full runs)."""
+    tasks = (("plain", ReferenceTask()), ("unit", UnitReferenceTask()))
     if not quick:
-        numbers.update(_tinygpt(seeds, progress))
-    v, reason = verdict(numbers)
-    measured = describe(numbers, len(seeds))
-    return FindingResult(NAME, numbers, measured, v, reason, quick, seeds, time.perf_counter() - t0,
-                         draw=lambda ax: _draw(ax, curves), series=curves)
+        tasks += (("gpt_plain", TinyGPTTask()), ("gpt_unit", UnitTinyGPTTask()))
+    say(progress, "what fp8 at scale 1 flushes and saturates at initialisation")
+    return {f"{name}_{k}": v for name, task in tasks for k, v in scale1_casts(task, seeds[0]).items()}
+
+
+def extract(results) -> tuple[dict, dict]:
+    """The reference task's ratios (module docstring), and the tiny GPT's where a full run trained it."""
+    runs, uruns = results["plain"], results["unit"]
+    numbers = {"steps": float(trained_steps(runs))}
+    numbers.update(_spread("delayed", ratios(runs, "fp8-delayed")) | _spread("scale1_start", ratios(runs, SCALE1.name))
+                   | _spread("fixed1", ratios(runs, FIXED1.name)) | _spread("unit_fixed1", ratios(uruns, FIXED1.name)))
+    numbers["fp32_loss"] = seed_mean(r.final_loss for r in runs["fp32"])
+    numbers["unit_fp32_loss"] = seed_mean(r.final_loss for r in uruns["fp32"])
+    if "gpt" in results:
+        g, ug = results["gpt"], results["gpt-unit"]
+        numbers.update(_spread("gpt_delayed", ratios(g, "fp8-delayed")) | _spread("gpt_unit_fixed1", ratios(ug, FIXED1.name))
+                       | {"gpt_fp32_loss": seed_mean(r.final_loss for r in g["fp32"]),
+                          "gpt_unit_fp32_loss": seed_mean(r.final_loss for r in ug["fp32"])})
+    curves = {"fp8-delayed": _curve(runs, "fp8-delayed"), "scale-1 start": _curve(runs, SCALE1.name),
+              "fixed scale 1": _curve(runs, FIXED1.name), "unit-scaled, fixed scale 1": _curve(uruns, FIXED1.name)}
+    return numbers, {"curves": curves, "seeds": len(results.seeds)}
+
+
+def measured(numbers: dict, series: dict) -> str:
+    return describe(numbers, series["seeds"])
 
 
 def describe(numbers: dict, n: int) -> str:
@@ -133,49 +159,9 @@ def describe(numbers: dict, n: int) -> str:
     return out
 
 
-def _reference(quick: bool, seeds: tuple, progress) -> tuple[dict, dict]:
-    """The reference task's numbers (module docstring) and the figure's curves."""
-    plain, unit_task = ReferenceTask(), UnitReferenceTask()
-    steps = 10 if quick else plain.steps
-    say(progress, "the reference task as it is")
-    runs = train_recipes(PLAIN, plain, steps, seeds, progress, measure_at=())
-    say(progress, "the reference task unit-scaled")
-    uruns = train_recipes(UNIT, unit_task, steps, seeds, progress, measure_at=())
-    numbers = {"steps": float(steps)}
-    numbers.update(_spread("delayed", _ratios(runs, "fp8-delayed")) | _spread("scale1_start", _ratios(runs, SCALE1.name))
-                   | _spread("fixed1", _ratios(runs, FIXED1.name)) | _spread("unit_fixed1", _ratios(uruns, FIXED1.name)))
-    numbers["fp32_loss"] = float(mean64([r.final_loss for r in runs["fp32"]]))
-    numbers["unit_fp32_loss"] = float(mean64([r.final_loss for r in uruns["fp32"]]))
-    for name, task in (("plain", plain), ("unit", unit_task)):
-        numbers.update({f"{name}_{k}": v for k, v in scale1_casts(task, seeds[0]).items()})
-    curves = {"fp8-delayed": _curve(runs, "fp8-delayed"), "scale-1 start": _curve(runs, SCALE1.name),
-              "fixed scale 1": _curve(runs, FIXED1.name), "unit-scaled, fixed scale 1": _curve(uruns, FIXED1.name)}
-    return numbers, curves
-
-
-def _tinygpt(seeds: tuple, progress) -> dict:
-    """The tiny GPT (full runs only): fp8-delayed on the model as it is and fp8 at fixed scale 1 on
-    the unit-scaled one, each over its own fp32 (the final evaluation loss)."""
-    say(progress, "the tiny GPT as it is")
-    runs = train_recipes(("fp32", "fp8-delayed"), TinyGPTTask(), TinyGPTTask.steps, seeds, progress, measure_at=())
-    say(progress, "the tiny GPT unit-scaled")
-    uruns = train_recipes(UNIT, UnitTinyGPTTask(), TinyGPTTask.steps, seeds, progress, measure_at=())
-    casts = {f"gpt_{name}_{k}": v for name, task in (("plain", TinyGPTTask()), ("unit", UnitTinyGPTTask()))
-             for k, v in scale1_casts(task, seeds[0]).items()}
-    return (_spread("gpt_delayed", _ratios(runs, "fp8-delayed")) | _spread("gpt_unit_fixed1", _ratios(uruns, FIXED1.name))
-            | {"gpt_fp32_loss": float(mean64([r.final_loss for r in runs["fp32"]])),
-               "gpt_unit_fp32_loss": float(mean64([r.final_loss for r in uruns["fp32"]]))} | casts)
-
-
-def _spread(key: str, ratios: list) -> dict:
-    return {f"{key}_mean": float(mean64(ratios)), f"{key}_min": float(np.min(ratios)),
-            f"{key}_max": float(np.max(ratios))}
-
-
-def _ratios(runs: dict, name: str) -> list:
-    """Per seed: final loss of ``name`` over fp32's (inf for a run that died)."""
-    return [r.final_loss / b.final_loss if math.isfinite(r.final_loss) else math.inf
-            for r, b in zip(runs[name], runs["fp32"])]
+def _spread(key: str, values: list) -> dict:
+    return {f"{key}_mean": float(mean64(values)), f"{key}_min": float(np.min(values)),
+            f"{key}_max": float(np.max(values))}
 
 
 def _curve(runs: dict, name: str) -> np.ndarray:
@@ -212,8 +198,9 @@ def verdict(numbers: dict) -> tuple[str, str]:
     return "partly", f"unit-scaled fp8 trains at fixed scale 1 but not as close as delayed scaling ({said})"
 
 
-def _draw(ax, curves: dict) -> None:
-    for label, c in curves.items():
+def draw(ax, series: dict) -> None:
+    """Each fp8 run's loss over its own model's fp32 loss, step by step (seed mean)."""
+    for label, c in series["curves"].items():
         ax.plot(np.arange(1, len(c) + 1), c, label=label)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_yscale("log")
@@ -223,9 +210,9 @@ def _draw(ax, curves: dict) -> None:
     ax.legend(fontsize=8)
 
 
-FINDING = Finding(
+FINDING = FINDINGS.register(Finding(
     NAME, "With unit-variance weights, activations and gradients at initialisation (scaled ops), fp8 trains "
           "at scale 1, with no delayed or current scaling.",
     "arXiv 2303.11257 (Graphcore); u-muP",
-    "BERT-Large trained in fp8 at scale 1 with no degradation", (20.0, 350.0), run, verdict,
-    seeds=(0, 1, 2))
+    "BERT-Large trained in fp8 at scale 1 with no degradation", (20.0, 350.0), order=130, verdict=verdict,
+    measured=measured, measure=measure_casts, sweep=SWEEPS, extract=extract, figure=draw, seeds=(0, 1, 2)))
