@@ -29,6 +29,7 @@ cancels exactly in dY^T H^T H X).  The bias gradient is summed in float32 from t
 from __future__ import annotations
 
 import functools
+import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -86,10 +87,11 @@ class BlockScaling:
         _check_recipe(self)
         _check_four_over_six(self)
 
-    def q(self, a32: np.ndarray, axis: int, *, grad: bool = False, block=None):
-        """Quantize ``a32`` (float32, 2-D) along ``axis`` in this recipe's format (dY's with
-        ``grad``) and return the float32 values it stands for - or, with ``tensor_core``, the
-        pair (fp8 elements, float32 decode factor of each element)."""
+    def quantize_operand(self, a32: np.ndarray, axis: int, *, grad: bool = False, block=None):
+        """A GEMM operand in this recipe's block format: ``a32`` (float32, 2-D) quantized along
+        ``axis`` (its K) in the recipe's format (dY's with ``grad``), returned as the float32 values
+        it stands for - or, with ``tensor_core``, the pair (fp8 elements, float32 decode factor of
+        each element)."""
         fmt = get_block_format(self.grad_format if grad and self.grad_format else self.format)
         block = block if block is not None else self.block if self.block is not None else fmt.block
         kw = dict(block=block, scale_rounding=_scale_rule(self, fmt),
@@ -99,6 +101,12 @@ class BlockScaling:
             return fake_quantize(a32, fmt, axis, **kw)  # quantize(...).dequantize(), bit for bit
         q = quantize(a32, fmt, axis, **kw)
         return q.elements, replace(q, elements=np.ones_like(q.elements)).dequantize()
+
+    def q(self, a32: np.ndarray, axis: int, *, grad: bool = False, block=None):
+        """Deprecated (removed 2027-06-01): :meth:`quantize_operand`."""
+        warnings.warn("BlockScaling.q is deprecated; use BlockScaling.quantize_operand", DeprecationWarning,
+                      stacklevel=2)
+        return self.quantize_operand(a32, axis, grad=grad, block=block)
 
     def k_block(self) -> int:
         """The block length along each GEMM's K."""
@@ -310,8 +318,8 @@ def block_linear(x: Tensor, weight: Tensor, bias: Tensor | None, recipe: BlockSc
     x32 = be.to_numpy(x.f32()).reshape(-1, x.shape[-1]).astype(np.float32, copy=False)
     w32 = be.to_numpy(weight.f32()).astype(np.float32, copy=False)
     tiled = isinstance(r.weight_block, tuple)
-    xq = r.q(x32, -1)
-    wq = r.q(w32, -1, block=r.weight_block)
+    xq = r.quantize_operand(x32, -1)
+    wq = r.quantize_operand(w32, -1, block=r.weight_block)
     out32 = _gemm(r, xq, _t(wq, False), be, "forward")
     if bias is not None:
         out32 += be.to_numpy(bias.f32())
@@ -319,8 +327,8 @@ def block_linear(x: Tensor, weight: Tensor, bias: Tensor | None, recipe: BlockSc
 
     def backward(g, out):
         g2 = be.to_numpy(g).reshape(-1, g.shape[-1]).astype(np.float32, copy=False)
-        gq = r.q(g2, -1, grad=True)  # along out-features: dgrad's K
-        wq_d = wq if tiled or r.reuse_forward_blocks else r.q(w32, 0, block=r.weight_block)  # column-wise
+        gq = r.quantize_operand(g2, -1, grad=True)  # along out-features: dgrad's K
+        wq_d = wq if tiled or r.reuse_forward_blocks else r.quantize_operand(w32, 0, block=r.weight_block)  # column-wise
         gx = None
         if x.requires_grad:
             gx = be.asarray(_gemm(r, gq, wq_d, be, "backward").reshape(x.shape))
@@ -331,7 +339,7 @@ def block_linear(x: Tensor, weight: Tensor, bias: Tensor | None, recipe: BlockSc
             if r.hadamard:
                 h = _hadamard(r.hadamard_seed, RHT_SIZE)
                 g_in, x_in = hadamard_transform(g2, h), hadamard_transform(x32, h)
-            g_w, x_w = r.q(g_in, 0, grad=True), r.q(x_in, 0)  # along tokens: wgrad's K
+            g_w, x_w = r.quantize_operand(g_in, 0, grad=True), r.quantize_operand(x_in, 0)  # along tokens: wgrad's K
         gw = be.asarray(_gemm(r, _t(g_w, True), x_w, be, "backward"))
         gb = be.asarray(be.sum(g2, 0)) if bias is not None else None
         return (gx, gw) if bias is None else (gx, gw, gb)

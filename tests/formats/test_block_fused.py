@@ -197,18 +197,18 @@ def test_block_scaling_q_is_quantize_dequantize(recipe):
     rule = (lambda f: ("four_over_six" if recipe.four_over_six else None) if f.family == "nvfp4"
             else recipe.scale_rounding if f.family == "mx" else None)
     for axis in (0, -1):
-        got = recipe.q(x, axis)
+        got = recipe.quantize_operand(x, axis)
         want = quantize(x, fmt, axis, block=fmt.block, scale_rounding=rule(fmt),
                         pow2_scales=recipe.pow2_scales).dequantize()
         assert np.array_equal(bits(got), bits(want))
         fpsim.manual_seed(1)
-        got = recipe.q(x, axis, grad=True)
+        got = recipe.quantize_operand(x, axis, grad=True)
         fpsim.manual_seed(1)
         want = quantize(x, gfmt, axis, block=gfmt.block, scale_rounding=rule(gfmt), pow2_scales=recipe.pow2_scales,
                         rounding=recipe.grad_rounding).dequantize()
         assert np.array_equal(bits(got), bits(want))
     if isinstance(recipe.weight_block, tuple):
-        got = recipe.q(x, -1, block=recipe.weight_block)
+        got = recipe.quantize_operand(x, -1, block=recipe.weight_block)
         want = quantize(x, fmt, -1, block=recipe.weight_block, scale_rounding=rule(fmt),
                         pow2_scales=recipe.pow2_scales).dequantize()
         assert np.array_equal(bits(got), bits(want))

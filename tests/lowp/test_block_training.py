@@ -204,3 +204,14 @@ def test_convert_blocks_refuses_unknown_names_and_leaves_the_model_alone():
         convert(model, BlockScaling(), skip=("first", "last"))
     with pytest.raises(TypeError, match="BlockScaling"):
         convert(model, "mxfp8")
+
+
+def test_quantize_operand_is_the_fake_quantized_operand_and_q_its_deprecated_name():
+    from fpsim.formats.blockfast import fake_quantize
+
+    r = BlockScaling("mxfp4", grad_format="mxfp8")
+    x = np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)
+    assert np.array_equal(r.quantize_operand(x, -1), fpsim.quantize(x, "mxfp4").dequantize())
+    assert np.array_equal(r.quantize_operand(x, 0, grad=True), fake_quantize(x, "mxfp8", 0))
+    with pytest.warns(DeprecationWarning, match="BlockScaling.quantize_operand"):
+        assert np.array_equal(r.q(x, -1), r.quantize_operand(x, -1))
