@@ -34,6 +34,7 @@ from .formats.kernels import (
     RNE_KERNEL_SRC,
     f16_to_f32,
     f16_to_f32_scaled,
+    f32_to_bf16,
     f32_to_f16,
     f32_to_fp8,
     fp8_to_f32,
@@ -180,8 +181,8 @@ class NumpyBackend(Backend):
             return f32_to_f16(x32)  # integer passes: no floating-point warnings to silence
         if x32.dtype == np.float32 and fmt.name != "float16":
             # ml_dtypes' cast (bfloat16: about 0.5 ns a value, one pass), which raises no floating-point
-            # flags from float32
-            return x32.astype(fmt.dtype)
+            # flags from float32; bfloat16 by f32_to_bf16: that cast, or the compiled path's
+            return f32_to_bf16(x32) if fmt.name == "bfloat16" else x32.astype(fmt.dtype)
         with np.errstate(over="ignore", invalid="ignore"):
             if fmt.name == "float16":
                 return f32_to_f16(x32)

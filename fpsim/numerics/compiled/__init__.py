@@ -5,9 +5,12 @@ the same steps run with the passes around the float64 work fused into a few comp
 ``_matmul.py`` (the float64 copies with the norms and quanta, the interval test, each open sum
 settled where it is found), ``_sums.py`` (a reduction read once, with its bound and test) and
 ``_elementary.py`` (the functions' test, chunk by chunk); ``_exact.py`` holds the exact sums they
-share.  The float64 work itself stays numpy's (the dgemm, numpy's float64 exp), and the results
-are the same bits: each is still the exact value rounded once, decided by the same kind of test -
-only the number of passes over memory changes.
+share.  ``_round.py`` (with its wrappers in ``_casts.py``) does the same for the element roundings
+and widenings of ``fpsim/formats/kernels.py`` and ``fp8kernels.py``: their integer steps and their
+one float32 addition, value by value in one loop, where numpy makes a pass for each step; those
+functions ask :func:`rounding` for their compiled twin.  The float64 work itself stays numpy's
+(the dgemm, numpy's float64 exp), and the results are the same bits: each is still the exact value
+rounded once, decided by the same kind of test - only the number of passes over memory changes.
 
 Which path: the compiled one when numba can be imported, unless the environment variable
 ``FPSIM_NUMBA`` is ``0`` (read once, when ``fpsim.numerics`` is imported); :func:`use_compiled`
@@ -30,7 +33,7 @@ import os
 import types
 import warnings
 
-__all__ = ["numba_installed", "enabled", "use_compiled", "kernels"]
+__all__ = ["numba_installed", "enabled", "use_compiled", "kernels", "rounding", "ROUNDING_MIN_SIZE"]
 
 _STATE = {"on": os.environ.get("FPSIM_NUMBA", "1").strip() != "0", "kernels": None, "failed": False}
 
@@ -69,13 +72,29 @@ def kernels():
     return _STATE["kernels"]
 
 
+# Arrays smaller than this keep the numpy path: a cast of a few numbers (a lab's, a docs example's)
+# should not import numba (about 0.3 s, once); from here up the compiled loop is faster.
+ROUNDING_MIN_SIZE = 1024
+
+
+def rounding(name: str, x, dtype=None):
+    """The compiled twin of the rounding or widening ``name`` (a function of ``_casts.py``, taking
+    the numpy function's array first), or None where the numpy path is to run: the compiled path
+    off, numba missing, ``x`` smaller than :data:`ROUNDING_MIN_SIZE`, or its dtype not ``dtype``."""
+    if getattr(x, "size", 0) < ROUNDING_MIN_SIZE or (dtype is not None and x.dtype != dtype) or not _STATE["on"] or _STATE["failed"]:
+        return None
+    k = kernels()
+    return None if k is None else k.roundings[name]
+
+
 def _load():
     try:
-        from . import _elementary, _matmul, _sums
+        from . import _casts, _elementary, _matmul, _sums
     except Exception as e:  # no numba: the numpy path, silently; a broken numba: the same, said once
         _STATE["failed"] = True
         if numba_installed():
             warnings.warn(f"fpsim.numerics: the compiled path is off ({type(e).__name__}: {e})", RuntimeWarning,
                           stacklevel=3)
         return None
-    return types.SimpleNamespace(matmul=_matmul.fused_matmul, sum=_sums.fused_sum, elementary=_elementary.fused_elementary)
+    return types.SimpleNamespace(matmul=_matmul.fused_matmul, sum=_sums.fused_sum, elementary=_elementary.fused_elementary,
+                                 roundings=_casts.ROUNDINGS)
