@@ -90,7 +90,7 @@ class ContextStack:
         return iter(self._var.get())
 
     def __contains__(self, item) -> bool:
-        return any(x is item for x in self._var.get())
+        return item in self._var.get()  # identity or ==, as a list's ``in``
 
     def __eq__(self, other) -> bool:  # compares as the list it stands for: ``state.HOOKS == []``
         if isinstance(other, (list, tuple, ContextStack)):
