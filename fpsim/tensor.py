@@ -23,7 +23,7 @@ from .backend import Backend, get_backend
 from .formats import Format, cast, get_format, promote, tensor_format
 from .state import HOOKS, RoundingEvent, backward_scope, event_scope, is_grad_enabled, no_grad
 
-__all__ = ["Tensor", "tensor", "no_grad", "is_grad_enabled", "promote", "round_result", "Exact"]
+__all__ = ["Tensor", "tensor", "no_grad", "is_grad_enabled", "promote", "round_result", "make_node", "Exact"]
 
 
 def round_result(x32, fmt: Format, backend: Backend, op: str, direction: str, target: str = "", *,
@@ -63,6 +63,19 @@ def _round_special(x32, fmt: Format, backend: Backend, saturate: bool, rounding:
         x32 = backend.clip_to_max(x32, fmt)
     vals = cast(backend.to_numpy(x32), fmt, rounding, rng=rng).astype(np.float32)
     return backend.round(backend.asarray(vals), fmt)  # already on fmt's grid: stored exactly
+
+
+def make_node(out32, fmt: Format, parents: tuple, backward, op: str, *, stored=None, inputs=None) -> Tensor:
+    """The one way an op makes its output node: ``out32`` (float32) rounded once into ``fmt`` by
+    :func:`round_result` (or ``stored``, a result already exact in fmt), on the first parent's
+    backend, with ``backward(g32, out)`` returning one float32 gradient (or None, or an
+    :class:`Exact`) per parent.  The node records its parents and backward only where grad mode is
+    on and a parent requires grad.  ``inputs``: what the hooks are told the result was computed
+    from (default: the parents; ``()`` tells them nothing).  The ops (``fpsim.ops``), the
+    low-precision layers (``fpsim.lowp``) and unit scaling (``fpsim.nn.unit``) all use it."""
+    be = parents[0].backend
+    out = round_result(out32, fmt, be, op, "forward", stored=stored, inputs=parents if inputs is None else inputs)
+    return Tensor._from_op(out, fmt, parents, backward, op, be)
 
 
 class Exact:

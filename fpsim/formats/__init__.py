@@ -16,7 +16,6 @@
 
 from .block import BLOCK_FORMATS, SCALE_ROUNDINGS, BlockFormat, BlockQuantized, BlockStats, get_block_format, quantize
 from .codes import decode, encode
-from .scale_rules import E8M0_SCALE, FLOAT32_BLOCK_SCALE, NVFP4_SCALE, ScaleRule
 from .kernels import f16_to_f32, f32_to_f16, f32_to_fp8, fp8_to_f32, rne_round
 from .round import (
     CATEGORIES,
@@ -30,6 +29,7 @@ from .round import (
     rounding_mode,
     ulp,
 )
+from .scale_rules import E8M0_SCALE, FLOAT32_BLOCK_SCALE, NVFP4_SCALE, ScaleRule
 from .sr import SR_VARIANTS
 from .srbias import sr_bias, sr_bias_table
 from .table import (

@@ -39,7 +39,7 @@ from ..checks import is_integer
 from ..formats import SCALE_ROUNDINGS, get_block_format, get_format, quantize, round_to
 from ..formats.blockfast import fake_quantize
 from ..numerics import matmul_f32
-from ..tensor import Tensor, promote, round_result
+from ..tensor import Tensor, make_node, promote, round_result
 from ..tensorcore import instruction
 from .handlers import LAYER_HANDLERS
 from .swap import check_linear_args, linears_to_swap, share_linear
@@ -344,8 +344,7 @@ def block_linear(x: Tensor, weight: Tensor, bias: Tensor | None, recipe: BlockSc
         gb = be.asarray(be.sum(g2, 0)) if bias is not None else None
         return (gx, gw) if bias is None else (gx, gw, gb)
 
-    return Tensor._from_op(round_result(out32, fmt, be, "block.linear", "forward"), fmt, ins, backward,
-                           "block.linear", be)
+    return make_node(out32, fmt, ins, backward, "block.linear", inputs=())
 
 
 class BlockLinear(nn.Module):

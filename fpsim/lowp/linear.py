@@ -24,7 +24,7 @@ import numpy as np
 from .. import nn
 from ..formats import get_format
 from ..ops.arith import tensor_core_gemm
-from ..tensor import Tensor, promote, round_result
+from ..tensor import Tensor, make_node, promote
 from .handlers import LAYER_HANDLERS
 from .quant import quantize_fp8
 from .recipes import CurrentScaling, DelayedScaling
@@ -88,8 +88,7 @@ def fp8_linear(x: Tensor, weight: Tensor, bias: Tensor | None, meta: LinearScali
             gb = be.sum(g.reshape(-1, g.shape[-1]), 0) if bias is not None else None
         return (gx, gw) if bias is None else (gx, gw, gb)
 
-    return Tensor._from_op(round_result(out32, fmt, be, "fp8.linear", "forward", inputs=ins), fmt, ins, backward,
-                           "fp8.linear", be)
+    return make_node(out32, fmt, ins, backward, "fp8.linear")
 
 
 class Fp8Linear(nn.Module):

@@ -38,8 +38,8 @@ import numpy as np
 from .. import ops
 from ..checks import check_seed
 from ..numerics.random import normal
-from ..ops.core import _make, _op
-from ..tensor import Tensor, tensor
+from ..ops.core import _op
+from ..tensor import Tensor, make_node, tensor
 from .modules import GELU, Linear, Module, Sequential, Tanh
 
 __all__ = ["scaled", "scale_fwd", "scale_bwd", "UnitLinear", "UnitActivation", "UnitMLP", "unit_mse_loss",
@@ -59,7 +59,7 @@ def scaled(x: Tensor, fwd=1.0, bwd=1.0) -> Tensor:
     into x's format); backward the incoming gradient times float32(bwd), rounded into x's
     gradient format by the graph walk.  ``fwd``, ``bwd``: finite numbers > 0."""
     f, b = (x.backend.xp.float32(_factor(v, n)) for v, n in ((fwd, "fwd"), (bwd, "bwd")))
-    return _make(x.f32() * f, x.fmt, (x,), lambda g, out: (g * b,), "scaled")
+    return make_node(x.f32() * f, x.fmt, (x,), lambda g, out: (g * b,), "scaled")
 
 
 def scale_fwd(x: Tensor, factor) -> Tensor:

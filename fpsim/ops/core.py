@@ -21,7 +21,7 @@ from numpy import errstate as _np_errstate  # only the warning switch; arrays go
 
 from .. import state
 from ..formats import F32, Format, tensor_format
-from ..tensor import Tensor, promote, round_result
+from ..tensor import Tensor, make_node, promote
 
 __all__ = ['AUTOCAST_POLICY', 'to_format', 'broadcast_to']
 
@@ -112,13 +112,7 @@ def _mixed(op: str, a, b):
     raise ValueError(f"{op}: tensors on different backends: {a.name} and {b.name} (move one with .to(backend=...))")
 
 
-def _make(out32, fmt: Format, parents: tuple, backward, op: str, *, stored=None, inputs=None) -> Tensor:
-    """Round ``out32`` once into ``fmt`` (or take ``stored``, a result that is exact in fmt
-    already) and make the output node.  ``inputs``: what the hooks are told the result was
-    computed from, where that is more than the parents (a constant the op writes in)."""
-    be = parents[0].backend
-    out = round_result(out32, fmt, be, op, "forward", stored=stored, inputs=parents if inputs is None else inputs)
-    return Tensor._from_op(out, fmt, parents, backward, op, be)
+_make = make_node  # round once into fmt and make the output node: fpsim.tensor.make_node
 
 
 def _view(data, fmt: Format, parents: tuple, backward, op: str) -> Tensor:

@@ -350,3 +350,26 @@ def test_block_element_formats_are_not_tensor_formats(fmt):
             make()
         assert "float32, float16, bfloat16, float8_e4m3fn, float8_e5m2" in str(e.value)
     assert fpsim.quantize(np.ones(32, np.float32), "mxfp4").elements.dtype.name == "float4_e2m1fn"  # their place
+
+
+def test_make_node_is_how_a_new_op_is_written():
+    """``fpsim.tensor.make_node``: a float32 result rounded once into the format (the hooks see it)
+    and a node whose backward hands float32 gradients to the parents."""
+    from fpsim.tensor import make_node
+
+    def cube(x):
+        x32 = x.f32()
+        return make_node(x32 * x32 * x32, x.fmt, (x,), lambda g, out: (g * 3 * x32 * x32,), "cube")
+
+    v = np.array([1.1, -0.3, 2.5], np.float32)
+    x = tensor(v, "bfloat16", requires_grad=True)
+    events = []
+    with hooked(events.append):
+        y = cube(x)
+    x32 = x.f32()
+    assert np.array_equal(bits(y.numpy()), bits((x32 * x32 * x32).astype(BF16)))
+    assert [(e.op, e.direction, e.fmt.name) for e in events] == [("cube", "forward", "bfloat16")]
+    y.sum().backward()
+    assert np.array_equal(bits(x.grad.numpy()), bits((np.float32(3) * x32 * x32).astype(BF16)))
+    with no_grad():
+        assert cube(x).is_leaf  # no graph where grad mode is off
