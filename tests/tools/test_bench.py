@@ -199,6 +199,34 @@ def test_monitor_rows(quick):
     assert "fpsim.monitor()" in on["name"] and on["seconds"] > 0 and on["limit"] == 1.3
 
 
+def test_kernel_rows_time_each_rounding_on_both_paths(quick):
+    """``--sections kernels``: a float32 copy against astype(float16), then every rounding and
+    widening of KERNEL_CASES, the compiled path against the numpy path, judged in ns a value."""
+    from fpsim.tools.bench.kernelrows import KERNEL_CASES
+
+    rows = _rows(quick, "kernels")
+    n = quick["settings"]["n_round"]
+    floor, rest = rows[0], rows[1:]
+    assert floor["name"] == "10^4 float32 copy" and floor["peer"] == "numpy astype(float16)"
+    assert floor["seconds"] > 0 and floor["peer_seconds"] > 0 and "ns a value" in floor["note"]
+    assert [r["name"] for r in rest] == [f"10^4 {label}" for label in KERNEL_CASES]
+    assert any("f32_to_f16" in c for c in KERNEL_CASES) and any("nvfp4" in c for c in KERNEL_CASES)
+    for r in rest:
+        assert r["peer"] == "the same, numpy path" and r["seconds"] > 0 and r["peer_seconds"] > 0, r["name"]
+        assert r["target"] == "<= 0.5 ns a value" and r["limit"] is None
+        assert r["met"] == (r["seconds"] / n * 1e9 <= 0.5), r["name"]
+
+
+def test_kernel_rows_without_the_compiled_path(monkeypatch):
+    from fpsim.numerics import compiled
+    from fpsim.tools.bench.kernelrows import KERNEL_CASES, kernel_rows
+
+    monkeypatch.setattr(compiled, "enabled", lambda: False)
+    rows = kernel_rows(bench.BenchSettings.quick_settings(), lambda what: None)
+    assert rows[0].seconds > 0 and len(rows) == 1 + len(KERNEL_CASES)
+    assert all("compiled path is off" in r.skipped and r.seconds is None for r in rows[1:])
+
+
 def test_gpu_rows_present_or_skipped(quick):
     rows = _rows(quick, "gpu")
     assert len(rows) == 2
@@ -229,6 +257,9 @@ def test_table_output_of_the_command(capsys):
     assert cli.main(["bench", "--quick", "--quiet", "--sections", "matmul"]) == 0
     out = capsys.readouterr().out
     assert "np.matmul float32 (BLAS)" in out and "ratio" in out and "machine:" in out
+    assert cli.main(["bench", "--quick", "--quiet", "--sections", "kernels"]) == 0
+    out = capsys.readouterr().out
+    assert "kernels.f32_to_f16" in out and "the same, numpy path" in out and "ns a value" in out
 
 
 def test_bad_arguments():

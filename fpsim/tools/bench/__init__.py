@@ -1,6 +1,6 @@
 """``fpsim bench``: how fast the emulation runs, as ratios against a peer timed in the same run.
 
-Five sections, each row one thing fpsim does and the peer it is held against:
+Six sections, each row one thing fpsim does and the peer it is held against:
 
 1. rounding - ``fpsim.cast`` of 10**6 values (float32 and float64 input; a normal-ish mix and
    gradient-like tiny values, log-uniform in 1e-10..1e-3) into float16, bfloat16, e4m3fn and
@@ -8,6 +8,8 @@ Five sections, each row one thing fpsim does and the peer it is held against:
    ``round_ndarray`` where installed).  ``astype`` is the floor: fpsim must round correctly
    where it does not (ml_dtypes before 0.7 rounds float64 -> bfloat16/fp8 twice), and numpy's
    float32 -> float16 cast is ~25x slower on results in float16's subnormal range.
+   kernels (``kernelrows.py``) - each rounding and widening in ns a value, the compiled path
+   (``fpsim.numerics.compiled``) against the numpy path, beside a float32 copy and ``astype(float16)``.
 2. matmul - ``ops.matmul`` of two float16 tensors (float32 accumulation, one rounding of the
    float16 result) against ``np.matmul`` of float32 arrays of the same size: raw BLAS; the
    largest size also on ``numpy-f32`` (nothing to widen there).
@@ -56,6 +58,7 @@ from ...textable import text_table
 from .. import torchref
 from ..jsonout import dumps, finite
 from .blockrows import block_rows
+from .kernelrows import KERNEL_CASES, kernel_rows
 from .profile import format_profile, profile_gpt, profile_recipes
 from .rows import Row, compare_row, gpt_task, step_rows
 from .steps import fpsim_step, torch_step
@@ -64,7 +67,7 @@ from .timing import machine_info, median_ratio, time_interleaved
 __all__ = ["Row", "BenchSettings", "machine_info", "run_bench", "format_report", "main"]
 
 ROUND_FORMATS = LOW_FORMATS
-SECTIONS = ("rounding", "matmul", "step", "monitor", "gpu")
+SECTIONS = ("rounding", "kernels", "matmul", "step", "monitor", "gpu")
 _GFLOAT_FORMATS = {"float16": "format_info_binary16", "bfloat16": "format_info_bfloat16",
                    "float8_e4m3fn": "format_info_ocp_e4m3", "float8_e5m2": "format_info_ocp_e5m2"}
 
@@ -322,7 +325,8 @@ def run_bench(settings: BenchSettings | None = None, *, sections=SECTIONS, progr
         raise ValueError(f"unknown bench section(s) {unknown}; known: {', '.join(SECTIONS)}")
     info = machine_info()
     threads = state.blas_threads()  # fpsim's products run on this many BLAS threads; PyTorch gets as many
-    counts = {"rounding": 2 * 2 * len(ROUND_FORMATS) + 5, "matmul": len(s.matmul_sizes) + 3, "step": 2, "monitor": 2,
+    counts = {"rounding": 2 * 2 * len(ROUND_FORMATS) + 5, "kernels": 1 + len(KERNEL_CASES),
+              "matmul": len(s.matmul_sizes) + 3, "step": 2, "monitor": 2,
               "gpu": 2}
     bar = None
     if progress:
@@ -350,6 +354,8 @@ def run_bench(settings: BenchSettings | None = None, *, sections=SECTIONS, progr
                 time.sleep(s.settle)  # let the previous section's spinning BLAS / OpenMP threads go idle
                 if sec == "rounding":
                     rows += _rounding_rows(s, tick)
+                elif sec == "kernels":
+                    rows += kernel_rows(s, tick)
                 elif sec == "matmul":
                     rows += _matmul_rows(s, tick)
                 elif sec == "step":
