@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from ...lowp import DelayedScaling
 from ..recipes import Recipe
-from ..tasks import ReferenceTask
 from .base import FINDINGS, Finding, Sweep
 from .runs import final_ratio, trained_steps
 
@@ -24,7 +23,7 @@ RECIPES = ("fp32", "fp8-delayed", "fp8-current", SCALE1)
 NAMES = ("fp8-delayed", "fp8-current", "fp8-scale1-start")
 
 
-SWEEP = Sweep(ReferenceTask, RECIPES, quick_steps=10)
+SWEEP = Sweep("reference", RECIPES, quick_steps=10)
 
 
 def extract(runs: dict) -> dict:

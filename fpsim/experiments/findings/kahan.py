@@ -10,13 +10,12 @@ gap to fp32 each cure closes.
 
 from __future__ import annotations
 
-from ..tasks import ReferenceTask
 from .base import FINDINGS, Finding, Sweep, pct
 from .runs import final_ratio, seed_mean, trained_steps
 
 NAME = "bf16-kahan-stochastic"
 RECIPES = ("fp32", "bf16-pure", "bf16-kahan", "bf16-stochastic")
-SWEEP = Sweep(ReferenceTask, RECIPES, quick_steps=15, measure_at=(-1,))
+SWEEP = Sweep("reference", RECIPES, quick_steps=15, measure_at=(-1,))
 
 
 def extract(runs: dict) -> dict:

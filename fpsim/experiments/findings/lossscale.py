@@ -10,13 +10,12 @@ gradients float16 flushed to zero at the last step, and each final loss over fp3
 
 from __future__ import annotations
 
-from ..tasks import ReferenceTask
 from .base import FINDINGS, Finding, Sweep, pct
 from .runs import final_ratio, seed_mean, trained_steps
 
 NAME = "fp16-loss-scaling"
 RECIPES = ("fp32", "fp16-master", "fp16-dynamic")
-SWEEP = Sweep(ReferenceTask, RECIPES, quick_steps=20, measure_at=(-1,))
+SWEEP = Sweep("reference", RECIPES, quick_steps=20, measure_at=(-1,))
 
 
 def extract(runs: dict) -> dict:

@@ -38,7 +38,6 @@ import numpy as np
 from ...lowp import BlockScaling
 from ...numerics import mean64
 from ..recipes import Recipe
-from ..studentteacher import StudentTeacherTask
 from .base import FINDINGS, Finding, Sweep
 
 NAME = "mx-layernorm-instability"
@@ -68,7 +67,7 @@ def spikes(losses) -> list[int]:
 def _sweep(arm: str) -> Sweep:
     recipe, ln = ARMS[arm]
     fields = ("width", "depth", "batch")
-    return Sweep(StudentTeacherTask, (recipe,), quick_steps=QUICK["steps"], full_steps=FULL["steps"], name=arm,
+    return Sweep("student-teacher", (recipe,), quick_steps=QUICK["steps"], full_steps=FULL["steps"], name=arm,
                  settings={**{k: FULL[k] for k in fields}, "ln_format": ln}, quick_settings={k: QUICK[k] for k in fields})
 
 

@@ -20,7 +20,6 @@ from ...formats import quantize
 from ...lowp import BlockScaling
 from ...numerics import fsum64, mean64
 from ..recipes import Recipe
-from ..tinygpt import TinyGPTTask
 from .base import FINDINGS, Finding, Sweep, pct, say
 from .samples import SAMPLES, sample
 
@@ -62,7 +61,7 @@ def measure_rules(quick: bool = True, seeds=(0,), progress=None) -> tuple[dict, 
 TRAINED = {rule: Recipe(f"mxfp8-{rule}", "float32", block=BlockScaling("mxfp8_e4m3", scale_rounding=rule))
            for rule in ("floor", "rceil")}
 # full runs: the tiny GPT with every Linear in MXFP8 under floor and under rceil scales
-SWEEP = Sweep(TinyGPTTask, tuple(TRAINED.values()), full_steps=TRAIN_STEPS, modes=("full",))
+SWEEP = Sweep("tinygpt", tuple(TRAINED.values()), full_steps=TRAIN_STEPS, modes=("full",))
 
 
 def extract(runs: dict) -> dict:

@@ -17,14 +17,13 @@ import math
 
 import numpy as np
 
-from ..tinygpt import TinyGPTTask
 from .base import FINDINGS, Finding, Sweep, pct
 from .runs import metric, seed_mean
 
 NAME = "attention-forward-overflow"
 RECIPES = ("fp16-master", "fp16-amp")
 # OVERFLOW (experiments.tinygpt): attn_stable=False; quick runs at four times the rate after a 5-step warm-up
-SWEEP = Sweep(TinyGPTTask, RECIPES, quick_steps=20, full_steps=100, settings={"attn_stable": False},
+SWEEP = Sweep("tinygpt", RECIPES, quick_steps=20, full_steps=100, settings={"attn_stable": False},
               quick_settings={"lr": 2e-2, "warmup": 5}, measure_at=(-1,))
 
 

@@ -104,9 +104,9 @@ def scale1_casts(task, seed: int = 0) -> dict:
 
 
 SWEEPS = (  # as it is, and unit-scaled; the tiny GPT in full runs only
-    Sweep(ReferenceTask, PLAIN, quick_steps=10, name="plain"),
+    Sweep("reference", PLAIN, quick_steps=10, name="plain"),
     Sweep(UnitReferenceTask, UNIT, quick_steps=10, name="unit"),
-    Sweep(TinyGPTTask, ("fp32", "fp8-delayed"), full_steps=TinyGPTTask.steps, modes=("full",), name="gpt"),
+    Sweep("tinygpt", ("fp32", "fp8-delayed"), full_steps=TinyGPTTask.steps, modes=("full",), name="gpt"),
     Sweep(UnitTinyGPTTask, UNIT, full_steps=TinyGPTTask.steps, modes=("full",), name="gpt-unit"),
 )
 
