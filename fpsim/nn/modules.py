@@ -17,7 +17,7 @@ from ..backend import get_backend
 from ..formats import TENSOR_FORMATS, get_block_format, tensor_format
 from ..state import pinned_blas, scope
 from ..statedict import Problems
-from ..tensor import Tensor, move, tensor
+from ..tensor import Tensor, move, round_result, tensor
 
 __all__ = ["Module", "Linear", "Sequential", "MLP", "ReLU", "Tanh", "Sigmoid", "GELU", "Identity", "ACTIVATIONS"]
 
@@ -105,7 +105,8 @@ class Module:
         for p in self.parameters():
             moved = move(p, be) if be is not None and be is not p.backend else p
             target_fmt = f or p.fmt
-            data = moved.data if target_fmt == p.fmt else moved.backend.round(moved.f32(), target_fmt)
+            data = moved.data if target_fmt == p.fmt else round_result(moved.f32(), target_fmt, moved.backend, "to",
+                                                                       "update", p.name)  # where the hooks see it
             p.data, p.backend, p.fmt, p.grad_fmt, p.grad = data, moved.backend, target_fmt, target_fmt, None
         return self
 

@@ -81,3 +81,19 @@ def test_a_narrow_accumulator_rounds_every_partial_sum_where_the_hooks_see_it():
     a = tensor(np.ones((1, 3), np.float32), "float32")
     seen = _events(lambda: ops.matmul(a, m.weight.T, acc="bfloat16"))
     assert [(ev.op, ev.target) for ev in seen].count(("matmul", "accumulator")) == 3
+
+
+def test_module_to_rounds_each_parameter_where_the_hooks_see_it():
+    """``Module.to(fmt)`` stores each parameter rounded once into fmt by round_result: one event a
+    parameter (op ``to``, the parameter's name), whose stored value is the new data."""
+    m = nn.Linear(3, 2, seed=0)
+    before = {n: p.f32().copy() for n, p in m.named_parameters()}
+    seen = _events(lambda: m.to("float16"))
+    ours = [ev for ev in seen if ev.op == "to"]
+    assert [ev.fmt.name for ev in ours] == ["float16"] * len(before)
+    for ev, (name, p) in zip(ours, m.named_parameters()):
+        assert ev.direction == "update" and p.fmt.name == "float16"
+        assert np.array_equal(np.asarray(ev.exact32), before[name])
+        assert np.array_equal(np.asarray(ev.stored).view(np.uint16), p.numpy().view(np.uint16))
+        assert np.array_equal(p.numpy().view(np.uint16), before[name].astype(np.float16).view(np.uint16))
+    assert _events(lambda: m.to("float16")) == []  # already in fp16: nothing rounded
