@@ -75,8 +75,8 @@ def train(task, recipe="fp32", seed: int = 0, *, steps: int | None = None, lr: f
     with state.no_grad():
         final = run.masters()
         out.frozen_fraction = 1 - sum(int((a != b).sum()) for a, b in zip(start, final)) / sum(a.size for a in start)
-        for name, value in task.metrics(run.model, r).items():
-            setattr(out, name, value)
+        out.metrics = dict(task.metrics(run.model, r))
+    out.columns, out.legend = tuple(task.table_columns), task.table_legend
     return out
 
 

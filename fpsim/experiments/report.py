@@ -9,7 +9,7 @@ from ..lowp import format_scaling_table
 from ..numerics import mean64
 from ..textable import percent, text_table
 from .recipes import RECIPES, get_recipe
-from .result import RunResult
+from .result import Column, RunResult
 
 __all__ = ["format_table", "format_seed_table"]
 
@@ -55,9 +55,8 @@ def _pct(d: dict, k, digits: int = 1) -> str:
     return percent(d[k], digits=digits) if k in d else "-"
 
 
-def _nonfinite_cell(r) -> str:
-    """Where the first inf / NaN was made (transformer task): step, op, module, direction."""
-    nf = r.nonfinite
+def _nonfinite_cell(nf) -> str:
+    """Where the first inf / NaN was made: step, op, module, direction."""
     if nf is None:
         return "-"
     return f"step {nf.step}: {nf.op} in {nf.where} ({nf.direction})"
@@ -68,26 +67,40 @@ def _died_at(r: RunResult) -> str:
     return f" at step {step}" if step is not None else ""
 
 
-def _run_row(name: str, r: RunResult, base: RunResult | None, quality_col: bool = True) -> list[str]:
+def _cell(r: RunResult, col: Column) -> str:
+    """The run's value in a column its task declared (``-`` where it has none)."""
+    if col not in r.columns:
+        return "-"
+    v = r.metrics[col.key] if col.key in r.metrics else getattr(r, col.key, None)
+    if col.style == "nonfinite":
+        return _nonfinite_cell(v)
+    if v is None or not math.isfinite(v) or (col.live_only and not math.isfinite(r.final_loss)):
+        return "-"
+    return percent(v, digits=1) if col.style == "percent" else f"{v:.4f}"
+
+
+def _columns(results: dict[str, RunResult]) -> list[Column]:
+    """Every column the runs' tasks declare, in the order first declared."""
+    return list(dict.fromkeys(c for r in results.values() for c in r.columns))
+
+
+def _run_row(name: str, r: RunResult, base: RunResult | None, columns: list[Column]) -> list[str]:
     """One recipe's row of :func:`format_table`."""
     first = min(r.act_grad_flushed) if r.act_grad_flushed else None
     last = max(r.act_grad_flushed) if r.act_grad_flushed else None
     ok = math.isfinite(r.final_loss)
     rel = f"{r.final_loss / base.final_loss:.3f}x" if base and ok and base.final_loss > 0 else "-"
-    acc = r.accuracy  # the transformer task reports answer accuracy, not R^2
-    quality = (percent(acc, digits=1) if acc is not None and math.isfinite(acc) else "-") if acc is not None else (
-        f"{r.r2:.4f}" if ok and r.r2 is not None and math.isfinite(r.r2) else "-")
-    row = [
-        name, f"{r.final_loss:.4e}" if ok else "diverged" + _died_at(r), rel, *([quality] if quality_col else []),
+    return [
+        name, f"{r.final_loss:.4e}" if ok else "diverged" + _died_at(r), rel,
+        *(_cell(r, c) for c in columns if c.place == "quality"),
         f"{r.steps_skipped} ({percent(r.steps_skipped, len(r.skipped), digits=0)})" if r.skipped else "0",
         "per tensor" if r.fp8 else f"{r.final_scale:g}",
         f"{_pct(r.act_grad_flushed, first)} -> {_pct(r.act_grad_flushed, last)}" if first is not None else "-",
         _pct(r.weight_grad_flushed, last, 2) if last is not None else "-",
         _pct(r.stalled, max(r.stalled)) if r.stalled else "-",
+        *(_cell(r, c) for c in columns if c.place == "end"),
+        f"{r.seconds:.1f}s",
     ]
-    if r.traced:
-        row.append(_nonfinite_cell(r))
-    return row + [f"{r.seconds:.1f}s"]
 
 
 def _fp8_lines(results: dict[str, RunResult]) -> list[str]:
@@ -104,16 +117,20 @@ def _fp8_lines(results: dict[str, RunResult]) -> list[str]:
     return lines
 
 
+# The legend's closing lines where no run's task declares its own (Task.table_legend).
+STALLED_LEGEND = ("stalled: parameter entries (masters where there are masters) that the last step left unchanged -",
+                  "  their update was below half an ulp.")
+
+
 def format_table(results: dict[str, RunResult], baseline: str = "fp32") -> str:
-    """The comparison table ``fpsim compare`` prints, with a legend."""
+    """The comparison table ``fpsim compare`` prints, with a legend; beside the common columns,
+    the ones the runs' tasks declare (:attr:`RunResult.columns`), and their legend."""
     base = results.get(baseline)
-    gpt = any(r.traced for r in results.values())
-    # a quality column where the task has a measure of it (R^2, answer accuracy)
-    quality = gpt or any(r.r2 is not None or r.accuracy is not None for r in results.values())
-    cols = ["recipe", "final loss", f"vs {baseline}", *(["answer acc" if gpt else "R^2"] if quality else []),
+    columns = _columns(results)
+    cols = ["recipe", "final loss", f"vs {baseline}", *(c.title for c in columns if c.place == "quality"),
             "skipped", "final scale", "act-grad 0s first->last", "weight-grad 0s", "stalled",
-            *(["first non-finite"] if gpt else []), "time"]
-    lines = text_table(cols, [_run_row(name, r, base, quality) for name, r in results.items()])
+            *(c.title for c in columns if c.place == "end"), "time"]
+    lines = text_table(cols, [_run_row(name, r, base, columns) for name, r in results.items()])
     notes = [f"  {n}: {r.failure}" for n, r in results.items() if r.failure]
     notes += [f"  {n}: {note}" for n, r in results.items() for note in r.notes]
     if notes:
@@ -125,18 +142,7 @@ def format_table(results: dict[str, RunResult], baseline: str = "fp32") -> str:
         "  flushed to 0, at the first and the last step; weight-grad 0s: the same for weight gradients.",
         "skipped: optimizer steps a loss scaler skipped because the scaled gradients held inf/NaN (share of steps).",
     ]
-    if gpt:
-        lines += [
-            "final loss: cross-entropy on the answer tokens of the evaluation batch; answer acc: sorted digits",
-            "  predicted exactly.  first non-finite: the step and op that first MADE an inf or NaN from finite",
-            "  inputs (fpsim.trace_nonfinite), loss-scaler overflows aside - those are normal and skipped.",
-        ]
-    else:
-        lines += [
-            "stalled: parameter entries (masters where there are masters) that the last step left unchanged -",
-            "  their update was below half an ulp." + ("  R^2: 1 - reconstruction error / variance of the data."
-                                                     if quality else ""),
-        ]
+    lines += next((list(r.legend) for r in results.values() if r.legend is not None), list(STALLED_LEGEND))
     carried = [n for n in results if n in RECIPES and RECIPES[n].update_rounding != "nearest"]
     if carried:
         lines += [f"  For {', '.join(carried)} a stalled update is not lost: Kahan summation keeps it in the",

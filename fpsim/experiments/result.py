@@ -8,9 +8,38 @@ has ``k + 1`` losses - its last is the one step k computed.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
-__all__ = ["RunResult"]
+__all__ = ["RunResult", "Column", "COLUMN_STYLES"]
+
+COLUMN_STYLES = ("fixed4", "percent", "nonfinite")
+# What RunResult held as fields before the task's numbers moved into ``metrics`` (and their old
+# defaults): read as attributes they still work, with a DeprecationWarning, until 2027-06-01.
+_OLD_FIELDS = {"r2": None, "accuracy": None, "eval_loss": None, "attn_logits": []}
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column a task adds to the comparison table (:mod:`~fpsim.experiments.report`).
+
+    ``key``: the value, in :attr:`RunResult.metrics` or else a RunResult field; ``title``: the
+    header; ``style``: ``"fixed4"`` (4 decimals), ``"percent"`` (1 decimal) or ``"nonfinite"``
+    (where the first inf / NaN was made: a :class:`~fpsim.trace.NonFinite`); ``place``:
+    ``"quality"`` (after the ratio to the baseline) or ``"end"`` (before the time); ``live_only``:
+    ``-`` for a run that diverged."""
+
+    key: str
+    title: str
+    style: str = "fixed4"
+    place: str = "quality"
+    live_only: bool = False
+
+    def __post_init__(self):
+        if self.style not in COLUMN_STYLES:
+            raise ValueError(f"Column {self.key!r}: style must be one of {', '.join(COLUMN_STYLES)}, got {self.style!r}")
+        if self.place not in ("quality", "end"):
+            raise ValueError(f"Column {self.key!r}: place must be 'quality' or 'end', got {self.place!r}")
 
 
 @dataclass
@@ -30,13 +59,12 @@ class RunResult:
     scaler: str | None = None  # the loss scaler: None, "static" or "dynamic"
     died_at: int | None = None  # the step (from 0) after which the run was non-finite; None if it lived
     frozen_fraction: float = float("nan")  # parameters (entries) that never changed
-    r2: float | None = None  # reference task: 1 - mse / variance of the data, on the final model
     failure: str = ""  # where a NaN / inf came from, if the run died (training stops there)
     seconds: float = 0.0
     fp8: dict = field(default_factory=dict)  # fp8 recipes: tensor -> ScalingState.summary() after the last step
-    accuracy: float | None = None  # tasks with answers (tiny GPT): share predicted exactly, final model
-    eval_loss: float | None = None  # tasks with an evaluation batch: its loss on the final model
-    attn_logits: list = field(default_factory=list)  # tiny GPT with record_logits: largest |attention logit| per step
+    metrics: dict = field(default_factory=dict)  # the task's numbers of the final model (Task.metrics): r2, ...
+    columns: tuple = ()  # the table's columns the task declares (Column records: Task.table_columns)
+    legend: tuple | None = None  # the table's legend lines the task declares (None: report's default)
     traced: bool = False  # whether a NonFiniteTracer watched the run (then ``nonfinite`` is its finding)
     nonfinite: object = None  # fpsim.trace.NonFinite: the first op that made inf/NaN (scaler overflows aside)
     scaler_overflows: int = 0  # backward passes where the loss-scaled gradients overflowed (traced runs)
@@ -48,7 +76,17 @@ class RunResult:
         training loss."""
         if self.failure or not self.losses:
             return float("nan")
-        return self.losses[-1] if self.eval_loss is None else self.eval_loss
+        eval_loss = self.metrics.get("eval_loss")
+        return self.losses[-1] if eval_loss is None else eval_loss
+
+    def __getattr__(self, name: str):
+        """The task's numbers under their old attribute names (``r.r2``, ``r.accuracy``, ...):
+        deprecated, read ``r.metrics[...]`` (removed 2027-06-01)."""
+        if name not in _OLD_FIELDS:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        warnings.warn(f"RunResult.{name} is deprecated (removed 2027-06-01): read RunResult.metrics[{name!r}]",
+                      DeprecationWarning, stacklevel=2)
+        return self.__dict__.get("metrics", {}).get(name, _OLD_FIELDS[name])
 
     @property
     def steps_skipped(self) -> int:

@@ -8,7 +8,7 @@ A task is a small (frozen dataclass) object with its settings as fields and thes
 - ``loss(model, batch, recipe)``: the float32 loss of one batch (the forward pass under
   ``recipe.forward_context()``; losses run in float32, as autocast runs them);
 - ``lr_at(step, steps, lr)``: the learning rate of a step (constant unless the task schedules it);
-- ``metrics(model, recipe)``: the final model's numbers, as :class:`RunResult` fields.
+- ``metrics(model, recipe)``: the final model's numbers, a dict (:attr:`RunResult.metrics`).
 
 and these class-level settings: ``steps`` and ``lr`` (defaults), ``optimizer`` (``"adam"`` or
 ``"sgd"``), ``measure_at`` (the steps whose gradients are counted by default), ``loss_kills``
@@ -18,8 +18,10 @@ NaN loss just skips the step) and ``trace_nonfinite`` (whether a
 
 What ``fpsim compare`` says about a task comes from the task too: ``summary`` (its line in
 ``--help``), ``default_recipes`` (what runs when no ``--recipes`` are named), ``figure_name``
-(the figure's default file in ``figures/``), :meth:`Task.title` (the figure's title) and
-:meth:`Task.describe_run` (the line printed before the runs).
+(the figure's default file in ``figures/``), :meth:`Task.title` (the figure's title),
+:meth:`Task.describe_run` (the line printed before the runs), ``table_columns`` (the table's columns
+for its metrics: :class:`~fpsim.experiments.result.Column` records) and ``table_legend`` (the
+table's closing lines about them; None: the default lines about stalled updates).
 
 :class:`Task` holds the defaults; a new task subclasses it in one file and registers itself in
 :data:`TASKS` (``@TASKS.register("name")`` on the class), which is where ``fpsim compare --task``,
@@ -65,6 +67,8 @@ class Task(ABC):
     summary = ""  # one line for ``fpsim compare --help`` (the class docstring's first line if empty)
     default_recipes: tuple = DEFAULT_RECIPES
     figure_name = "compare_loss.png"
+    table_columns: tuple = ()
+    table_legend: tuple | None = None
 
     @classmethod
     def help_line(cls) -> str:
@@ -96,5 +100,5 @@ class Task(ABC):
         return lr
 
     def metrics(self, model, recipe) -> dict:
-        """The final model's numbers (:class:`~fpsim.experiments.RunResult` fields); none here."""
+        """The final model's numbers (:attr:`RunResult.metrics <fpsim.experiments.RunResult.metrics>`); none here."""
         return {}

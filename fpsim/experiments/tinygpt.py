@@ -17,7 +17,7 @@ The knobs ``emb_std``, ``ln_acc``, ``attn_stable``, ``qk_scale``, ``mask_value``
 ``qk_norm`` are ``TinyGPT``'s; :data:`OVERFLOW` is the setting that makes float16 overflow in
 the forward pass on purpose (its docstring says how).  ``z_loss`` adds ``z_loss * mean(log^2 Z)``
 to the loss (:func:`z_loss`; Wortsman et al. use 1e-4), ``record_logits`` keeps the largest
-attention logit of every step (:attr:`RunResult.attn_logits`), and ``bos`` starts every
+attention logit of every step (``RunResult.metrics["attn_logits"]``), and ``bos`` starts every
 sequence with a fixed token (:data:`BOS`), a place for attention to rest - an attention sink.
 """
 
@@ -37,7 +37,7 @@ from ..ops.norm import check_acc
 from ..tensor import Tensor, tensor
 from .loop import train
 from .recipes import get_recipe
-from .result import RunResult
+from .result import Column, RunResult
 from .task import TASKS, Task
 
 __all__ = ["TinyGPTTask", "OVERFLOW", "TINYGPT_RECIPES", "OverflowGPTTask", "run_tinygpt", "training_step", "z_loss"]
@@ -78,6 +78,13 @@ class TinyGPTTask(Task):
     summary = "a 2-layer GPT sorting 16 digits"
     default_recipes = TINYGPT_RECIPES
     figure_name = "compare_tinygpt_loss.png"
+    table_columns = (Column("accuracy", "answer acc", "percent"),
+                     Column("nonfinite", "first non-finite", "nonfinite", place="end"))
+    table_legend = (
+        "final loss: cross-entropy on the answer tokens of the evaluation batch; answer acc: sorted digits",
+        "  predicted exactly.  first non-finite: the step and op that first MADE an inf or NaN from finite",
+        "  inputs (fpsim.trace_nonfinite), loss-scaler overflows aside - those are normal and skipped.",
+    )
 
     n_digits: int = 16
     batch: int = 32

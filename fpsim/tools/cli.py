@@ -124,16 +124,18 @@ def _run_json(r) -> dict:
     "losses": "3 of 3 values non-finite (nan)"}``)."""
     from .jsonout import finite
 
-    raw = {"final_loss": r.final_loss, "r2": r.r2, "steps_skipped": r.steps_skipped, "final_scale": r.final_scale,
-           "act_grad_flushed": r.act_grad_flushed, "weight_grad_flushed": r.weight_grad_flushed,
-           "stalled": r.stalled, "failure": r.failure, "died_at_step": r.died_at, "losses": r.losses,
-           "scales": r.scales, "skipped": r.skipped, "seconds": r.seconds, "fp8": r.fp8}
-    if hasattr(r, "nonfinite"):  # the transformer task
-        nf = r.nonfinite
-        raw.update(accuracy=r.accuracy, skipped_share=r.steps_skipped / max(len(r.skipped), 1),
-                   first_nonfinite=None if nf is None else {"step": nf.step, "op": nf.op, "where": nf.where,
-                                                            "direction": nf.direction, "kind": nf.kind,
-                                                            "text": str(nf)})
+    # "r2" and "accuracy" (null where the task has none) keep the places they had before the
+    # task's numbers moved into RunResult.metrics; "metrics" holds all of them
+    nf = r.nonfinite
+    raw = {"final_loss": r.final_loss, "r2": r.metrics.get("r2"), "steps_skipped": r.steps_skipped,
+           "final_scale": r.final_scale, "act_grad_flushed": r.act_grad_flushed,
+           "weight_grad_flushed": r.weight_grad_flushed, "stalled": r.stalled, "failure": r.failure,
+           "died_at_step": r.died_at, "losses": r.losses, "scales": r.scales, "skipped": r.skipped,
+           "seconds": r.seconds, "fp8": r.fp8, "accuracy": r.metrics.get("accuracy"),
+           "skipped_share": r.steps_skipped / max(len(r.skipped), 1),
+           "first_nonfinite": None if nf is None else {"step": nf.step, "op": nf.op, "where": nf.where,
+                                                       "direction": nf.direction, "kind": nf.kind, "text": str(nf)},
+           "metrics": r.metrics}
     notes: dict = {}
     out = finite(raw, notes)
     if notes:

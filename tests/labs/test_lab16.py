@@ -14,7 +14,7 @@ def test_the_lab_trains_the_findings_model_with_the_probe_and_tracer_on():
     task = spike_task(qk_norm=True)
     assert all(getattr(task, k) == v for k, v in SETTINGS.items()) and task.qk_norm and task.record_logits
     r = spike_run(steps=3)
-    assert len(r.losses) == len(r.attn_logits) == 3 and not r.traced
+    assert len(r.losses) == len(r.metrics["attn_logits"]) == 3 and not r.traced
     assert spike_run(steps=2, trace=True).traced
 
 
@@ -29,7 +29,7 @@ def test_the_first_steps_agree_with_pytorch():
     ours = spike_run(steps=5)
     ref = torch_first_steps(0.2, steps=5, schedule=5)
     np.testing.assert_allclose(ours.losses[:5], ref["losses"], rtol=1e-5)
-    np.testing.assert_allclose(ours.attn_logits[:5], ref["attn_logits"], rtol=1e-3)
+    np.testing.assert_allclose(ours.metrics["attn_logits"][:5], ref["attn_logits"], rtol=1e-3)
     ours0, torch0 = np.float32(ours.losses[0]), np.float32(ref["losses"][0])
     assert abs(ours0 - torch0) <= 2 * np.spacing(max(abs(ours0), abs(torch0))), (ours0, torch0)
 

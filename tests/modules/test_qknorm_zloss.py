@@ -135,8 +135,8 @@ def test_the_probe_in_a_training_run_and_qk_norm_bounds_the_logits():
 
     task = TinyGPTTask(n_digits=4, d_model=16, n_heads=2, batch=4, record_logits=True, qk_norm=True)
     r = train(task, "fp32", 0, steps=3, measure_at=())
-    assert len(r.attn_logits) == 3 and all(0 < v <= math.sqrt(8) * 1.0001 for v in r.attn_logits)
-    assert train(TinyGPTTask(n_digits=4, d_model=16, n_heads=2, batch=4), "fp32", 0, steps=2).attn_logits == []
+    assert len(r.metrics["attn_logits"]) == 3 and all(0 < v <= math.sqrt(8) * 1.0001 for v in r.metrics["attn_logits"])
+    assert train(TinyGPTTask(n_digits=4, d_model=16, n_heads=2, batch=4), "fp32", 0, steps=2).metrics.get("attn_logits") is None
 
 
 def test_qk_norm_bad_input_and_decode_matches_forward():

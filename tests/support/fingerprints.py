@@ -8,10 +8,18 @@ GPT_FIELDS = ("recipe", "losses", "scales", "skipped", "act_grad_flushed", "weig
               "accuracy", "eval_loss", "scaler_overflows", "notes", "fp8")
 
 
+METRICS = ("r2", "accuracy", "eval_loss")  # a task's numbers: read from RunResult.metrics (None where absent)
+
+
+def field(r, name: str):
+    """A RunResult's field, or its task's metric of that name."""
+    return r.metrics.get(name) if name in METRICS else getattr(r, name)
+
+
 def numbers(results, fields) -> str:
-    """sha256 (16 hex digits) of repr() of the fields, every float to the last bit (NaN == NaN),
-    and of where the first non-finite value was made (tiny GPT)."""
-    rows = [repr((name, [(f, getattr(r, f)) for f in fields], repr(getattr(r, "nonfinite", None))))
+    """sha256 (16 hex digits) of repr() of the fields (a RunResult's, or its task's metrics), every
+    float to the last bit (NaN == NaN), and of where the first non-finite value was made (tiny GPT)."""
+    rows = [repr((name, [(f, field(r, f)) for f in fields], repr(getattr(r, "nonfinite", None))))
             for name, r in results.items()]
     return hashlib.sha256("\n".join(rows).encode()).hexdigest()[:16]
 
