@@ -18,7 +18,7 @@
 from .loop import run_recipe, train  # noqa: F401  (run_recipe: deprecated, kept until 2027-06-01)
 from .recipes import DEFAULT_RECIPES, EXTENDED_RECIPES, RECIPES, Recipe, get_recipe
 from .report import format_seed_table, format_table
-from .result import RunResult
+from .result import Column, RunResult
 from .run import Run
 from .studentteacher import StudentTeacherTask
 from .sweep import compare, compare_seeds
@@ -27,7 +27,7 @@ from .tasks import ReferenceTask
 from .tinygpt import OVERFLOW, TINYGPT_RECIPES, TinyGPTTask, run_tinygpt  # noqa: F401  (run_tinygpt: the same)
 
 # run_recipe and run_tinygpt (deprecated aliases of train, removed 2027-06-01) still import from here.
-__all__ = ["Recipe", "RECIPES", "get_recipe", "RunResult", "Run", "Task", "TASKS", "get_task", "ReferenceTask",
+__all__ = ["Recipe", "RECIPES", "get_recipe", "RunResult", "Column", "Run", "Task", "TASKS", "get_task", "ReferenceTask",
            "StudentTeacherTask", "train", "compare", "compare_seeds", "format_seed_table", "format_table",
            "DEFAULT_RECIPES", "EXTENDED_RECIPES", "TinyGPTTask", "TINYGPT_RECIPES", "OVERFLOW"]
 
