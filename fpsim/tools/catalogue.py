@@ -56,6 +56,17 @@ def save_figure(finding, result, path: Path) -> bool:
     return True
 
 
+def draw(result, path: Path) -> bool:
+    """Deprecated (removed 2027-06-01): :func:`save_figure`, which takes the finding's record too."""
+    import warnings
+
+    from ..experiments.findings import get_finding
+
+    warnings.warn("fpsim.tools.catalogue.draw(result, path) is deprecated (removed 2027-06-01): use "
+                  "save_figure(finding, result, path)", DeprecationWarning, stacklevel=2)
+    return save_figure(get_finding(result.name), result, Path(path))
+
+
 def _say(name: str, line: str) -> None:
     print(f"fpsim reproduce: [{name}] {line}", file=sys.stderr, flush=True)
 

@@ -74,6 +74,20 @@ def test_each_quick_run_gives_its_numbers_and_a_verdict(name):
     assert not any(callable(v) for v in vars(r).values())
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", RUNNABLE)
+def test_each_figure_is_drawn_from_the_record_and_the_results_plain_data(name, tmp_path):
+    """What the parent process of a --jobs run does: the figure from the record and a result that
+    went through JSON (no closure, no arrays) - the same image as from the result itself."""
+    from fpsim.tools.catalogue import save_figure
+
+    r = _quick(name)
+    again = dataclasses.replace(r, series=json.loads(json.dumps(r.series)))
+    assert save_figure(FINDINGS[name], r, tmp_path / "a.png") and save_figure(FINDINGS[name], again, tmp_path / "b.png")
+    assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
+    assert (tmp_path / "a.png").stat().st_size > 1000
+
+
 def test_the_block_format_findings_reproduce_their_sources_in_quick_runs():
     """What the sources report is what fpsim measures: these three are deterministic and fast."""
     assert _quick(mxscale.NAME).verdict == "reproduced"

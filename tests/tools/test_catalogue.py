@@ -104,3 +104,10 @@ def test_a_full_run_uses_the_findings_own_seeds():
     dynamics = ("small-scale-proxies", "outliers-and-kurtosis", "unit-scaling", "mx-layernorm-instability",
                 "ptq-degrades-with-training")
     assert all(len(findings.FINDINGS[n].seeds) >= 3 for n in dynamics)
+
+
+def test_the_old_draw_still_draws_with_a_warning(tmp_path):
+    r = findings.FINDINGS["nvfp4-rounding"].reproduce(True)
+    with pytest.warns(DeprecationWarning, match="save_figure"):
+        assert catalogue.draw(r, tmp_path / "f.png")
+    assert (tmp_path / "f.png").stat().st_size > 1000
