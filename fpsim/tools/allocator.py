@@ -6,8 +6,8 @@ first, raised as large blocks are freed) with fresh pages from the kernel and gi
 it is freed, and it trims freed memory at the top of its heap back to the kernel too; the next step
 then pays a page fault for every 4 KiB it touches again.  On a small VM that cost is large: the tiny
 GPT's float32 step took 1.50-1.56x PyTorch CPU's on the 2-core VM of docs/performance.md with
-glibc's defaults and 1.33-1.36x with the two settings below (``python scripts/allocator_ratio.py``:
-three pairs of fresh processes; PyTorch's own time moved by a few percent).  The bits do not change: where an array lives does not change what is
+glibc's defaults and 1.33-1.36x with the two settings below (three pairs of fresh processes; PyTorch's
+own time moved by a few percent; ``fpsim bench --sections allocator`` times the step both ways).  The bits do not change: where an array lives does not change what is
 computed.
 
 :func:`keep_freed_memory` sets ``M_MMAP_THRESHOLD`` to 32 MiB (arrays below it come from the heap and

@@ -1,6 +1,6 @@
 """``fpsim bench``: how fast the emulation runs, as ratios against a peer timed in the same run.
 
-Six sections, each row one thing fpsim does and the peer it is held against:
+Seven sections, each row one thing fpsim does and the peer it is held against:
 
 1. rounding - ``fpsim.cast`` of 10**6 values (float32 and float64 input; a normal-ish mix and
    gradient-like tiny values, log-uniform in 1e-10..1e-3) into float16, bfloat16, e4m3fn and
@@ -24,7 +24,9 @@ Six sections, each row one thing fpsim does and the peer it is held against:
    nvfp4 and fp8-hopper against its fp32 step on numpy.
 4. monitor - the fp16-dynamic step with one no-op rounding hook against none (an upper bound
    on what the ``if HOOKS:`` check costs when no monitor runs), and inside ``fpsim.monitor()``.
-5. gpu - the step on the cupy backend against PyTorch CUDA autocast + GradScaler, when a GPU
+5. allocator (``allocrows.py``) - the tiny GPT's fp32 step with freed memory kept for reuse
+   (``fpsim.tools.allocator``'s glibc thresholds) against glibc's defaults, in fresh processes.
+6. gpu - the step on the cupy backend against PyTorch CUDA autocast + GradScaler, when a GPU
    is present; otherwise one row says why it was skipped.
 
 Timing (``timing.py``): ``time.perf_counter``; each callable runs untimed first (warm-up),
@@ -57,6 +59,7 @@ from ...tensor import no_grad, tensor
 from ...textable import text_table
 from .. import torchref
 from ..jsonout import dumps, finite
+from .allocrows import allocator_rows
 from .blockrows import block_rows
 from .kernelrows import KERNEL_CASES, kernel_rows
 from .profile import format_profile, profile_gpt, profile_recipes
@@ -67,7 +70,7 @@ from .timing import machine_info, median_ratio, time_interleaved
 __all__ = ["Row", "BenchSettings", "machine_info", "run_bench", "format_report", "main"]
 
 ROUND_FORMATS = LOW_FORMATS
-SECTIONS = ("rounding", "kernels", "matmul", "step", "monitor", "gpu")
+SECTIONS = ("rounding", "kernels", "matmul", "step", "monitor", "allocator", "gpu")
 _GFLOAT_FORMATS = {"float16": "format_info_binary16", "bfloat16": "format_info_bfloat16",
                    "float8_e4m3fn": "format_info_ocp_e4m3", "float8_e5m2": "format_info_ocp_e5m2"}
 
@@ -316,6 +319,16 @@ def _gpu_rows(s: BenchSettings, tick, gpu_backend=None) -> list[Row]:
 # ------------------------------------------------------------------------------------- driver
 
 
+def _section_rows(sec: str, s: BenchSettings, tick, threads: int, gpu_backend) -> list[Row]:
+    """The rows of one section (``tick`` is called as each row starts)."""
+    if sec == "step":
+        return step_rows(s, tick, threads)
+    if sec == "gpu":
+        return _gpu_rows(s, tick, gpu_backend)
+    return {"rounding": _rounding_rows, "kernels": kernel_rows, "matmul": _matmul_rows, "monitor": _monitor_rows,
+            "allocator": allocator_rows}[sec](s, tick)
+
+
 def run_bench(settings: BenchSettings | None = None, *, sections=SECTIONS, progress: bool = True,
               gpu_backend=None) -> dict:
     """Run the benchmark; returns ``{"machine", "settings", "threads", "rows"}`` (rows as dicts)."""
@@ -327,7 +340,7 @@ def run_bench(settings: BenchSettings | None = None, *, sections=SECTIONS, progr
     threads = state.blas_threads()  # fpsim's products run on this many BLAS threads; PyTorch gets as many
     counts = {"rounding": 2 * 2 * len(ROUND_FORMATS) + 5, "kernels": 1 + len(KERNEL_CASES),
               "matmul": len(s.matmul_sizes) + 3, "step": 2, "monitor": 2,
-              "gpu": 2}
+              "allocator": 1, "gpu": 2}
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -352,18 +365,7 @@ def run_bench(settings: BenchSettings | None = None, *, sections=SECTIONS, progr
                     continue
                 gc.collect()  # once per section, not per sample: with torch loaded a collection takes ~0.1 s
                 time.sleep(s.settle)  # let the previous section's spinning BLAS / OpenMP threads go idle
-                if sec == "rounding":
-                    rows += _rounding_rows(s, tick)
-                elif sec == "kernels":
-                    rows += kernel_rows(s, tick)
-                elif sec == "matmul":
-                    rows += _matmul_rows(s, tick)
-                elif sec == "step":
-                    rows += step_rows(s, tick, threads)
-                elif sec == "monitor":
-                    rows += _monitor_rows(s, tick)
-                else:
-                    rows += _gpu_rows(s, tick, gpu_backend)
+                rows += _section_rows(sec, s, tick, threads, gpu_backend)
     finally:
         if bar is not None:
             bar.close()
