@@ -93,6 +93,7 @@ def run_every(quick: bool, seeds=None, jobs: int = 1, folder=None, progress=None
     a Dask scheduler to run them on instead; ``folder``: where each figure is drawn (None: none);
     ``progress(line)`` hears each start and finish; ``on_done(result)`` is called in this process as
     each finding finishes."""
+    from ..experiments.executors import SweepStopped
     from ..experiments.findings import catalogue
 
     seeds = None if seeds is None else tuple(seeds)
@@ -111,7 +112,7 @@ def run_every(quick: bool, seeds=None, jobs: int = 1, folder=None, progress=None
                 _finished(f, result, folder, results, progress, on_done)
         else:
             _parallel(runnable, quick, seeds, jobs, scheduler, folder, results, progress, on_done)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SweepStopped):  # a finding's own sweep says SweepStopped
         got = sum(r is not None for r in results.values())
         raise CatalogueStopped(f"stopped after {got} of {len(runnable)} findings", results) from None
     finally:

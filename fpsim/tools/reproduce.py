@@ -144,7 +144,13 @@ def main(args) -> int:
         return 2
     fig_path = None if (args.figure or "").lower() == "none" else Path(args.figure or f"figures/findings/{finding.name}.png")
     _progress(f"{finding.name}{' (quick)' if args.quick else ''}: {finding.claim}")
-    result = finding.reproduce(args.quick, args.seeds, _progress)
+    from ..experiments.executors import SweepStopped
+
+    try:
+        result = finding.reproduce(args.quick, args.seeds, _progress)
+    except SweepStopped as e:
+        print(f"fpsim reproduce: {finding.name}: {e}", file=sys.stderr)
+        return 130
     if args.json:
         from .jsonout import dumps, finite
 

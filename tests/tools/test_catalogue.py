@@ -111,3 +111,17 @@ def test_the_old_draw_still_draws_with_a_warning(tmp_path):
     with pytest.warns(DeprecationWarning, match="save_figure"):
         assert catalogue.draw(r, tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 1000
+
+
+def test_a_stop_inside_a_findings_sweep_keeps_the_findings_that_finished(two_findings, monkeypatch):
+    """Ctrl-C during a sweep's runs (the executors say SweepStopped) stops the catalogue as Ctrl-C
+    between findings does."""
+    from fpsim.experiments import executors
+
+    def stop_in_the_sweep(spec, *a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(executors, "run_spec", stop_in_the_sweep)
+    with pytest.raises(catalogue.CatalogueStopped, match="stopped after 1 of 2 findings") as e:
+        catalogue.run_every(True, (0,))
+    assert e.value.results[TWO[0]] is not None and e.value.results[TWO[1]] is None
