@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..numerics import compiled
 from .table import Format
 
 __all__ = ["supports", "round_magnitudes_f32"]
@@ -47,6 +48,8 @@ def round_magnitudes_f32(x32: np.ndarray, f: Format, mode: str, sr=None, rng=Non
     Exact stochastic rounding (``mode="stochastic"``, ``sr=None``) draws ``rng.random(x32.size)``,
     one float64 uniform per value in order, as the float64 path does, and goes up where the draw
     is below the fraction (exact in float32, compared exactly): the same draws, the same results."""
+    if (fast := compiled.rounding("magnitudes", x32, np.float32)) is not None:
+        return fast(x32, f, mode, sr, rng)
     if f.name == "bfloat16":
         return _bf16(x32, mode, sr, rng)
     bits = x32.reshape(-1).view(_U32)

@@ -12,11 +12,13 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from . import _round
+from . import _modes, _round
 
 __all__ = ["ROUNDINGS"]
 
 _ONE = np.float32(1)
+_NO_DRAWS = np.empty(0, np.float64)
+_NO_BITS = np.empty(0, np.int64)
 
 
 def _flat(x: np.ndarray, dtype) -> np.ndarray:
@@ -100,6 +102,25 @@ def scaled_fp8(x32: np.ndarray, s: np.float32, dtype, constants, saturate: bool,
     return (out8.reshape(shape).view(dtype) if codes else None), vals.reshape(shape), int(flushed)
 
 
+def magnitudes(x32: np.ndarray, f, mode: str, sr, rng) -> np.ndarray:
+    """``modekernels.round_magnitudes_f32`` (its arguments; ``f``: the Format, read for its name,
+    emin, emax and mantissa bits): |x| rounded onto f's grid in ``mode``, float32.  Exact
+    stochastic rounding draws ``rng.random(x32.size)`` here, as the numpy path does."""
+    x = _flat(x32, np.float32)
+    code = _modes.MODES[mode] if mode != "stochastic" or sr is None else _modes.FEWBIT
+    u = rng.random(x.size) if code == _modes.MODES["stochastic"] else _NO_DRAWS
+    k, rand, variant = 0, _NO_BITS, 0
+    if code == _modes.FEWBIT:
+        k, rand, variant = int(sr[0]), np.ascontiguousarray(np.asarray(sr[1]).reshape(-1), np.int64), _modes.VARIANTS[sr[2]]
+    out = np.empty(x.size, np.float32)
+    if f.name == "bfloat16":
+        _modes.bf16_modes(x.view(np.uint32), out.view(np.uint32), code, u, rand, k, variant)
+    else:
+        _modes.scaled_modes(x, out, np.float32(2.0 ** (f.emax + 2)), np.uint32((f.emin + 127) << 23),
+                            np.uint32(f.mantissa_bits << 23), code, u, rand, k, variant)
+    return out.reshape(np.shape(x32))
+
+
 # name -> function, the names :func:`fpsim.numerics.compiled.rounding` is asked for
 ROUNDINGS = {f.__name__: f for f in (f32_to_f16, snap_f16, f16_to_f32, f16_to_f32_scaled, fp8_to_f32, narrow, bf16_odd,
-                                     f32_to_bf16, scaled_fp8)}
+                                     f32_to_bf16, scaled_fp8, magnitudes)}
