@@ -98,7 +98,8 @@ class Finding:
     a third to a half of that); ``order``: the catalogue's order (tables and lists sort by it).
     How it measures: ``sweep`` (a :class:`Sweep` or a tuple of them) with ``extract(results) ->
     numbers`` or ``(numbers, series)`` - ``results`` ``{recipe: [RunResult per seed]}`` for one
-    sweep, ``{sweep name: {recipe: [...]}}`` for several - or ``measure(quick, seeds, progress)``
+    sweep, ``{sweep name: {recipe: [...]}}`` for several, with ``results.quick``, ``.seeds`` and
+    ``.tasks`` saying how they ran (``runner.SweepResults``) - or ``measure(quick, seeds, progress)``
     returning the same, or both (a measurement beside the runs: its numbers and series join
     extract's).  ``verdict(numbers) -> (verdict, reason)``; ``measured(numbers, series) ->
     str``; ``figure``: a standard figure's name (``figures.STANDARD``) with ``figure_options``, or a

@@ -7,7 +7,7 @@ import math
 
 from ...numerics import mean64
 
-__all__ = ["final_ratio", "ratios", "seed_mean", "trained_steps"]
+__all__ = ["final_ratio", "metric", "ratios", "seed_mean", "trained_steps"]
 
 
 def ratios(runs: dict, name: str, base: str = "fp32") -> list:
