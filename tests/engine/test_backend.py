@@ -15,13 +15,13 @@ import sys
 import ml_dtypes
 import numpy as np
 import pytest
-from helpers import LAYOUT, assert_same_bits, bits
+from helpers import LAYOUT, assert_same_bits, bits, small_task
 from support.cupy_standin import GUARD, GuardArray, GuardBackend, HostArrayError
 
 import fpsim
 from fpsim import backend as B
 from fpsim import nn, ops
-from fpsim.experiments import ReferenceTask, run_recipe
+from fpsim.experiments import train
 from fpsim.formats import get_format
 from fpsim.formats.kernels import rne_round
 from fpsim.optim import SGD, Adam
@@ -302,7 +302,7 @@ def test_guard_catches_a_backward_built_on_the_host():
 def _reference_step(be, recipe_fmt="float32"):
     """One full training step of the reference task's model (forward, MSE over every output,
     backward, Adam) on a 256-sample slice of its data."""
-    task = ReferenceTask(n=256)
+    task = small_task()
     model = task.model(0)
     model.to(backend=be)
     model.to(recipe_fmt)
@@ -339,9 +339,9 @@ def test_training_step_makes_no_host_copies():
 def test_reference_task_through_the_guard(recipe):
     """Full training steps of the reference task (fp32, fp16-dynamic with its GradScaler,
     bf16-master) run through the strict stand-in and give the numpy backend's numbers."""
-    task = ReferenceTask(n=256)
-    a = run_recipe(recipe, task, steps=3)
-    b = run_recipe(recipe, task, steps=3, backend=GUARDED)
+    task = small_task()
+    a = train(task, recipe, steps=3)
+    b = train(task, recipe, steps=3, backend=GUARDED)
     assert a.losses == b.losses and a.scales == b.scales and a.skipped == b.skipped
     assert a.act_grad_flushed == b.act_grad_flushed and a.metrics == b.metrics
 

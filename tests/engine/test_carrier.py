@@ -11,12 +11,12 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import small_task
 
 import fpsim
 from fpsim import checkpoint, nn
 from fpsim.backend import BACKENDS, NumpyF32Backend
-from fpsim.experiments import run_recipe
-from fpsim.experiments.tasks import ReferenceTask
+from fpsim.experiments import train
 from fpsim.experiments.tinygpt import TinyGPTTask
 from fpsim.formats import FORMATS, get_format
 from fpsim.formats.kernels import snap_f16
@@ -108,11 +108,11 @@ RECIPES = ("fp32", "fp16-pure", "fp16-master", "fp16-static", "fp16-dynamic", "b
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_training_is_bit_identical_to_the_real_dtypes(recipe):
-    task = ReferenceTask(n=512, steps=12)
-    a = run_recipe(recipe, task, backend="numpy")
+    task = small_task(512, steps=12)
+    a = train(task, recipe, backend="numpy")
     seen = set()
     with fpsim.state.hooked(lambda ev: seen.add((ev.backend.name, ev.stored.dtype.name))):
-        b = run_recipe(recipe, task, backend="numpy-f32")
+        b = train(task, recipe, backend="numpy-f32")
     assert seen == {("numpy-f32", "float32")} and b.losses  # it ran on the carrier
     assert a.failure == b.failure and len(a.losses) == (12 if not a.failure else 1)
     assert np.array_equal(np.float32(a.losses).view(U32), np.float32(b.losses).view(U32)), recipe
@@ -123,8 +123,8 @@ def test_training_is_bit_identical_to_the_real_dtypes(recipe):
 
 def test_tinygpt_amp_step_is_bit_identical():
     task = TinyGPTTask(steps=3, batch=8, n_digits=6, d_model=32, eval_size=16)
-    a = run_recipe("fp16-amp", task, backend="numpy")
-    b = run_recipe("fp16-amp", task, backend="numpy-f32")
+    a = train(task, "fp16-amp", backend="numpy")
+    b = train(task, "fp16-amp", backend="numpy-f32")
     assert np.array_equal(np.float32(a.losses).view(U32), np.float32(b.losses).view(U32))
     assert a.scales == b.scales
 

@@ -5,7 +5,7 @@ the monitor counts what the accumulator lost, one event per GEMM."""
 import ml_dtypes
 import numpy as np
 import pytest
-from helpers import exact_matmul_f32
+from helpers import exact_matmul_f32, small_task
 from support.tensorcore_reference import mmasim
 
 import fpsim
@@ -180,16 +180,16 @@ class _FakeDevice:
 
 
 def test_recipes_fp8_hopper_and_fp8_deepseek_accumulate_on_hopper():
-    from fpsim.experiments import ReferenceTask, get_recipe, run_recipe
+    from fpsim.experiments import get_recipe, train
 
     hopper, deepseek = get_recipe("fp8-hopper"), get_recipe("fp8-deepseek")
     assert hopper.fp8.tensor_core == "hopper" and hopper.fp8.fwd_format == "float8_e4m3fn"
     assert deepseek.block.tensor_core == "hopper" and deepseek.block.format == "fp8_block"
     assert deepseek.block.weight_block == (128, 128) and deepseek.block.k_block() == 128  # promotion every 128
-    task = ReferenceTask(n=256, steps=2)
+    task = small_task(steps=2)
     for recipe, op in ((hopper, "fp8.linear.accumulate"), (deepseek, "block.linear.accumulate")):
         with fpsim.monitor() as m:
-            r = run_recipe(recipe, task)
+            r = train(task, recipe)
         assert np.isfinite(r.losses).all()
         n_inexact = sum(v[1] for k, v in m.counts.items() if k[2] == op)
         assert n_inexact > 0  # the truncating accumulator lost something, and the monitor counted it
