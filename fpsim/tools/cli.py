@@ -349,9 +349,11 @@ TOOLS = (
     ("reproduce", "reproduce", "reproduce a published numerical finding in miniature (--list names them)", None),
     ("bits", "samebits", "fingerprints of a fixed set of runs; --configs: the same under every BLAS kernel and SIMD "
      "path this CPU has", None),
-    ("labs", "labs_html", "list the lab notebooks; --html DIR runs them and writes each with its outputs as HTML",
-     "Run the lab notebooks (all, or --lab N ...) in fresh kernels and write DIR/NN_name.html for each, outputs "
-     "and figures included, and DIR/index.html linking them: a lab to read before installing anything."),
+    ("labs", "labs_html", "list the lab notebooks; --copy DIR writes a fresh set; --html DIR runs them and writes "
+     "each with its outputs as HTML",
+     "List the lab notebooks this fpsim ships; --copy DIR writes a fresh set into DIR (then: jupyter lab DIR); "
+     "--html DIR runs them (all, or --lab N ...) in fresh kernels and writes DIR/NN_name.html for each, outputs, "
+     "figures and typeset math included, needing no network, and DIR/index.html linking them."),
 )
 
 

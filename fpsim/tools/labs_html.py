@@ -9,23 +9,31 @@ explorer and the sliders print what the widget would show instead of leaving a b
 per lab says how long it took.  A lab that fails is named with its cell and error; the others
 still run, their HTML is kept, and the exit status is 1.
 
-nbclient, nbformat, nbconvert and a Jupyter kernel come with ``pip install -e ".[labs]"``; they
-are imported only when the command runs.
+The pages need no network: every ``$...$`` and ``$$...$$`` of the Markdown cells is written as
+MathML (latex2mathml), which browsers typeset natively, and the page loads no script from a CDN
+(nbconvert's MathJax, require.js and mermaid loaders are left out).  Without ``--html`` the command
+lists the labs; ``--copy DIR`` writes a fresh set into DIR (:mod:`.labs_files`).
+
+nbclient, nbformat, nbconvert, latex2mathml and a Jupyter kernel come with ``pip install "fpsim[labs]"``;
+they are imported only when the command runs.
 """
 
 from __future__ import annotations
 
 import html
 import os
+import re
 import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import state
+from .labs_files import copy_labs, lab_files
 
 # add_arguments too, for the CLI's table of tools (as every tool has)
-__all__ = ["main", "lab_files", "select_labs", "run_lab", "title_of", "write_html", "write_labs", "LabError"]
+__all__ = ["main", "lab_files", "select_labs", "run_lab", "title_of", "write_html", "write_labs", "LabError",
+           "latex_to_mathml"]
 
 CELL_TIMEOUT = 600  # seconds one cell may take
 
@@ -36,18 +44,16 @@ class LabError(Exception):
 
 def add_arguments(p) -> None:
     p.add_argument("--html", metavar="DIR", help="run the labs and write DIR/NN_name.html for each (outputs and "
-                                                 "figures included) and DIR/index.html linking them")
+                                                 "figures included, math as MathML, no network needed) and "
+                                                 "DIR/index.html linking them")
+    p.add_argument("--copy", metavar="DIR", help="write a fresh set of the notebooks (and their README) into DIR, "
+                                                 "to open with: jupyter lab DIR; a notebook already there that "
+                                                 "differs (your answers) is kept unless --overwrite")
+    p.add_argument("--overwrite", action="store_true", help="with --copy: replace notebooks that differ from the "
+                                                            "shipped ones (your edits in them are lost)")
     p.add_argument("--lab", type=int, nargs="+", metavar="N", help="only these labs, by number (--lab 1 9)")
-    p.add_argument("--labs-dir", metavar="DIR", help="the folder holding the notebooks (default: labs/ of this "
-                                                     "checkout)")
-
-
-def lab_files(directory=None) -> list[Path]:
-    """The notebooks ``NN_*.ipynb`` in ``directory`` (default: ``labs/`` beside the package), by number."""
-    d = Path(directory) if directory is not None else Path(__file__).resolve().parents[2] / "labs"
-    if not d.is_dir():
-        raise ValueError(f"--labs-dir: {d} is not a folder")
-    return sorted(d.glob("[0-9][0-9]_*.ipynb"))
+    p.add_argument("--labs-dir", metavar="DIR", help="the folder holding the notebooks (default: the ones this "
+                                                     "fpsim ships, or labs/ of a checkout)")
 
 
 def select_labs(paths: list[Path], numbers=None) -> list[Path]:
@@ -65,14 +71,16 @@ def select_labs(paths: list[Path], numbers=None) -> list[Path]:
 
 
 def _modules():
-    """nbformat, nbclient and nbconvert's HTMLExporter, or one ValueError saying how to get them."""
+    """nbformat, nbclient and nbconvert's HTMLExporter, or one ValueError saying how to get them
+    (latex2mathml too: the pages' math)."""
     try:
+        import latex2mathml.converter  # noqa: F401
         import nbclient
         import nbformat
         from nbconvert import HTMLExporter
     except ImportError as e:
-        raise ValueError(f"fpsim labs --html runs the notebooks with nbclient and writes them with nbconvert; "
-                         f"{e.name or e} is not installed here (pip install -e '.[labs]')") from None
+        raise ValueError(f"fpsim labs --html runs the notebooks with nbclient and writes them with nbconvert and "
+                         f"latex2mathml; {e.name or e} is not installed here (pip install \"fpsim[labs]\")") from None
     return nbformat, nbclient, HTMLExporter
 
 
@@ -121,10 +129,62 @@ def run_lab(path: Path, kernel_name: str = "python3"):
     return nb
 
 
-def write_html(nb, out: Path) -> Path:
-    """``nb`` (run) as one HTML file at ``out``: nbconvert's lab template, figures as inline PNG."""
+# nbconvert's lab page without the scripts it loads from a CDN: MathJax (the math is MathML here),
+# require.js (for widget and JavaScript outputs, which the labs run without) and mermaid
+_OFFLINE_TEMPLATE = "fpsim_offline.html.j2"
+_OFFLINE_SOURCE = """{%- extends 'index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+"""
+_ESCAPED_IN_TEXT = re.compile(r"(<mtext[^>]*>)(.*?)(</mtext>)", re.S)
+
+
+def latex_to_mathml(tex: str, display: str = "inline") -> str:
+    """The TeX formula ``tex`` (without its dollars) as one ``<math>`` element (latex2mathml), ``display``
+    "inline" or "block", without the xmlns HTML does not need; ``\\_`` and ``\\%`` inside ``\\text{}``
+    become the plain characters."""
+    from latex2mathml.converter import convert
+
+    # no xmlns: HTML puts <math> in the MathML namespace by itself, and nbconvert's heading anchors
+    # (an ElementTree round trip) would write a namespaced <ns0:math> that no browser typesets
+    out = convert(tex, display=display).replace(' xmlns="http://www.w3.org/1998/Math/MathML"', "", 1)
+    return _ESCAPED_IN_TEXT.sub(lambda m: m[1] + re.sub(r"\\([_%&#$])", r"\1", m[2]) + m[3], out)
+
+
+def _exporter():
+    """An HTMLExporter for nbconvert's lab template whose Markdown cells write their math as MathML
+    and whose page loads no script from the network."""
     _, _, HTMLExporter = _modules()
-    body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
+    from jinja2 import DictLoader, pass_context
+    from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
+
+    class MathMLRenderer(IPythonRenderer):
+        def inline_math(self, body: str) -> str:
+            return latex_to_mathml(body)
+
+        def block_math(self, body: str) -> str:
+            return latex_to_mathml(body, display="block")
+
+    class OfflineHTMLExporter(HTMLExporter):
+        @pass_context
+        def markdown2html(self, context, source):  # nbconvert's own, with the renderer above
+            cell = context.get("cell", {})
+            renderer = MathMLRenderer(escape=False, attachments=cell.get("attachments", {}),
+                                      embed_images=self.embed_images,
+                                      path=context.get("resources", {}).get("metadata", {}).get("path", ""),
+                                      anchor_link_text=self.anchor_link_text,
+                                      exclude_anchor_links=self.exclude_anchor_links, **self.lexer_options)
+            return MarkdownWithMath(renderer=renderer).render(source)
+
+    return OfflineHTMLExporter(template_name="lab", template_file=_OFFLINE_TEMPLATE,
+                               extra_loaders=[DictLoader({_OFFLINE_TEMPLATE: _OFFLINE_SOURCE})])
+
+
+def write_html(nb, out: Path) -> Path:
+    """``nb`` (run or not) as one HTML file at ``out``: nbconvert's lab template, figures as inline
+    PNG, math as MathML, no script from the network."""
+    body, _ = _exporter().from_notebook_node(nb)
     out.write_text(body, encoding="utf-8")
     return out
 
@@ -170,11 +230,29 @@ def write_labs(paths: list[Path], out_dir, err=None) -> int:
     return 1 if failed else 0
 
 
+def _copy(paths: list[Path], target, overwrite: bool) -> int:
+    """``fpsim labs --copy DIR``: the notebooks written into DIR, what was kept, and how to open them."""
+    written, kept = copy_labs(paths, target, overwrite=overwrite)
+    print(f"{len(written)} files written to {target}" + (f", {len(kept)} kept" if kept else ""), file=sys.stderr)
+    for k in kept:
+        print(f"kept {k}: it differs from the lab this fpsim ships (your answers?); --overwrite replaces it",
+              file=sys.stderr)
+    print(f"open them with: jupyter lab {target}", file=sys.stderr)
+    return 0
+
+
 def main(args) -> int:
     paths = select_labs(lab_files(args.labs_dir), args.lab)
+    if args.copy is not None and args.html is not None:
+        raise ValueError("--copy and --html: one at a time (copy the notebooks, or write them as HTML)")
+    if args.overwrite and args.copy is None:
+        raise ValueError("--overwrite replaces notebooks written by --copy DIR; give --copy DIR too")
+    if args.copy is not None:
+        return _copy(paths, args.copy, args.overwrite)
     if args.html is None:
         for p in paths:
             print(p.name)
-        print("(fpsim labs --html DIR runs them and writes each with its outputs as HTML)", file=sys.stderr)
+        print(f"(the labs in {paths[0].parent}; fpsim labs --copy DIR writes a fresh set to open with "
+              f"jupyter lab DIR; --html DIR runs them and writes each with its outputs as HTML)", file=sys.stderr)
         return 0
     return write_labs(paths, args.html)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ... import state
+from ..labs_files import notebook_dir
 
 __all__ = ["LabTime", "CellTime", "LabFailed", "lab_paths", "time_lab", "time_labs", "timing_table",
            "print_lab_times", "kernel_environment"]
@@ -48,9 +49,9 @@ def kernel_environment(**extra):
 
 
 def lab_paths(directory=None) -> list[Path]:
-    """The lab notebooks (``NN_*.ipynb``) in ``directory``, by number.  Default: the ``labs``
-    folder next to the ``fpsim`` package (a source checkout)."""
-    d = Path(directory) if directory is not None else Path(__file__).resolve().parents[3] / "labs"
+    """The lab notebooks (``NN_*.ipynb``) in ``directory``, by number.  Default: the ones this fpsim
+    has (``fpsim.tools.labs_files.notebook_dir``: a wheel's or a checkout's)."""
+    d = Path(directory) if directory is not None else notebook_dir()
     return sorted(d.glob("[0-9][0-9]_*.ipynb"))
 
 
