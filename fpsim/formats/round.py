@@ -220,10 +220,38 @@ def _cast(arr: np.ndarray, f: Format, rounding: str, saturate: bool, rng, sr) ->
         # numpy (float16, float32) and ml_dtypes (bfloat16, fp8) round correctly from here.
         out = f32_to_f16(arr) if f.name == "float16" else arr.astype(f.dtype)
         return _saturate(out, arr, f) if saturate else out
+    if rounding == "nearest" and not saturate and arr.dtype == np.float32 and _float32_ranged(f):
+        return _nearest_e8(arr, f.mantissa_bits)
     if arr.dtype == np.float32 and supports(f, rounding, sr):
         return _fast_f32(arr, f, rounding, saturate, sr, rng)
     x64 = arr.astype(np.float64)
     return _store(finish(round_magnitudes(x64, f, rounding, rng, sr), x64, f, rounding, saturate), f)
+
+
+def _float32_ranged(f: Format) -> bool:
+    """A format held in float32 with float32's exponent field, subnormals, inf and NaN and fewer
+    mantissa bits (the narrow accumulators ``e8m<m>`` of :func:`fpsim.lowp.block.accumulator_format`):
+    its values are the float32 patterns whose low 23 - m bits are zero."""
+    return (f.dtype == np.float32 and not f.is_ml_dtype and f.exponent_bits == 8 and f.mantissa_bits < 23
+            and f.specials == "ieee" and f.signed and f.subnormals and f.bias_override is None)
+
+
+def _nearest_e8(x32: np.ndarray, m: int) -> np.ndarray:
+    """float32 rounded to nearest, ties to even, into a :func:`_float32_ranged` format of ``m``
+    mantissa bits, on the bit patterns: the magnitude's low 23 - m bits are cut, adding half an ulp
+    less one plus the last kept bit (a carry steps into the next binade, and from the largest
+    finite value to inf, as IEEE overflow does); the sign is kept and NaN stays NaN (the cut could
+    have made an inf, or with a carry into the sign bit a zero, of a NaN's payload)."""
+    drop = 23 - m
+    bits = x32.view(np.uint32)
+    a = np.bitwise_and(bits, np.uint32(0x7FFFFFFF))
+    r = a + (np.uint32((1 << (drop - 1)) - 1) + ((a >> np.uint32(drop)) & np.uint32(1)))
+    r &= np.uint32(~((1 << drop) - 1) & 0xFFFFFFFF)
+    r |= np.bitwise_and(bits, np.uint32(0x80000000))
+    nan = a > np.uint32(0x7F800000)
+    if nan.any():
+        r[nan] = bits[nan]
+    return r.view(np.float32)
 
 
 _CHUNK = 2**16  # values a pass: the kernel's few temporaries stay in L2 and are not page-faulted in anew

@@ -35,8 +35,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .. import nn, state, tensorcore
+from ..backend import get_backend
 from ..checks import is_integer
-from ..formats import SCALE_ROUNDINGS, get_block_format, get_format, quantize, round_to
+from ..formats import SCALE_ROUNDINGS, Format, get_block_format, get_format, quantize
 from ..formats.blockfast import fake_quantize
 from ..numerics import matmul_f32
 from ..tensor import Tensor, make_node, promote, round_result
@@ -44,7 +45,10 @@ from ..tensorcore import instruction
 from .handlers import LAYER_HANDLERS
 from .swap import check_linear_args, linears_to_swap, share_linear
 
-__all__ = ["BlockScaling", "BlockLinear", "block_linear", "swap_block_linears", "hadamard_matrix", "hadamard_transform"]
+__all__ = ["BlockScaling", "BlockLinear", "block_linear", "swap_block_linears", "hadamard_matrix", "hadamard_transform",
+           "accumulator_format"]
+
+_HOST = get_backend("numpy")  # the GEMMs run on host arrays: their accumulators are rounded there
 
 
 @dataclass(frozen=True)
@@ -233,23 +237,30 @@ def hadamard_transform(a32: np.ndarray, h: np.ndarray) -> np.ndarray:
 # the GEMM and its accumulator
 
 
-def gemm(a: np.ndarray, b: np.ndarray, accumulate=None, promote_every: int | None = None) -> np.ndarray:
+def gemm(a: np.ndarray, b: np.ndarray, accumulate=None, promote_every: int | None = None, *,
+         direction: str = "forward") -> np.ndarray:
     """float32 ``a @ b``: exact products, their exact sum rounded once to float32
     (:func:`fpsim.numerics.matmul_f32`), or accumulated in
-    ``accumulate`` (a format name, or mantissa bits with float32's range) one product at a time
-    along K, the partial sum added into a float32 total every ``promote_every`` products."""
+    ``accumulate`` (a format name, or mantissa bits with float32's range: :func:`accumulator_format`)
+    one product at a time along K, the partial sum added into a float32 total every ``promote_every``
+    products.  Each partial sum is rounded into the accumulator by :func:`fpsim.tensor.round_result`
+    (op ``block.linear``, target ``accumulator``, ``direction`` as the hooks are told), as the ops'
+    ``acc=`` accumulators are: the monitor counts what it flushes and overflows, NaN stays NaN, and
+    inside ``fpsim.rounding_mode`` it rounds in the engine's mode."""
     if accumulate is None:
         return matmul_f32(a, b)
+    fmt = accumulator_format(accumulate)
     k = a.shape[1]
     total = np.zeros((a.shape[0], b.shape[1]), np.float32)
     part = np.zeros_like(total)
     every = promote_every or k
     with np.errstate(over="ignore", invalid="ignore"):
         for i in range(k):
-            part = _round_acc(part + a[:, i : i + 1] * b[i : i + 1, :], accumulate)
+            part = _HOST.to_f32(round_result(part + a[:, i : i + 1] * b[i : i + 1, :], fmt, _HOST, "block.linear",
+                                             direction, "accumulator"))
             if (i + 1) % every == 0 or i == k - 1:
                 total += part
-                part[:] = 0
+                part = np.zeros_like(total)  # a new array: the hooks may keep the stored one
     return total
 
 
@@ -275,16 +286,23 @@ def gemm_tensor_core(a, b, arch: str, block: int, be=None, direction: str = "for
     return total
 
 
-def _round_acc(x32: np.ndarray, acc) -> np.ndarray:
-    if not isinstance(acc, int):
-        return round_to(x32, acc)
-    drop = 23 - acc  # keep acc mantissa bits, ties to even, on the bit pattern (a carry bumps the exponent)
-    if drop == 0:
-        return x32
-    b = x32.view(np.uint32)
-    lsb = (b >> np.uint32(drop)) & np.uint32(1)
-    b = (b + np.uint32((1 << (drop - 1)) - 1) + lsb) & np.uint32(~((1 << drop) - 1) & 0xFFFFFFFF)
-    return b.view(np.float32)
+def accumulator_format(acc) -> Format:
+    """The format a narrow GEMM accumulator (``BlockScaling(accumulate=...)``) holds its partial
+    sums in: a format name as :func:`fpsim.get_format` reads it, or an int ``m`` (1..23): ``m``
+    mantissa bits with float32's exponent range, subnormals, inf and NaN (``e8m<m>``, held in
+    float32 arrays; e8m13 is about the 14 significant bits DeepSeek-V3 reports for the H800's fp8
+    GEMMs, e8m23 is float32 itself)."""
+    if isinstance(acc, str | Format):
+        return get_format(acc)
+    if not (is_integer(acc) and 1 <= acc <= 23):
+        raise ValueError(f"accumulate must be a format name or mantissa bits in 1..23, got {acc!r}")
+    return _e8(int(acc))
+
+
+@functools.cache
+def _e8(m: int) -> Format:
+    """One record per width: the monitor and promotion look formats up per op."""
+    return Format(f"e8m{m}", np.dtype(np.float32), 8, m)
 
 
 def _t(q, contiguous: bool):
@@ -298,7 +316,7 @@ def _t(q, contiguous: bool):
 def _gemm(r: BlockScaling, a, b, be, direction: str) -> np.ndarray:
     if r.tensor_core is not None:
         return gemm_tensor_core(a, b, r.tensor_core, r.k_block(), be, direction)
-    return gemm(a, b, r.accumulate, r.promote_every)
+    return gemm(a, b, r.accumulate, r.promote_every, direction=direction)
 
 
 # --------------------------------------------------------------------------------------------

@@ -97,3 +97,37 @@ def test_module_to_rounds_each_parameter_where_the_hooks_see_it():
         assert np.array_equal(np.asarray(ev.stored).view(np.uint16), p.numpy().view(np.uint16))
         assert np.array_equal(p.numpy().view(np.uint16), before[name].astype(np.float16).view(np.uint16))
     assert _events(lambda: m.to("float16")) == []  # already in fp16: nothing rounded
+
+
+def test_the_block_linears_narrow_accumulator_rounds_every_partial_sum_where_the_hooks_see_it(monkeypatch):
+    """BlockScaling(accumulate=...): each GEMM's partial sums (one a step along its K: in-features
+    forward, out-features for dgrad, tokens for wgrad) are rounded by round_result (op block.linear,
+    target accumulator), each stored value ml_dtypes' rounding of the exact one; with mantissa bits
+    (e8m13) the backend's rounding is called from round_result only."""
+    import ml_dtypes
+
+    from fpsim.lowp import BlockLinear, BlockScaling
+
+    rng = np.random.default_rng(0)
+    x = tensor(rng.standard_normal((5, 32)).astype(np.float32), requires_grad=True)
+    layer = BlockLinear(nn.Linear(32, 3, seed=0), BlockScaling("mxfp8_e4m3", accumulate="bfloat16"))
+    seen = _events(lambda: layer(x).sum().backward())
+    acc = [ev for ev in seen if ev.target == "accumulator"]
+    assert {(ev.op, ev.fmt.name) for ev in acc} == {("block.linear", "bfloat16")}
+    assert [ev.direction for ev in acc] == ["forward"] * 32 + ["backward"] * (3 + 5)
+    for ev in acc:
+        ref = np.asarray(ev.exact32, np.float32).astype(ml_dtypes.bfloat16)
+        assert np.array_equal(np.asarray(ev.stored).view(np.uint16), ref.view(np.uint16))
+    be = get_backend(None)
+    callers = []
+    original = be.round
+
+    def watched(*a, **k):
+        callers.append(sys._getframe(1).f_code.co_name)
+        return original(*a, **k)
+
+    monkeypatch.setattr(be, "round", watched)
+    layer13 = BlockLinear(nn.Linear(32, 3, seed=0), BlockScaling("mxfp8_e4m3", accumulate=13, promote_every=8))
+    seen = _events(lambda: layer13(x).sum().backward())
+    assert sum(ev.target == "accumulator" and ev.fmt.name == "e8m13" for ev in seen) == 32 + 3 + 5
+    assert len(callers) >= 32 + 3 + 5 and set(callers) <= {"round_result", "_round_special"}

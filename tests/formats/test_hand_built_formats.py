@@ -123,6 +123,26 @@ def test_hand_built_matches_a_nearest_value_search(e, m):
     assert (f.max, f.tiny, f.smallest_subnormal) == (vals[-1], vals[2**m], vals[1])
 
 
+@pytest.mark.parametrize("m", [1, 2, 7, 10, 13, 16, 22])
+def test_float32_ranged_layouts_match_the_float64_path_and_keep_nan(m):
+    """Layouts with float32's exponent field (the narrow GEMM accumulators e8m<m>) round float32
+    input on its bit patterns: the same bits as the float64 input's exact path on 2**18 random
+    patterns, every midpoint at m bits and its neighbours, and the top of the range (to inf); a
+    NaN of any payload stays NaN (no cut payload becomes an inf or a zero)."""
+    f = hand_built(8, m)
+    rng = np.random.default_rng(m)
+    pats = rng.integers(0, 2**32, 2**18, dtype=np.uint64).astype(np.uint32)
+    mids = (rng.integers(0, 2**31, 4096, dtype=np.uint64).astype(np.uint32) >> (23 - m) << (23 - m)) | (
+        np.uint32(1 << (22 - m)))
+    x = np.concatenate([pats, mids, mids - 1, mids + 1, [0x7F7FFFFF, 0xFF7FFFFF, 0x7F800000, 0x00000001]]).astype(
+        np.uint32).view(np.float32)
+    nan = np.isnan(x)
+    got = fpsim.cast(x, f)
+    ref = fpsim.cast(x[~nan].astype(np.float64), f)
+    assert same(got[~nan], ref) and np.isnan(got[nan]).all() and nan.sum() > 100
+    assert fpsim.cast(np.float32(np.finfo(np.float32).max), f) == np.inf
+
+
 @pytest.mark.parametrize("layout", [k for k in LAYOUTS if 2 ** k[0] * 2 ** k[1] <= 256],
                          ids=lambda k: f"e{k[0]}m{k[1]}_{k[2]}")
 def test_hand_built_codes_are_ml_dtypes_bits(layout):

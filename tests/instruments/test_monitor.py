@@ -132,6 +132,37 @@ def test_mlp_scopes_and_parameter_targets():
     assert m.totals(direction="forward", op="mse_loss")["n"] == 1
 
 
+def test_the_block_linears_accumulator_partial_sums_are_counted_flushed_and_overflowed():
+    """BlockScaling(accumulate="float16"): the partial sums are roundings the monitor counts (op
+    block.linear, target accumulator).  1e-4 * 1e-4 products flush to 0 in float16 at every one of
+    the 32 steps; 256 products of 300 (288 in e4m3, ml_dtypes) overflow float16 once, and every sum
+    after that is inf - counted against float16 accumulation by hand with numpy."""
+    from fpsim.lowp import BlockLinear, BlockScaling
+
+    def layer(k, w):
+        lin = nn.Linear(k, 1, bias=False, seed=0)
+        lin.weight = tensor(np.full((1, k), w, np.float32), requires_grad=True)
+        return BlockLinear(lin, BlockScaling("mxfp8_e4m3", accumulate="float16"))
+
+    with monitor() as m:
+        out = layer(32, 1e-4)(tensor(np.full((1, 32), 1e-4, np.float32)))
+    t = m.totals(direction="forward", op="block.linear", target="accumulator")
+    assert (t["n"], t["underflow"], t["overflow"]) == (32, 32, 0) and out.item() == 0.0
+    with monitor() as m:
+        out = layer(256, 1.0)(tensor(np.full((1, 256), 300.0, np.float32)))
+    q = float(np.float32(300.0).astype(ml_dtypes.float8_e4m3fn))
+    s, overflow, inf = np.float16(0), 0, 0
+    with np.errstate(over="ignore"):
+        for _ in range(256):
+            exact = np.float32(s) + np.float32(q)
+            s = exact.astype(np.float16)
+            overflow += int(np.isfinite(exact) and np.isinf(s))
+            inf += int(np.isinf(s))
+    t = m.totals(direction="forward", op="block.linear", target="accumulator")
+    assert q == 288.0 and (t["n"], t["overflow"], t["inf"]) == (256, overflow, inf) == (256, 1, 29)
+    assert out.item() == np.inf
+
+
 def test_update_direction_records_the_lost_update():
     w = tensor(np.ones(4), "float16", requires_grad=True)
     w.grad = tensor(np.full(4, 1.0), "float16")

@@ -157,6 +157,32 @@ def test_narrow_accumulation_and_promotion():
     assert np.array_equal(gemm(a[:, :64], b[:64], accumulate=7), gemm(a[:, :64], b[:64], accumulate="bfloat16"))
 
 
+def test_the_narrow_accumulator_keeps_nan_and_overflows_as_ieee():
+    """NaN stays NaN in the accumulator whatever its payload (cutting the payload's low bits once made
+    0x7FFFFFFF a -0, 0xFFFFFFFF a +0 and 0x7F800001 an inf); a sum past the format's max is inf."""
+    b = np.ones((2, 1), np.float32)
+    for pattern in (0x7FFFFFFF, 0xFFFFFFFF, 0x7FC00001, 0xFFC00000):
+        a = np.array([[1.0, 2.0]], np.float32)
+        a.view(np.uint32)[0, 0] = pattern
+        for acc in (1, 7, 13, 22, "bfloat16", "float16"):
+            assert np.isnan(gemm(a, b, accumulate=acc)).all(), (hex(pattern), acc)
+    big = np.full((1, 2), np.finfo(np.float32).max, np.float32)
+    assert gemm(big, b, accumulate=13).tolist() == [[np.inf]]
+    assert gemm(-big, b, accumulate=13).tolist() == [[-np.inf]]
+    assert gemm(np.full((1, 2), 4e4, np.float32), b, accumulate="float16").tolist() == [[np.inf]]
+
+
+def test_accumulator_formats_are_float32_ranged_formats_of_so_many_mantissa_bits():
+    from fpsim.lowp.block import accumulator_format
+
+    f = accumulator_format(13)
+    assert (f.name, f.exponent_bits, f.mantissa_bits, f.max) == ("e8m13", 8, 13, (2 - 2.0**-13) * 2.0**127)
+    assert f.smallest_subnormal == 2.0**-139 and accumulator_format("bf16").name == "bfloat16"
+    assert accumulator_format(np.int64(7)) is accumulator_format(7)
+    with pytest.raises(ValueError, match="accumulate must be a format name or mantissa bits in 1..23, got 24"):
+        accumulator_format(24)
+
+
 def test_a_training_step_runs_and_convert_keeps_first_and_last():
     model = nn.Sequential(nn.Linear(8, 32, seed=0), nn.ReLU(), nn.Linear(32, 32, seed=1), nn.ReLU(),
                           nn.Linear(32, 4, seed=2))
