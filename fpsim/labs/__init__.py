@@ -18,24 +18,35 @@ expected) and with the reference solution (it must pass).
 
 from __future__ import annotations
 
+import re
+
 from .checks import CheckFailed, Unanswered, expect, fail, forbid
 
 __all__ = ["Unanswered", "CheckFailed", "selfcheck", "expect", "fail", "forbid", "slider", "widgets_available",
            "blas_threads", "blas_thread_count"]
 
 
-def selfcheck(name: str, test) -> bool:
+def _reveal_hint(name: str, lab) -> str:
+    """How to see the solution: ``reveal(16, 2)`` when the lab is given and ``name`` ends in the
+    exercise's number ("Try it 2"), else the call with its two arguments named."""
+    number = re.search(r"(\d+)\s*$", name)
+    if lab is None or number is None:
+        return "reveal the solution (fpsim.labs.solutions.reveal(lab, exercise))"
+    return f"reveal the solution with reveal({int(lab)}, {int(number[1])})"
+
+
+def selfcheck(name: str, test, lab: int | None = None) -> bool:
     """Run ``test()`` (a function that checks the learner's answer with :func:`expect`).
 
     Prints "passed" when every check holds, "not attempted yet" when the exercise still
-    raises :class:`Unanswered`.  A wrong answer raises :class:`CheckFailed` with the reason,
-    prefixed by ``name``.
+    raises :class:`Unanswered` (with the ``reveal`` call that shows the solution, naming the lab
+    when ``lab`` is given and the exercise from ``name``).  A wrong answer raises
+    :class:`CheckFailed` with the reason, prefixed by ``name``.
     """
     try:
         test()
     except Unanswered:
-        print(f"{name}: not attempted yet - write your answer above, or reveal the solution "
-              f"(fpsim.labs.solutions.reveal(lab, exercise))")
+        print(f"{name}: not attempted yet - write your answer above, or {_reveal_hint(name, lab)}")
         return False
     except CheckFailed as e:
         raise CheckFailed(f"{name}: {e}") from None

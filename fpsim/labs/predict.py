@@ -42,7 +42,7 @@ def revisit(predictions: dict, measured: dict) -> str:
             right += ok
             verdict = "right" if ok else "not this time"
         rows.append([str(key), _show(guess), _show(answer), verdict])
-    text = "\n".join(text_table(["question", "your guess", "measured", ""], rows))
+    text = "\n".join(text_table(["question", "your guess", "measured", "verdict"], rows))
     text += f"\n{right} of {guessed} guesses right" if guessed else "\n(no guesses: fill in the prediction cell and rerun)"
     print(text)
     return text

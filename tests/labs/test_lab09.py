@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fpsim.labs import overflow
-from fpsim.labs.solutions import lab09, reveal
+from fpsim.labs.solutions import lab09, solution_source
 
 DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32}
 
@@ -43,7 +43,7 @@ def test_the_edges_the_lab_quotes():
     # the running float16 sum against the closed form sqrt(65504 / n): up for n = 31, down for 43 and 104
     assert [lab09.exercise3(n) for n in (31, 43, 104)] == [46, 38, 24]
     assert [int(math.sqrt(65504 / n)) for n in (31, 43, 104)] == [45, 39, 25]
-    assert "def exercise3" in reveal(9, 3)
+    assert "def exercise3" in solution_source(9, 3)
 
 
 def test_attention_variants():

@@ -379,3 +379,21 @@ def test_time_labs_on_a_small_notebook(tmp_path):
     assert time_labs([]) == []
     assert "99_tiny.ipynb" in timing_table([t])
     assert len(lab_paths()) >= 8  # the repository's own labs
+
+
+def test_not_attempted_names_the_reveal_call_of_its_lab_and_exercise(capsys):
+    def unanswered():
+        raise Unanswered
+
+    selfcheck("Try it 2", unanswered, lab=16)
+    assert capsys.readouterr().out.rstrip().endswith("reveal the solution with reveal(16, 2)")
+
+
+def test_reveal_prints_the_solution_once_and_returns_nothing(capsys):
+    import inspect
+
+    from fpsim.labs.solutions import lab12, reveal, solution_source
+
+    assert reveal(12, 2) is None  # a cell ending in reveal(...) shows no second, escaped copy
+    assert capsys.readouterr().out == inspect.getsource(lab12.exercise2) + "\n"
+    assert solution_source(12, 2) == inspect.getsource(lab12.exercise2)

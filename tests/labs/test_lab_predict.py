@@ -23,3 +23,8 @@ def test_revisit_without_guesses_says_how_to_make_them():
 def test_revisit_names_the_keys_when_they_do_not_match(predictions):
     with pytest.raises(ValueError, match=r"keys \['a', 'b'\]"):
         revisit(predictions, {"a": True, "b": False})
+
+
+def test_revisit_names_every_column():
+    header = revisit({"a": True}, {"a": True}).splitlines()[0].split()
+    assert header == ["question", "your", "guess", "measured", "verdict"]
