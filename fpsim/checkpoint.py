@@ -14,12 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .formats import classify, get_format, tensor_format
+from .formats import UINT_VIEWS, classify, get_format, tensor_format
 from .statedict import Problems, all_or_nothing
 
 __all__ = ["save", "load"]
 
-_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_UINT = UINT_VIEWS  # bytes -> the unsigned view (fpsim.formats.bitviews)
 
 
 def _pack(prefix: str, arr, out: dict) -> None:

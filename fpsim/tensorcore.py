@@ -41,6 +41,7 @@ import ml_dtypes
 import numpy as np
 
 from . import state, tensorcore_fp8
+from .formats.bitviews import bits_view
 
 # ``matmul`` is called by its module's name, fpsim.tensorcore.matmul, beside fpsim.ops.matmul: the
 # one name is shared on purpose (both are a @ b; this one accumulates as a tensor core), so it
@@ -227,7 +228,7 @@ def _finish(v: np.ndarray, rounding: str) -> np.ndarray:
 def _canonical(out: np.ndarray) -> np.ndarray:
     """What MMA-Sim returns for zeros and NaNs: +0, and the NaN 0x7FFF / 0x7FFFFFFF."""
     out = out + out.dtype.type(0)
-    bits = out.view(np.uint16 if out.dtype == np.float16 else np.uint32)
+    bits = out.view(bits_view(out))
     bits[np.isnan(out)] = 0x7FFF if out.dtype == np.float16 else 0x7FFFFFFF
     return out
 
@@ -240,7 +241,7 @@ def _c_exponent(c: np.ndarray, zero: int, zeros: bool = True) -> np.ndarray:
     one; a zero the zero exponent (with ``zeros``; else the smallest normal one too); inf and
     NaN the exponent field's all-ones value less the bias (the sum is non-finite anyway)."""
     half = c.dtype == np.float16
-    bits = c.view(np.uint16 if half else np.uint32).astype(np.int32)
+    bits = c.view(bits_view(c)).astype(np.int32)
     mbits, top, bias = (10, 0x1F, 15) if half else (23, 0xFF, 127)
     field = (bits >> mbits) & top
     e = np.maximum(field, 1) - bias

@@ -45,7 +45,7 @@ import numpy as np
 
 from . import state
 from .amp import LOSS_SCALE_SCOPE
-from .formats import get_format
+from .formats import UINT_VIEWS, get_format
 
 __all__ = ["NonFiniteTracer", "NonFinite", "FrameEntry", "trace_nonfinite", "KINDS"]
 
@@ -140,7 +140,7 @@ def _host_f32(arr, be) -> np.ndarray:
     return np.asarray(be.to_numpy(be.to_f32(arr)), dtype=np.float32)
 
 
-_UINT = {1: "uint8", 2: "uint16"}
+_UINT = UINT_VIEWS  # bytes -> the unsigned view (fpsim.formats.bitviews)
 
 
 @functools.cache

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from .. import state
+from ..formats import bits_view
 from ..optim import Adam
 
 __all__ = ["FlushCounter", "measured_steps", "diagnose"]
@@ -52,7 +53,7 @@ def _count_nonzero(xp, a):
     about 7x the comparison and the count of its booleans together)."""
     size = a.dtype.itemsize
     if size < 4:
-        return xp.count_nonzero(a.view(xp.uint16 if size == 2 else xp.uint8) & (0x7FFF if size == 2 else 0x7F))
+        return xp.count_nonzero(a.view(bits_view(a)) & (0x7FFF if size == 2 else 0x7F))
     return a.size - xp.count_nonzero(a == 0)
 
 

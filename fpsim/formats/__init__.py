@@ -7,13 +7,14 @@
   ``fp8kernels.py`` the scaled, saturating fp8 cast of per-tensor scaling in one chunked pass;
 - ``modes.py``   the rounding modes, defined once (the exact float64 algorithm); ``modekernels.py`` the
   same in float32 bit operations, fast; ``sr.py`` few-bit stochastic rounding, ``srbias.py`` its bias;
-- ``codes.py``   bit patterns: :func:`encode`, :func:`decode`; ``listing.py`` the table of every format;
+- ``codes.py``   bit patterns: :func:`encode`, :func:`decode` (``bitviews.py``: the one table of their integer views); ``listing.py`` the table of every format;
 - ``block.py``   block-scaled formats (MXFP8 / MXFP6 / MXFP4, NVFP4, DeepSeek-V3 fp8 blocks): one
   :func:`quantize`; ``scale_rules.py`` each format's scale rule, a field of the format (``block_scales.py``
   its arithmetic); ``blockfast.py``
   ``fake_quantize``, the float32 values of ``quantize(...).dequantize()`` in one go (training's GEMM operands).
 """
 
+from .bitviews import UINT_VIEWS, bits_view, uint_for_bits
 from .block import BLOCK_FORMATS, SCALE_ROUNDINGS, BlockFormat, BlockQuantized, BlockStats, get_block_format, quantize
 from .codes import decode, encode
 from .kernels import f16_to_f32, f32_to_f16, f32_to_fp8, fp8_to_f32, rne_round
@@ -99,4 +100,7 @@ __all__ = [
     "SR_VARIANTS",
     "sr_bias",
     "sr_bias_table",
+    "UINT_VIEWS",
+    "bits_view",
+    "uint_for_bits",
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .bitviews import bits_view, uint_for_bits
 from .round import cast
 from .table import Format, get_format
 
@@ -23,8 +24,7 @@ _TABLES: dict[Format, np.ndarray] = {}
 
 def code_dtype(fmt) -> np.dtype:
     """The unsigned integer dtype that holds ``fmt``'s code points."""
-    bits = get_format(fmt).bits
-    return np.dtype(np.uint8 if bits <= 8 else np.uint16 if bits <= 16 else np.uint32)
+    return uint_for_bits(get_format(fmt).bits)
 
 
 def encode(x, fmt, rounding: str = "nearest", *, saturate: bool = False, **sr) -> np.ndarray:
@@ -114,8 +114,7 @@ def _table(f: Format) -> np.ndarray:
     if t is None:
         n = 2**f.bits
         if f.is_ml_dtype:
-            uint = np.uint8 if f.dtype.itemsize == 1 else np.uint16
-            t = np.arange(n, dtype=np.uint32).astype(uint).view(f.dtype).astype(np.float32)
+            t = np.arange(n, dtype=np.uint32).astype(bits_view(f)).view(f.dtype).astype(np.float32)
         else:
             t = np.array([_value_of_code(c, f) for c in range(n)], dtype=np.float32)
         _TABLES[f] = t

@@ -15,6 +15,7 @@ import ml_dtypes
 import numpy as np
 
 from ..numerics import compiled
+from .bitviews import bits_view
 from .table import ALL_FORMATS, ELEMENT_FORMATS, Format, get_format
 
 __all__ = ["F16_BITS_MIN_SIZE", "f16_to_f32", "f16_to_f32_scaled", "f32_to_f16", "snap_f16", "f32_to_bf16", "f32_to_fp8", "narrow_cast", "bf16_odd_patterns", "fp8_to_f32", "rne_round",
@@ -407,9 +408,7 @@ def widening_table(fmt) -> np.ndarray:
     dt = fmt if isinstance(fmt, np.dtype) else get_format(fmt).dtype
     t = _WIDENING.get(dt)
     if t is None:
-        size = dt.itemsize
-        uint = np.uint8 if size == 1 else np.uint16
-        codes = np.arange(2 ** (8 * size), dtype=np.uint32).astype(uint).view(dt)
+        codes = np.arange(2 ** (8 * dt.itemsize), dtype=np.uint32).astype(bits_view(dt)).view(dt)
         t = _WIDENING[dt] = codes.astype(np.float32)
     return t
 

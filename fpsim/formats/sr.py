@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..checks import is_integer
+from .bitviews import uint_for_bits
 
 __all__ = ["SR_VARIANTS", "SR_MAX_BITS", "check_sr", "draw_bits", "round_up_fewbit"]
 
@@ -67,7 +68,7 @@ def draw_bits(rng: np.random.Generator, k: int, shape) -> np.ndarray:
     1, 2 or 4 bytes per value (k <= 8, 16, 32) and masked to k bits (every bit of a raw word is
     uniform), which costs a fraction of ``rng.integers``."""
     n = int(np.prod(shape, dtype=np.int64))
-    dt = np.dtype(np.uint8 if k <= 8 else np.uint16 if k <= 16 else np.uint32)
+    dt = uint_for_bits(k)
     words = -(-n * dt.itemsize // 8)
     raw = np.asarray(rng.bit_generator.random_raw(words), dtype=np.uint64)
     out = raw.view(dt)[:n].reshape(shape)

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..formats import FORMATS, Format, cast, classify, get_format
+from ..formats import FORMATS, UINT_VIEWS, Format, cast, classify, get_format
 
 __all__ = ["FloatBits", "fields", "from_fields", "show", "bit_figure"]
 
-_UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32}
+_UINT = {8 * n: v for n, v in UINT_VIEWS.items()}  # bits -> the unsigned view
 _CATEGORY_NAMES = ("zero", "subnormal", "normal", "inf", "nan")
 
 

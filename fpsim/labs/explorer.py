@@ -20,12 +20,12 @@ import math
 
 import numpy as np
 
-from ..formats import FORMATS, cast, get_format, ulp
+from ..formats import FORMATS, UINT_VIEWS, cast, get_format, ulp
 
 __all__ = ["BitExplorer", "explore", "EXPLORER_FORMATS"]
 
 EXPLORER_FORMATS = tuple(FORMATS)  # float32, float16, bfloat16, float8_e4m3fn, float8_e5m2
-_UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32}
+_UINT = {8 * n: v for n, v in UINT_VIEWS.items()}  # bits -> the unsigned view
 _FIELD_COLORS = {"sign": "#d9d9d9", "exponent": "#9ecae1", "mantissa": "#fdd0a2"}
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..checks import check_at_least, check_positive
-from ..formats import FORMATS, LOW_FORMATS, get_format, ulp
+from ..formats import FORMATS, LOW_FORMATS, get_format, uint_for_bits, ulp
 from ..formats.survival import float_values, survival
 
 __all__ = ["FORMAT_COLORS", "BAND_COLORS", "STYLE", "HistogramData", "format_bands", "histogram_data",
@@ -362,7 +362,7 @@ def _all_values(f) -> np.ndarray:
     """Every distinct finite value of a format of at most 16 bits, sorted (float64)."""
     if f.bits > 16:
         raise ValueError(f"number_line draws formats of at most 16 bits, not {f.name}")
-    pats = np.arange(2**f.bits, dtype=np.uint16 if f.bits == 16 else np.uint8)
+    pats = np.arange(2**f.bits, dtype=uint_for_bits(f.bits))
     with np.errstate(invalid="ignore"):  # ml_dtypes' bfloat16 NaN patterns warn when widened
         v = pats.view(f.dtype).astype(np.float64)
     return np.unique(v[np.isfinite(v)])  # also merges +0 and -0

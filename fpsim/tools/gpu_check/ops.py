@@ -16,7 +16,7 @@ import numpy as np
 
 from ... import backend as _backend
 from ... import ops
-from ...formats import FORMATS, get_format, ulp
+from ...formats import FORMATS, bits_view, get_format, ulp
 from ...tensor import tensor
 from ...textable import text_table
 
@@ -32,7 +32,7 @@ def _compare(got: np.ndarray, ref: np.ndarray, fmt) -> tuple[int, float]:
         return int(max(got.size, ref.size)), math.inf
     if got.dtype != ref.dtype:
         got = got.astype(ref.dtype)
-    uint = {1: np.uint8, 2: np.uint16, 4: np.uint32}[ref.dtype.itemsize]
+    uint = bits_view(ref)
     g = got.astype(np.float64)
     r = ref.astype(np.float64)
     same = (np.ascontiguousarray(got).view(uint) == np.ascontiguousarray(ref).view(uint)) | (np.isnan(g) & np.isnan(r))
