@@ -57,12 +57,14 @@ that GEMM's reduction axis), float32 accumulation; activations between layers st
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+import sys
+import warnings
+from dataclasses import InitVar, dataclass
 from functools import partial
 
 from .. import lowp
 from ..amp import autocast
-from ..lowp import BlockScaling, CurrentScaling, DelayedScaling
+from ..lowp import BlockScaling, CurrentScaling, DelayedScaling, ScalingGroup
 from ..optim import SGD, Adam
 from ..registry import Registry
 from .run import Run, make_scaler
@@ -70,9 +72,41 @@ from .run import Run, make_scaler
 __all__ = ["Recipe", "RECIPES", "DEFAULT_RECIPES", "EXTENDED_RECIPES", "BLOCK_RECIPES", "get_recipe"]
 
 
+class _OldLayerField:
+    """A deprecated name of the recipe's layer conversion (``fp8``, ``fp8_skip``, ``block``,
+    ``block_skip``, removed 2027-06-01): accepted by the constructor (an ``InitVar`` whose default
+    this descriptor gives the dataclass: None) and read as an attribute, with a DeprecationWarning;
+    ``fp8`` reads :attr:`Recipe.layers` where it is a per-tensor scaling config, ``block`` where it
+    is a :class:`~fpsim.lowp.BlockScaling`, the ``*_skip`` names :attr:`Recipe.layers_skip` alike."""
+
+    def __set_name__(self, owner, name: str):
+        self.name = name
+        self.kind = BlockScaling if name.startswith("block") else DelayedScaling
+
+    def __get__(self, obj, owner=None):
+        if obj is None or sys._getframe(1).f_globals.get("__name__") == "dataclasses":
+            # the InitVar's default: dataclasses ask the class for it, and dataclasses.replace asks
+            # the instance (a replaced recipe keeps its layers through the fields it copies)
+            return None
+        new = "layers_skip" if self.name.endswith("_skip") else "layers"
+        warnings.warn(f"Recipe.{self.name} is deprecated (removed 2027-06-01): read Recipe.{new}",
+                      DeprecationWarning, stacklevel=2)
+        mine = isinstance(obj.layers, self.kind)
+        if new == "layers_skip":
+            return obj.layers_skip if mine else ()
+        return obj.layers if mine else None
+
+
 @dataclass(frozen=True)
 class Recipe:
-    """How one training run stores and protects its numbers."""
+    """How one training run stores and protects its numbers.
+
+    ``layers``: what every Linear becomes (``lowp.convert``'s config: a per-tensor fp8 scaling,
+    :class:`~fpsim.lowp.DelayedScaling` / :class:`~fpsim.lowp.CurrentScaling`, or block scaling,
+    :class:`~fpsim.lowp.BlockScaling`; None: they stay ``nn.Linear`` in ``params``), and
+    ``layers_skip`` the Linears left out (``lowp.convert``'s ``skip``: names, ``"first"``,
+    ``"last"``).  ``fp8=`` / ``fp8_skip=`` / ``block=`` / ``block_skip=`` are their deprecated
+    names (a DeprecationWarning; removed 2027-06-01)."""
 
     name: str
     params: str  # format of the model's parameters (and so of its activations)
@@ -82,11 +116,34 @@ class Recipe:
     autocast: str | None = None  # run matmuls under autocast(fmt), params stay as they are
     growth_interval: int = 100
     update_rounding: str = "nearest"  # how the optimizer writes updated weights (optim.UPDATE_ROUNDINGS)
-    fp8: DelayedScaling | None = None  # run the Linears in fp8 with this scaling recipe
-    fp8_skip: tuple = ()  # Linears left out of fp8 (lowp.convert's skip: names, "first", "last")
-    block: BlockScaling | None = None  # run the Linears' GEMMs on block-scaled operands
-    block_skip: tuple = ()  # Linears left out of block scaling (lowp.convert's skip)
+    layers: object = None  # DelayedScaling | CurrentScaling | BlockScaling | None: what the Linears become
+    layers_skip: tuple = ()  # Linears left as they are (lowp.convert's skip: names, "first", "last")
     description: str = ""
+    fp8: InitVar[object] = _OldLayerField()  # deprecated: layers=
+    fp8_skip: InitVar[object] = _OldLayerField()  # deprecated: layers_skip=
+    block: InitVar[object] = _OldLayerField()  # deprecated: layers=
+    block_skip: InitVar[object] = _OldLayerField()  # deprecated: layers_skip=
+
+    def __post_init__(self, fp8, fp8_skip, block, block_skip):
+        """The deprecated keywords folded into ``layers`` / ``layers_skip``, with a warning."""
+        old = {k: v for k, v in (("fp8", fp8), ("fp8_skip", fp8_skip), ("block", block), ("block_skip", block_skip))
+               if v is not None}
+        if not old:
+            return
+        warnings.warn(f"Recipe({', '.join(k + '=' for k in old)}) is deprecated (removed 2027-06-01): "
+                      "give layers= and layers_skip=", DeprecationWarning, stacklevel=3)
+        configs = [v for k, v in old.items() if not k.endswith("_skip")]
+        skips = [tuple(v) for k, v in old.items() if k.endswith("_skip") and tuple(v)]
+        if len(configs) + (self.layers is not None) > 1:
+            raise ValueError(f"Recipe {self.name!r}: one layer conversion, layers= (fp8= and block= are its old "
+                             "names), not two")
+        if len(skips) + bool(self.layers_skip) > 1:
+            raise ValueError(f"Recipe {self.name!r}: one layers_skip= (fp8_skip= and block_skip= are its old "
+                             "names), not two")
+        if configs:
+            object.__setattr__(self, "layers", configs[0])
+        if skips:
+            object.__setattr__(self, "layers_skip", skips[0])
 
     @property
     def activations(self) -> str:
@@ -106,18 +163,19 @@ class Recipe:
                 backend=None) -> Run:
         """``model`` (float32, fresh) made ready to train under this recipe - the one recipe ->
         run builder: moved to ``backend`` (if given), its parameters rounded into ``params``,
-        its Linears converted (``lowp.convert``: ``lowp.Fp8Linear`` with a per-tensor ScalingGroup;
-        block formats: ``lowp.BlockLinear``), an optimizer (``"adam"`` or ``"sgd"``, plain) with
+        its Linears converted by ``lowp.convert(model, layers, skip=layers_skip)`` (per-tensor
+        fp8: ``lowp.Fp8Linear``, whose ScalingGroup the run updates after every step; block
+        formats: ``lowp.BlockLinear``), an optimizer (``"adam"`` or ``"sgd"``, plain) with
         float32 master weights where ``master`` says and the recipe's update rounding (seeded
-        with ``seed``), and the loss scaler (a dynamic one starts at ``init_scale``)."""
+        with ``seed``), and the loss scaler (:func:`~fpsim.experiments.run.make_scaler`: a
+        dynamic one starts at ``init_scale``)."""
         if optimizer not in ("adam", "sgd"):
             raise ValueError(f"optimizer must be 'adam' or 'sgd', got {optimizer!r}")
         if backend is not None:
             model.to(backend=backend)
         model.to(self.params)
-        scaling = lowp.convert(model, self.fp8, skip=self.fp8_skip) if self.fp8 is not None else None
-        if self.block is not None:
-            lowp.convert(model, self.block, skip=self.block_skip)  # -> lowp.BlockLinear
+        kept = lowp.convert(model, self.layers, skip=self.layers_skip) if self.layers is not None else None
+        scaling = kept if isinstance(kept, ScalingGroup) else None  # block layers keep no per-step state
         cls = Adam if optimizer == "adam" else SGD
         opt = cls(model.parameters(), lr=lr, master_weights=self.master, update_rounding=self.update_rounding,
                   seed=seed)
@@ -144,10 +202,7 @@ def _converted(name: str, config, *, skip: tuple = (), description: str) -> None
     experiments builds no layer config (:meth:`~fpsim.registry.Registry.register_lazy`)."""
 
     def build() -> Recipe:
-        c = config()
-        if isinstance(c, BlockScaling):
-            return Recipe(name, "float32", block=c, block_skip=skip, description=description)
-        return Recipe(name, "float32", fp8=c, fp8_skip=skip, description=description)
+        return Recipe(name, "float32", layers=config(), layers_skip=skip, description=description)
 
     RECIPES.register_lazy(name, build)
 

@@ -108,7 +108,7 @@ def _fp8_lines(results: dict[str, RunResult]) -> list[str]:
     lines = []
     for name, r in results.items():
         if r.fp8:
-            rec = get_recipe(name).fp8 if name in RECIPES else None
+            rec = get_recipe(name).layers if name in RECIPES else None
             title = f"{name}: per-tensor fp8 scales after the last step" + (f" ({rec})" if rec else "")
             lines += ["", format_scaling_table(r.fp8, title)]
     if any(r.fp8 for r in results.values()):

@@ -3,10 +3,13 @@
 (the only training-step body every task, the labs and the bench use).
 
 A step: zero the gradients, compute the task's float32 loss (the forward pass in the model's
-formats), backward through it - multiplied by the loss scale where the recipe has a scaler, the
-scale a float32 constant - then the optimizer update through the scaler (unscale, skip on
+formats), backward through ``scaler.scale(loss)`` - the loss times the scale, a float32 constant,
+where the recipe has a scaler - then the optimizer update through the scaler (unscale, skip on
 inf/NaN, update the scale), then the fp8 scaling states (this step's amaxes set the next
-step's scales).  Every stored value is rounded where the engine rounds it; nothing here rounds.
+step's scales).  A recipe without a scaler has one too, that does nothing: a disabled
+``GradScaler`` (PyTorch's ``GradScaler(enabled=False)``: ``scale`` hands the loss back untouched -
+not multiplied by 1 -, ``step`` just steps, never skips, ``get_scale()`` is 1.0), so the step has
+one body.  Every stored value is rounded where the engine rounds it; nothing here rounds.
 """
 
 from __future__ import annotations
@@ -14,20 +17,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import state
+from ..amp import GradScaler, StaticScaler
 
-__all__ = ["Run", "StepOutcome", "make_scaler"]
+__all__ = ["Run", "StepOutcome", "make_scaler", "no_scaler"]
 
 
 def make_scaler(recipe, init_scale: float = 2.0**16):
-    """The recipe's loss scaler: None, ``StaticScaler(recipe.static_scale)``, or a
-    ``GradScaler`` starting at ``init_scale`` with the recipe's growth interval."""
+    """The recipe's loss scaler, always an object with GradScaler's interface (``scale``,
+    ``unscale_``, ``step``, ``update``, ``get_scale``): ``StaticScaler(recipe.static_scale)``, a
+    ``GradScaler`` starting at ``init_scale`` with the recipe's growth interval, or, for a recipe
+    without one, :func:`no_scaler`."""
     if recipe.scaler is None:
-        return None
-    from ..amp import GradScaler, StaticScaler
-
+        return no_scaler()
     if recipe.scaler == "static":
         return StaticScaler(recipe.static_scale)
     return GradScaler(init_scale=init_scale, growth_interval=recipe.growth_interval)
+
+
+def no_scaler():
+    """The scaler of a run without loss scaling: ``GradScaler(enabled=False)`` - ``scale(loss)``
+    returns ``loss`` itself (nothing multiplied, so a float16 loss is not touched), ``unscale_``
+    and ``update`` do nothing, ``step(opt)`` is ``opt.step()`` and never skips, the scale is 1.0."""
+    return GradScaler(enabled=False)
 
 
 @dataclass
@@ -46,8 +57,9 @@ class StepOutcome:
 @dataclass
 class Run:
     """A model prepared for a recipe: the model (in the recipe's formats, its Linears converted),
-    its optimizer (float32 masters where the recipe says), the loss scaler, and the fp8 scaling
-    group of the converted Linears (None without fp8)."""
+    its optimizer (float32 masters where the recipe says), the loss scaler (an object always:
+    :func:`no_scaler` where the recipe has none; None given is taken for that), and the fp8
+    scaling group of the converted Linears (None without per-tensor fp8)."""
 
     recipe: object
     model: object
@@ -55,13 +67,17 @@ class Run:
     scaler: object = None
     scaling: object = None
 
+    def __post_init__(self):
+        if self.scaler is None:
+            self.scaler = no_scaler()
+
     def masters(self) -> list:
         """The float32 values the optimizer updates: the masters, or the parameters widened."""
         return [p.f32() for p in self.opt.master_params()]
 
     def forward_backward(self, loss_fn, hook=None):
         """Zero the gradients, ``loss = loss_fn(self.model)`` (a float32 Tensor) and backward
-        through it (times the loss scale); ``hook``, if given, sees every rounding meanwhile.
+        through ``scaler.scale(loss)``; ``hook``, if given, sees every rounding meanwhile.
         Returns (loss, scale used)."""
         self.opt.zero_grad()
         if hook is not None:
@@ -71,23 +87,18 @@ class Run:
 
     def _forward_backward(self, loss_fn):
         loss = loss_fn(self.model)
-        scale = self.scaler.get_scale() if self.scaler is not None else 1.0
-        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        scale = self.scaler.get_scale()
+        self.scaler.scale(loss).backward()
         return loss, scale
 
     def update(self) -> bool:
-        """The optimizer step (through the scaler, if any: step, then update), then the fp8
-        scaling states.  Whether the step was skipped."""
-        if self.scaler is not None:
-            self.scaler.step(self.opt)
-            self.scaler.update()
-            skipped = self.scaler.last_step_skipped(self.opt)
-        else:
-            self.opt.step()
-            skipped = False
+        """The optimizer step through the scaler (step, then update), then the fp8 scaling
+        states.  Whether the step was skipped."""
+        self.scaler.step(self.opt)
+        self.scaler.update()
         if self.scaling is not None:
             self.scaling.update()
-        return skipped
+        return self.scaler.last_step_skipped(self.opt)
 
     def step(self, loss_fn, *, hook=None, count_unchanged: bool = False) -> StepOutcome:
         """One training step (module docstring) on the loss ``loss_fn(model)``: a :class:`StepOutcome`.

@@ -60,7 +60,7 @@ def train_classifier(recipe="fp32", steps: int = 100, *, n: int = 1024, lr: floa
     0.1) or ``"adam"``.  The same data and initial weights for every recipe (``seed``).  The
     share of activation gradients flushed at each step is ``act_grad_flushed[step]``."""
     r = get_recipe(recipe)
-    if r.fp8 is not None or r.block is not None or r.update_rounding != "nearest":
+    if r.layers is not None or r.update_rounding != "nearest":
         raise ValueError(f"train_classifier runs the float16 / bfloat16 recipes, not {r.name}")
     if optimizer not in ("sgd", "adam"):
         raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}")

@@ -24,6 +24,7 @@ from fpsim import nn, ops
 from fpsim.experiments import (
     OVERFLOW,
     RECIPES,
+    Recipe,
     ReferenceTask,
     Run,
     RunResult,
@@ -211,6 +212,90 @@ def test_prepare_builds_the_run_the_recipe_names():
     assert any(isinstance(m, lowp.BlockLinear) for _, m in run.model.named_modules())
     with pytest.raises(ValueError, match="optimizer"):
         get_recipe("fp32").prepare(nn.MLP([4, 3, 2], seed=0), lr=0.1, optimizer="lion")
+
+
+def test_a_recipe_has_one_layer_conversion_field_and_prepare_converts_once():
+    """``layers`` (lowp.convert's config) and ``layers_skip``: per-tensor fp8 keeps its ScalingGroup
+    on the run, block scaling none; the converted recipes of the package use them."""
+    from fpsim import lowp
+
+    assert isinstance(get_recipe("fp8-current").layers, lowp.CurrentScaling)
+    assert isinstance(get_recipe("nvfp4").layers, lowp.BlockScaling) and get_recipe("nvfp4").layers_skip == ("first",
+                                                                                                              "last")
+    assert get_recipe("fp32").layers is None and get_recipe("fp32").layers_skip == ()
+    mine = Recipe("mine", "float32", layers=lowp.DelayedScaling(), layers_skip=("last",))
+    run = mine.prepare(nn.MLP([4, 3, 3, 2], seed=0), lr=0.1)
+    assert [type(run.model._modules[k]) for k in ("0", "2", "4")] == [lowp.Fp8Linear, lowp.Fp8Linear, nn.Linear]
+    assert isinstance(run.scaling, lowp.ScalingGroup)
+    run = replace(mine, layers=lowp.BlockScaling("mxfp8_e4m3")).prepare(nn.MLP([4, 3, 3, 2], seed=0), lr=0.1)
+    assert [type(run.model._modules[k]) for k in ("0", "2", "4")] == [lowp.BlockLinear, lowp.BlockLinear, nn.Linear]
+    assert run.scaling is None
+
+
+def test_the_old_layer_fields_are_deprecated_names_of_layers():
+    """``fp8=`` / ``fp8_skip=`` / ``block=`` / ``block_skip=`` (removed 2027-06-01) build the same
+    recipe as ``layers=`` / ``layers_skip=`` and read back from it, each with a DeprecationWarning;
+    dataclasses.replace and a subclass keep working; two conversions in one recipe are refused."""
+    import warnings
+
+    from fpsim import lowp
+
+    delayed, block = lowp.DelayedScaling(amax_history_len=16), lowp.BlockScaling("mxfp8_e4m3")
+    with pytest.warns(DeprecationWarning, match=r"Recipe\(fp8=, fp8_skip=\) is deprecated.*layers="):
+        old = Recipe("old", "float32", fp8=delayed, fp8_skip=("first",))
+    assert old == Recipe("old", "float32", layers=delayed, layers_skip=("first",))
+    with pytest.warns(DeprecationWarning, match="block="):
+        old_block = Recipe("old", "float32", block=block, block_skip=["last"])
+    assert (old_block.layers, old_block.layers_skip) == (block, ("last",))
+    with pytest.warns(DeprecationWarning, match=r"Recipe.fp8 is deprecated.*Recipe.layers"):
+        assert old.fp8 is delayed
+    with pytest.warns(DeprecationWarning, match=r"Recipe.block_skip is deprecated.*Recipe.layers_skip"):
+        assert old_block.block_skip == ("last",)
+    with pytest.warns(DeprecationWarning):
+        assert (old.block, old.block_skip, old_block.fp8, old_block.fp8_skip, old.fp8_skip) == (None, (), None, (),
+                                                                                                ("first",))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # neither copying a recipe nor subclassing one reads the old names
+        assert replace(old, name="copy").layers is delayed and replace(old, layers=None).layers is None
+
+        @dataclass(frozen=True)
+        class MyRecipe(Recipe):
+            pass
+
+        assert MyRecipe("sub", "float32", layers=block).layers is block
+    with pytest.warns(DeprecationWarning):
+        assert MyRecipe("sub", "float32", block=block).layers is block
+    with pytest.raises(ValueError, match="'two': one layer conversion, layers="), pytest.warns(DeprecationWarning):
+        Recipe("two", "float32", fp8=delayed, block=block)
+    with pytest.raises(ValueError, match="one layer conversion"), pytest.warns(DeprecationWarning):
+        Recipe("two", "float32", layers=delayed, block=block)
+
+
+def test_a_recipe_without_a_scaler_has_a_no_op_one_that_touches_nothing():
+    """The scaler is always an object: without one, a disabled GradScaler whose ``scale`` hands the
+    float16 loss back itself (not multiplied by 1.0: no op, no rounding in the loss-scale scope),
+    whose step always steps and whose scale is 1.0 - the steps of fp16-pure are what they were."""
+    from fpsim.amp import LOSS_SCALE_SCOPE, GradScaler
+    from fpsim.experiments.run import make_scaler
+
+    run = get_recipe("fp16-pure").prepare(nn.MLP([4, 3, 2], seed=0), lr=0.1)
+    assert isinstance(run.scaler, GradScaler) and not run.scaler.is_enabled()
+    assert isinstance(make_scaler(get_recipe("bf16-master")), GradScaler)
+    assert Run(None, None, None).scaler.get_scale() == 1.0  # a Run built without one gets one too
+    x = tensor(np.full((2, 4), 0.5, np.float32), "float16")
+    zeros = tensor(np.zeros((2, 2), np.float32))
+    loss16 = run.model(x).sum()
+    assert loss16.fmt.name == "float16" and run.scaler.scale(loss16) is loss16
+    events = []
+    s = run.step(lambda m: ops.mse_loss(m(x), zeros.to("float16")), hook=events.append)
+    assert s.scale == 1.0 and s.skipped is False and run.scaler.get_scale() == 1.0
+    assert events and not [e for e in events if LOSS_SCALE_SCOPE in e.scope or e.op == "unscale"]
+    # the same step by hand, with no scaler at all: the same float16 weights, bit for bit
+    ref = get_recipe("fp16-pure").prepare(nn.MLP([4, 3, 2], seed=0), lr=0.1)
+    ref.opt.zero_grad()
+    ops.mse_loss(ref.model(x), zeros.to("float16")).backward()
+    ref.opt.step()
+    assert [p.data.tobytes() for p in run.model.parameters()] == [p.data.tobytes() for p in ref.model.parameters()]
 
 
 def test_run_step_is_one_step_and_counts_the_unchanged_entries():

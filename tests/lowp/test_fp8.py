@@ -563,10 +563,10 @@ def test_bad_input_raises_value_error():
 
 def test_recipe_and_cli(capsys, tmp_path):
     r = get_recipe("fp8-delayed")
-    assert r.params == "float32" and not r.master and r.fp8.amax_history_len == 16 and r.fp8.margin == 0
-    assert r.fp8.amax_init and r.fp8.power_2_scale
+    assert r.params == "float32" and not r.master and r.layers.amax_history_len == 16 and r.layers.margin == 0
+    assert r.layers.amax_init and r.layers.power_2_scale
     assert set(EXTENDED_RECIPES) == {"fp8-delayed", "fp8-delayed-inner", "bf16-kahan", "bf16-stochastic"} <= set(RECIPES)
-    assert get_recipe("fp8-delayed-inner").fp8_skip == ("first", "last") and not r.fp8_skip
+    assert get_recipe("fp8-delayed-inner").layers_skip == ("first", "last") and not r.layers_skip
     names = ["fp32", "fp8-delayed", "bf16-pure", "bf16-kahan", "bf16-stochastic", "bf16-master"]
     rc = cli.main(["compare", "--recipes", *names, "--steps", "1", "--quiet", "--figure", "none"])
     assert rc == 0
@@ -579,7 +579,7 @@ def test_recipe_and_cli(capsys, tmp_path):
 # ------------------------------------------------------------------------------ the reference task
 
 
-TE_START = Recipe("fp8-te-start", "float32", fp8=fp8.DelayedScaling(amax_history_len=16))  # scale 1 at step 0
+TE_START = Recipe("fp8-te-start", "float32", layers=fp8.DelayedScaling(amax_history_len=16))  # scale 1 at step 0
 
 
 @pytest.fixture(scope="module")

@@ -183,9 +183,9 @@ def test_recipes_fp8_hopper_and_fp8_deepseek_accumulate_on_hopper():
     from fpsim.experiments import get_recipe, train
 
     hopper, deepseek = get_recipe("fp8-hopper"), get_recipe("fp8-deepseek")
-    assert hopper.fp8.tensor_core == "hopper" and hopper.fp8.fwd_format == "float8_e4m3fn"
-    assert deepseek.block.tensor_core == "hopper" and deepseek.block.format == "fp8_block"
-    assert deepseek.block.weight_block == (128, 128) and deepseek.block.k_block() == 128  # promotion every 128
+    assert hopper.layers.tensor_core == "hopper" and hopper.layers.fwd_format == "float8_e4m3fn"
+    assert deepseek.layers.tensor_core == "hopper" and deepseek.layers.format == "fp8_block"
+    assert deepseek.layers.weight_block == (128, 128) and deepseek.layers.k_block() == 128  # promotion every 128
     task = small_task(steps=2)
     for recipe, op in ((hopper, "fp8.linear.accumulate"), (deepseek, "block.linear.accumulate")):
         with fpsim.monitor() as m:
