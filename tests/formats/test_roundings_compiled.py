@@ -201,10 +201,11 @@ MODE_FORMATS = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "p3109_k8
 
 def _srs(mode: str, n: int):
     """The stochastic-rounding settings a mode is tried with: exact SR (None) and k random bits in
-    every variant; the other modes: None."""
+    every variant, in several integer dtypes; the other modes: None."""
     if mode != "stochastic":
         return [None]
-    bits = {k: np.random.default_rng(k).integers(0, 2**k, n, dtype=np.uint32) for k in (4, 8, 17, 24)}
+    dtypes = {4: np.uint8, 8: np.int64, 12: np.uint16, 17: np.uint32, 24: np.uint32}  # the kernels take each as it is
+    bits = {k: np.random.default_rng(k).integers(0, 2**k, n).astype(dt) for k, dt in dtypes.items()}
     return [None] + [(k, bits[k], v) for k in bits for v in ("rne", "rto", "fast", "fastest")]
 
 

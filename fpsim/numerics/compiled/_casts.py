@@ -111,7 +111,8 @@ def magnitudes(x32: np.ndarray, f, mode: str, sr, rng) -> np.ndarray:
     u = rng.random(x.size) if code == _modes.MODES["stochastic"] else _NO_DRAWS
     k, rand, variant = 0, _NO_BITS, 0
     if code == _modes.FEWBIT:
-        k, rand, variant = int(sr[0]), np.ascontiguousarray(np.asarray(sr[1]).reshape(-1), np.int64), _modes.VARIANTS[sr[2]]
+        # the bits in their own integer dtype (uint8 for k <= 8 ...): no widening pass; one compilation each
+        k, rand, variant = int(sr[0]), np.ascontiguousarray(np.asarray(sr[1]).reshape(-1)), _modes.VARIANTS[sr[2]]
     out = np.empty(x.size, np.float32)
     if f.name == "bfloat16":
         _modes.bf16_modes(x.view(np.uint32), out.view(np.uint32), code, u, rand, k, variant)
