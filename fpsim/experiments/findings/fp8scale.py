@@ -17,7 +17,7 @@ from .base import FINDINGS, Finding, Sweep
 from .runs import final_ratio, trained_steps
 
 NAME = "fp8-scaling"
-SCALE1 = Recipe("fp8-scale1-start", "float32", fp8=DelayedScaling(margin=0, amax_history_len=16),
+SCALE1 = Recipe("fp8-scale1-start", "float32", layers=DelayedScaling(margin=0, amax_history_len=16),
                 description="fp8-delayed whose first step runs at scale 1 (Transformer Engine's start)")
 RECIPES = ("fp32", "fp8-delayed", "fp8-current", SCALE1)
 NAMES = ("fp8-delayed", "fp8-current", "fp8-scale1-start")

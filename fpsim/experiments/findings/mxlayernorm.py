@@ -45,9 +45,9 @@ WINDOW, FACTOR = 10, 2.0
 FULL = {"width": 32, "depth": 4, "batch": 128, "steps": 100}
 QUICK = {"width": 32, "depth": 2, "batch": 32, "steps": 15}
 ARMS = {  # name: (GEMM recipe, the LayerNorm's format)
-    "ln-quantized": (Recipe("mxfp8", "float32", block=BlockScaling("mxfp8_e4m3")), "bfloat16"),
-    "ln-high-precision": (Recipe("mxfp8", "float32", block=BlockScaling("mxfp8_e4m3")), "float32"),
-    "bump": (Recipe("mxfp8-bump", "float32", block=BlockScaling("mxfp8_e4m3", scale_rounding="bump")), "bfloat16"),
+    "ln-quantized": (Recipe("mxfp8", "float32", layers=BlockScaling("mxfp8_e4m3")), "bfloat16"),
+    "ln-high-precision": (Recipe("mxfp8", "float32", layers=BlockScaling("mxfp8_e4m3")), "float32"),
+    "bump": (Recipe("mxfp8-bump", "float32", layers=BlockScaling("mxfp8_e4m3", scale_rounding="bump")), "bfloat16"),
     "fp32": (Recipe("fp32", "float32"), "float32"),
 }
 

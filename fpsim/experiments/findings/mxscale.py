@@ -58,7 +58,7 @@ def measure_rules(quick: bool = True, seeds=(0,), progress=None) -> tuple[dict, 
     return numbers, dict(numbers)
 
 
-TRAINED = {rule: Recipe(f"mxfp8-{rule}", "float32", block=BlockScaling("mxfp8_e4m3", scale_rounding=rule))
+TRAINED = {rule: Recipe(f"mxfp8-{rule}", "float32", layers=BlockScaling("mxfp8_e4m3", scale_rounding=rule))
            for rule in ("floor", "rceil")}
 # full runs: the tiny GPT with every Linear in MXFP8 under floor and under rceil scales
 SWEEP = Sweep("tinygpt", tuple(TRAINED.values()), full_steps=TRAIN_STEPS, modes=("full",))

@@ -76,7 +76,7 @@ class NoiseRecipe(Recipe):
 
 
 RECIPE = NoiseRecipe("nvfp4-all", "float32",
-                     block=BlockScaling("nvfp4", weight_block=(16, 16), grad_rounding="stochastic"),
+                     layers=BlockScaling("nvfp4", weight_block=(16, 16), grad_rounding="stochastic"),
                      description="NVFP4 on every Linear, 16x16 weight tiles, SR gradients")
 # 2,048 samples in quick runs and full ones alike; the float32 control from the same initial weights
 SWEEP = Sweep(NoiseTask, (RECIPE, "fp32"), quick_steps=40, full_steps=150, settings={"n": 2048, "steps": 150},

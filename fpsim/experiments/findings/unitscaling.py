@@ -34,7 +34,7 @@ from .fp8scale import SCALE1
 from .runs import ratios, seed_mean, trained_steps
 
 NAME = "unit-scaling"
-FIXED1 = Recipe("fp8-fixed1", "float32", fp8=FixedScaling(),
+FIXED1 = Recipe("fp8-fixed1", "float32", layers=FixedScaling(),
                 description="fp8 matmuls with every cast at scale 1, never rescaled (e4m3 / e5m2, float32 masters)")
 PLAIN = ("fp32", "fp8-delayed", SCALE1, FIXED1)
 UNIT = ("fp32", FIXED1)
