@@ -26,15 +26,15 @@ __all__ = ["RunSpec", "SweepStopped", "run_spec", "run_all", "usable_cores", "lo
 @dataclass(frozen=True)
 class RunSpec:
     """One run of a sweep: a task, a recipe, the seed of the initial weights, and the settings
-    :func:`~fpsim.experiments.train` takes (the backend by name: its object does not cross
-    processes)."""
+    :func:`~fpsim.experiments.train` takes, None its defaults (the task's steps, rate and
+    ``measure_at``; the backend by name: its object does not cross processes)."""
 
     task: object
     recipe: object
     seed: int
     steps: int | None = None
     lr: float | None = None
-    measure_at: object = "all"
+    measure_at: object = None
     backend: str | None = None
 
     @property

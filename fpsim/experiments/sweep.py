@@ -21,10 +21,10 @@ __all__ = ["compare", "compare_seeds"]
 
 
 def compare(recipes=DEFAULT_RECIPES, task: ReferenceTask | None = None, *, steps: int | None = None, seed: int = 0,
-            lr: float | None = None, progress: bool = True, backend=None, measure_at="all") -> dict[str, RunResult]:
+            lr: float | None = None, progress: bool = True, backend=None, measure_at=None) -> dict[str, RunResult]:
     """Run every recipe on the same task, seed and initial weights; results by recipe name.
-    ``measure_at``: the steps at which flushed gradients and stalled updates are counted, or "all"
-    (:func:`~fpsim.experiments.train`)."""
+    ``measure_at``: the steps at which flushed gradients and stalled updates are counted, or "all";
+    the task's own unless given (``task.measure_at``, as :func:`~fpsim.experiments.train`)."""
     return compare_seeds(recipes, [seed], task, steps=steps, lr=lr, progress=progress, backend=backend,
                          measure_at=measure_at)[seed]
 
@@ -53,12 +53,12 @@ def _progress_bar(total: int):
 
 def compare_seeds(recipes=DEFAULT_RECIPES, seeds=(0, 1, 2, 3), task: ReferenceTask | None = None, *,
                   steps: int | None = None, lr: float | None = None, progress: bool = True,
-                  backend=None, measure_at="all", jobs: int = 1, scheduler: str | None = None,
+                  backend=None, measure_at=None, jobs: int = 1, scheduler: str | None = None,
                   executor=None) -> dict[int, dict[str, RunResult]]:
     """:func:`compare` once per seed of the initial weights (the data stay the same): results
     by seed, then by recipe.  One seed's ratio to fp32 can mislead - fp8-delayed is 1.097x at
     seed 0 and 1.116x at seed 5 - so :func:`~fpsim.experiments.format_seed_table` shows every
-    seed and the mean.
+    seed and the mean.  ``measure_at``: as in :func:`compare` (the task's own unless given).
 
     Where the runs execute (:mod:`~fpsim.experiments.executors`): one after the other in this
     process (``jobs=1``, the default); in ``jobs`` spawned worker processes (at most the usable

@@ -247,8 +247,9 @@ def cmd_compare(args) -> int:
     from ..experiments.executors import SweepStopped
 
     try:
+        # every step measured, whatever the task's default: the figure and --json show them step by step
         by_seed = compare_seeds(recipes, seeds, task, steps=steps, lr=args.lr, progress=not args.quiet,
-                                backend=args.backend, jobs=args.jobs, scheduler=args.scheduler)
+                                backend=args.backend, jobs=args.jobs, scheduler=args.scheduler, measure_at="all")
     except SweepStopped as e:  # the finished runs, then one line saying what stopped
         _print_stopped(e, args, recipes)
         return 128 + e.signum if e.signum else 1

@@ -103,7 +103,7 @@ OVERFLOW_SMALL = replace(OVERFLOW, n_digits=8, d_model=32, batch=16, eval_size=3
 
 def one_run(task, name, steps=None):
     """The recipe's run in a sweep of its own (every step measured, as ``fpsim compare`` measures)."""
-    return compare([name], task, steps=steps, progress=False)[name]
+    return compare([name], task, steps=steps, progress=False, measure_at="all")[name]
 
 
 @pytest.fixture(scope="module")

@@ -69,6 +69,33 @@ def test_every_recipe_runs_through_compare():
     assert train(SMALL, "fp32", steps=2).metrics["accuracy"] >= 0
 
 
+def test_a_sweep_measures_at_the_tasks_own_steps_and_fpsim_compare_at_every_step(capsys):
+    """compare / compare_seeds take the task's ``measure_at`` (the tiny GPT's: the first and the last
+    step), as train does - the same runs, and the same table cells as measuring every step; ``fpsim
+    compare --json`` still gives every step (the figure draws them)."""
+    import json
+
+    from fpsim.experiments import compare_seeds
+    from fpsim.tools import cli
+
+    task = replace(SMALL, steps=4)
+    r = compare(["fp32"], task, progress=False)["fp32"]
+    assert TinyGPTTask.measure_at == (0, -1) and sorted(r.act_grad_flushed) == sorted(r.stalled) == [0, 3]
+    alone = train(task, "fp32", 1)
+    assert compare_seeds(["fp32"], [1], task, progress=False)[1]["fp32"].act_grad_flushed == alone.act_grad_flushed
+    every = compare(["fp32"], task, progress=False, measure_at="all")["fp32"]
+    assert sorted(every.act_grad_flushed) == [0, 1, 2, 3] and every.losses == r.losses
+
+    def row(res):
+        return [ln for ln in format_table({"fp32": res}).splitlines() if ln.startswith("fp32 ")][0].rsplit(None, 1)[0]
+
+    assert row(every) == row(r)  # the first and last steps are the table's (its time column aside)
+    assert cli.main(["compare", "--task", "tinygpt", "--steps", "3", "--recipes", "fp32", "--json", "--quiet",
+                     "--figure", "none"]) == 0
+    got = json.loads(capsys.readouterr().out)["fp32"]
+    assert sorted(got["act_grad_flushed"]) == sorted(got["stalled"]) == ["0", "1", "2"]
+
+
 def test_block_recipes_swap_every_linear_of_the_gpt_and_reseed_their_rounding():
     """The block recipes run on the transformer too: every nn.Linear becomes a BlockLinear (the
     attention products stay in the model's format), and a run with stochastic rounding is the
