@@ -160,31 +160,7 @@ def fp8_scaled(x, s, lo, up, maxpat, sh, offset, half, saturate, exact_zeros, ou
     """``fp8kernels.scaled_fp8`` (its ``_chunk`` for the whole array, the byte's offset taken off
     here): float32 ``x`` times float32 ``s`` rounded onto the fp8 grid (the constants of
     ``fp8kernels._constants``), the values' patterns into ``out32``, the bytes into ``out8``
-    where ``codes``.  Returns the flushes (non-zero x become +-0).  Each combination of the three
-    switches runs its own inlined loop, the switches constants in it."""
-    c = (lo, up, maxpat, sh, offset, half)
-    if codes:
-        return _fp8_saturate(x, s, c, saturate, exact_zeros, out32, out8, True)
-    return _fp8_saturate(x, s, c, saturate, exact_zeros, out32, out8, False)
-
-
-@jit(inline=True)
-def _fp8_saturate(x, s, c, saturate, exact_zeros, out32, out8, codes):
-    if saturate:
-        return _fp8_zeros(x, s, c, True, exact_zeros, out32, out8, codes)
-    return _fp8_zeros(x, s, c, False, exact_zeros, out32, out8, codes)
-
-
-@jit(inline=True)
-def _fp8_zeros(x, s, c, saturate, exact_zeros, out32, out8, codes):
-    if exact_zeros:
-        return _fp8_loop(x, s, c, saturate, True, out32, out8, codes)
-    return _fp8_loop(x, s, c, saturate, False, out32, out8, codes)
-
-
-@jit(inline=True)
-def _fp8_loop(x, s, c, saturate, exact_zeros, out32, out8, codes):
-    lo, up, maxpat, sh, offset, half = c
+    where ``codes``.  Returns the flushes (non-zero x become +-0)."""
     flushed = 0
     zeros = 0
     for i in range(x.shape[0]):
