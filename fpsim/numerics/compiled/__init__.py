@@ -18,8 +18,10 @@ switches for a block (the tests run both paths).  ``import fpsim`` never imports
 imported on the first call that uses a kernel; without numba the numpy path runs, and a numba
 that fails to import or to load the kernels leaves the numpy path in use too, with one warning.
 
-numba's cache: fpsim sets nothing.  The kernels are compiled on first use (about 5 s, once) and
-cached by numba's own rules (then about 0.3 s to load in a new process, numba's import included): ``__pycache__`` beside this package, or where that is not writable
+numba's cache: fpsim sets nothing.  Each kernel is compiled on its first use (about 5 s for the
+numerics', 0.1-2.5 s for each rounding's: the rounding modes' and the few-bit SR per integer dtype of
+the random bits take longest; once) and cached by numba's own rules (then about 0.3 s to load in a
+new process, numba's import included): ``__pycache__`` beside this package, or where that is not writable
 (a read-only install) numba's user-wide cache directory (``~/.cache/numba``), or
 ``NUMBA_CACHE_DIR`` where the user sets it.  Where none of these is writable, the kernels are
 compiled without a cache, in each process that uses them - slower to start, never an error.
