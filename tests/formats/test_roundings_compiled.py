@@ -238,11 +238,15 @@ def _rng_values(shape, seed=3):
 
 
 def test_layouts_and_sizes_around_the_threshold():
-    """Non-contiguous, 2-D, 0-d and sizes either side of ROUNDING_MIN_SIZE (and bfloat16's 4096):
-    the same bits and shapes on both paths (the smaller ones on the numpy path either way)."""
+    """Non-contiguous, 2-D, 0-d, read-only and broadcast arrays, and sizes either side of
+    ROUNDING_MIN_SIZE (and bfloat16's 4096): the same bits and shapes on both paths (the smaller
+    ones on the numpy path either way)."""
     m = _rng_values((300, 400))
     n0 = compiled.ROUNDING_MIN_SIZE
-    arrays = [m, m.T, m[::2, ::3], m[:, 1:], m[0, :7], np.float32(3e-8), np.array(-2.5, np.float32),
+    frozen = m[:50].copy()
+    frozen.setflags(write=False)
+    arrays = [m, m.T, m[::2, ::3], m[:, 1:], m[0, :7], np.float32(3e-8), np.array(-2.5, np.float32), frozen,
+              np.broadcast_to(m[0, :1], (5000,)),
               *(m.reshape(-1)[:n] for n in (n0 - 1, n0, n0 + 1, 4095, 4096, 2**16 + 3))]
     e4, e2 = get_format("float8_e4m3fn"), get_format("float4_e2m1fn")
     fns = [kernels.f32_to_f16, kernels.snap_f16, kernels.f32_to_bf16, kernels.bf16_odd_patterns,
