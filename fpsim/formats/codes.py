@@ -95,28 +95,29 @@ def _ieee_value_of_code(c: int, f: Format) -> float:
 
 
 def decode(codes, fmt) -> np.ndarray:
-    """The values of code points (an integer array, each in [0, 2**bits)) in ``fmt``, as float32
-    (exact: every format here is at most 32 bits wide; NaN codes give NaN)."""
+    """The values of code points (an integer array, each in [0, 2**bits)) in ``fmt``, exact, as
+    float32 - as float64 for float64 and the wide P3109 formats held in float64 (NaN codes give NaN)."""
     f = get_format(fmt)
     c = np.asarray(codes)
     if c.dtype.kind not in "iu" or c.dtype == np.bool_:
         raise TypeError(f"codes must be an array of integers, got dtype {c.dtype}")
     if c.size and (int(c.min()) < 0 or int(c.max()) >= 2**f.bits):
         raise ValueError(f"codes must lie in [0, 2**{f.bits}) for {f.name}, got {int(c.min())} .. {int(c.max())}")
-    if f.bits > 16:
-        return c.astype(np.uint32).view(np.float32)
+    if f.bits > 16:  # float32, float64: the codes are the carrier's own bits
+        return c.astype(code_dtype(f)).view(f.dtype)
     return _table(f).take(c.astype(np.int64))
 
 
 def _table(f: Format) -> np.ndarray:
-    """float32 value of every code point of a format of at most 16 bits (built once)."""
+    """The value of every code point of a format of at most 16 bits (built once): float32, or the
+    format's float64 carrier."""
     t = _TABLES.get(f)  # by the record: two hand-built formats may share a name
     if t is None:
         n = 2**f.bits
         if f.is_ml_dtype:
             t = np.arange(n, dtype=np.uint32).astype(bits_view(f)).view(f.dtype).astype(np.float32)
         else:
-            t = np.array([_value_of_code(c, f) for c in range(n)], dtype=np.float32)
+            t = np.array([_value_of_code(c, f) for c in range(n)], dtype=np.promote_types(f.dtype, np.float32))
         _TABLES[f] = t
     return t
 

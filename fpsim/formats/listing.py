@@ -1,9 +1,10 @@
 """The table of formats ``fpsim formats`` prints: one row of limits per format, the tensor and
-block-element formats by default, and with ``include_all`` ocp_int8 and every IEEE P3109 format."""
+block-element formats by default, and with ``include_all`` ocp_int8, float64 and the IEEE P3109
+formats of k = 3..8 bits (the other widths, 2 and 9..16, are named on demand)."""
 
 from __future__ import annotations
 
-from .table import ALL_FORMATS, OCP_INT8, P3109_FORMATS, Format
+from .table import ALL_FORMATS, FLOAT64, OCP_INT8, P3109_FORMATS, Format
 
 __all__ = ["FORMAT_COLUMNS", "format_rows", "format_row"]
 
@@ -27,13 +28,21 @@ def format_row(f: Format) -> list[str]:
     return [f.name, str(f.bits), str(f.exponent_bits), str(f.mantissa_bits), str(f.bias), f"{f.max:.6g}", tiny,
             f"2^{f.emin - f.mantissa_bits} = {f.smallest_subnormal:.6g}" if f.subnormals else "- (none)",
             f"2^{max(f.emin, 0) - f.mantissa_bits} = {f.eps:.6g}",
-            f"{f.flush_threshold:.6g}" if f.has_zero else "- (no zero)", specials]
+            _flush(f), specials]
+
+
+def _flush(f: Format) -> str:
+    if not f.has_zero:
+        return "- (no zero)"
+    if f.flush_threshold == 0:  # float64's: half its smallest subnormal is no float64 number
+        return f"2^{f.emin - f.mantissa_bits - 1}"
+    return f"{f.flush_threshold:.6g}"
 
 
 def format_rows(include_all: bool = False) -> list[list[str]]:
     """A row per format: the ones ``fpsim formats`` lists today (``ALL_FORMATS``), and with
-    ``include_all`` (``fpsim formats --all``) ocp_int8 and the 132 P3109 formats after them."""
+    ``include_all`` (``fpsim formats --all``) ocp_int8, float64 and the 132 P3109 formats of k = 3..8 after them."""
     formats = list(ALL_FORMATS.values())
     if include_all:
-        formats += [OCP_INT8, *P3109_FORMATS.values()]
+        formats += [OCP_INT8, FLOAT64, *P3109_FORMATS.values()]
     return [format_row(f) for f in formats]

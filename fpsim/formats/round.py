@@ -284,12 +284,13 @@ def _store(vals: np.ndarray, f: Format) -> np.ndarray:
 
 def _saturate(out: np.ndarray, src: np.ndarray, f: Format) -> np.ndarray:
     """Replace overflowed results (and infinite inputs) by +-max; NaN inputs stay NaN."""
-    res = out.astype(np.float32)
+    wide = np.promote_types(out.dtype, np.float32)  # float32, float64 for float64 itself
+    res = out.astype(wide)
     bad = ~np.isfinite(res) & ~np.isnan(src)
     if np.any(bad):
         with np.errstate(over="ignore"):
-            src = src.astype(np.float32)
-        out = np.where(bad, np.copysign(np.float32(f.max), src), res)
+            src = src.astype(wide)
+        out = np.where(bad, np.copysign(wide.type(f.max), src), res)
         out = out.astype(f.dtype)
     return out
 
@@ -299,13 +300,16 @@ def round_to(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=
     """Like :func:`cast` (every argument as there), but the result comes back in the input's float dtype.
 
     float64 and float32 inputs stay float64 / float32; Python numbers come back as float64
-    arrays; low-precision inputs (float16, bfloat16, fp8) come back as float32.  Always an
+    arrays; low-precision inputs (float16, bfloat16, fp8) come back as float32; into a format held in
+    float64 (float64 itself, a wide P3109 format) every input comes back as float64 (its values need
+    it: 2**128 is one of p3109_k11p3ue's, float64's max what float32's inf saturates to).  Always an
     array, 0-d for a number (as :func:`cast`).
     """
     arr = _as_float_array(x)
-    out = cast(arr, fmt, rounding, saturate=saturate, seed=seed, rng=rng, sr_bits=sr_bits, sr_random=sr_random,
+    f = get_format(fmt)
+    out = cast(arr, f, rounding, saturate=saturate, seed=seed, rng=rng, sr_bits=sr_bits, sr_random=sr_random,
                sr_variant=sr_variant)
-    return np.asarray(out.astype(arr.dtype))
+    return np.asarray(out.astype(np.float64 if f.dtype == np.float64 else arr.dtype))
 
 
 def rounding_mode(mode: str = "nearest", *, sr_bits=None, sr_variant: str = "rne", seed=None, rng=None):
@@ -343,7 +347,7 @@ def ulp(x, fmt) -> np.ndarray:
     _, e2 = np.frexp(a)
     e = np.where(a == 0, f.emin, np.maximum(e2 - 1, f.emin))
     out = np.ldexp(1.0, e - f.mantissa_bits)
-    out = np.where(a >= 2.0 ** (f.emax + 1), np.inf, out)
+    out = np.where(np.isinf(a) | ((a > 0) & (e2 - 1 > f.emax)), np.inf, out)  # at or beyond 2**(emax + 1)
     return np.where(np.isnan(a), np.nan, out)
 
 
@@ -389,7 +393,7 @@ def classify(x, fmt, rounding: str = "nearest", *, saturate: bool = False) -> Cl
     f = get_format(fmt)
     arr = _as_float_array(x)
     stored = cast(arr, f, rounding, saturate=saturate)
-    r = stored.astype(np.float32 if f.bits <= 32 else np.float64)
+    r = stored.astype(np.float32 if f.dtype.itemsize <= 4 else np.float64)  # float64 carriers keep their values
     v = arr
     a = np.abs(r)
     nan = np.isnan(r)

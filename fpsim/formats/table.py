@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
-__all__ = ["Format", "P3109_FORMATS", "P3109_WIDTHS", "p3109_format", "OCP_INT8", "ALL_FORMATS", "FORMATS",
+__all__ = ["Format", "P3109_FORMATS", "P3109_WIDTHS", "p3109_format", "OCP_INT8", "FLOAT64", "ALL_FORMATS", "FORMATS",
            "TENSOR_FORMATS", "tensor_format", "hand_built_problem", "promote", "ELEMENT_FORMATS", "FP8_FORMATS",
            "LOW_FORMATS", "F32", "get_format", "format_names"]
 
@@ -52,7 +52,8 @@ class Format:
     +2 is not.
 
     P3109 and ocp_int8 have no numpy dtype: their values are held exactly in float32 arrays
-    (``dtype`` float32; :func:`fpsim.encode` gives their bit patterns).
+    (``dtype`` float32; float64 for the wide P3109 formats whose values float32 does not hold;
+    :func:`fpsim.encode` gives their bit patterns).
     """
 
     name: str
@@ -100,10 +101,12 @@ class Format:
     @functools.cached_property
     def is_ml_dtype(self) -> bool:
         """Stored in its own numpy / ml_dtypes dtype, whose bits are the format's: any dtype but
-        float32, and float32 for float32's own layout.  False for P3109, ocp_int8 and a hand-built
-        ``Format(..., np.float32, e, m)`` of another layout: their values are held in float32 arrays,
-        rounded onto the format's grid by :func:`fpsim.cast` (never by a float32 ``astype``)."""
-        return self.dtype != _F32_DTYPE or self._layout() == _F32_LAYOUT
+        float32 and float64, and those two for their own layouts.  False for P3109, ocp_int8 and a
+        hand-built ``Format(..., np.float32, e, m)`` of another layout: their values are held in
+        float32 (or float64) arrays, rounded onto the format's grid by :func:`fpsim.cast` (never by
+        an ``astype``)."""
+        own = _CARRIER_LAYOUTS.get(self.dtype)
+        return own is None or self._layout() == own
 
     def _layout(self) -> tuple:
         return (self.exponent_bits, self.mantissa_bits, self.specials, self.signed, self.subnormals,
@@ -215,8 +218,9 @@ class Format:
         return self.name
 
 
-_F32_DTYPE = np.dtype(np.float32)
-_F32_LAYOUT = (8, 23, "ieee", True, True, None, False, False)
+# the layouts of the two carriers, float32 and float64: a format of another layout held in one is not its dtype
+_CARRIER_LAYOUTS = {np.dtype(np.float32): (8, 23, "ieee", True, True, None, False, False),
+                    np.dtype(np.float64): (11, 52, "ieee", True, True, None, False, False)}
 
 
 def _mx(name, e, m, **kw) -> Format:
@@ -251,7 +255,8 @@ _BY_DTYPE = {f.dtype: f for f in ALL_FORMATS.values()}
 # IEEE P3109 (interim report v3, as gfloat's format_info_p3109 defines it) and the OCP MX INT8
 # element: element formats only, their values held exactly in float32 arrays.
 
-P3109_WIDTHS = range(3, 9)
+P3109_WIDTHS = range(2, 17)  # k; P3109_FORMATS lists k = 3..8, every other width is made when named
+_P3109_LISTED = range(3, 9)
 _P3109_NAME = re.compile(r"p3109_k(\d+)p(\d+)([su])([ef])")
 
 
@@ -263,35 +268,54 @@ def p3109_format(k: int, p: int, signed: bool = True, extended: bool = True) -> 
     Signed: 1 sign, k - p exponent and p - 1 mantissa bits, bias 2**(k-p-1) (0 when p = k), NaN
     at 100...0 (there is no -0).  Unsigned: k - p + 1 exponent bits, bias 2**(k-p), NaN at the
     all-ones pattern.  Extended: the largest pattern of each sign below those is +-inf.  Every
-    format has subnormals and a zero.  k = 3..8, p = 1..k; a ValueError names a bad k or p.
+    format has subnormals and a zero.  k = 2..16, p = 1..k; the values are held in float32, or in
+    float64 where float32 does not hold them (k - p = 9..11 signed, 8..10 unsigned); a format whose
+    values float64 does not hold either (k - p above 11 signed, 10 unsigned) is refused, as is a bad
+    k or p, by a ValueError naming it.  One record per format (cached).
     """
     if not (isinstance(k, int) and k in P3109_WIDTHS):
         raise ValueError(f"P3109 width k must be one of {P3109_WIDTHS.start}..{P3109_WIDTHS.stop - 1}, got {k!r}")
     if not (isinstance(p, int) and 1 <= p <= k):
         raise ValueError(f"P3109 precision p must be 1..k = 1..{k}, got {p!r}")
+    return _p3109(k, p, bool(signed), bool(extended))
+
+
+@functools.cache
+def _p3109(k: int, p: int, signed: bool, extended: bool) -> Format:
     name = f"p3109_k{k}p{p}{'s' if signed else 'u'}{'e' if extended else 'f'}"
-    ebits = k - p + int(not signed)
+    ebits, m = k - p + int(not signed), p - 1
     bias = 2 ** (k - p - 1) if signed and k > p else (0 if signed else 2 ** (k - p))
-    return Format(name, np.dtype(np.float32), ebits, p - 1, specials="p3109", signed=signed, bias_override=bias,
-                  extended=extended)
+    top = 2 ** (k - int(signed)) - 1 - int(not signed) - int(extended)  # the largest finite magnitude pattern
+    e_top, e_low = max(top >> m, 1) - bias, 1 - bias - m  # its binade; the smallest subnormal's exponent
+    for carrier, (hi, lo) in _CARRIER_RANGE.items():
+        if e_top <= hi and e_low >= lo:
+            return Format(name, carrier, ebits, m, specials="p3109", signed=signed, bias_override=bias,
+                          extended=extended)
+    raise ValueError(f"{name}: its values span 2**{e_low} .. 2**{e_top + 1}, beyond float64, which holds the wide "
+                     f"P3109 formats (k - p at most 11 signed, 10 unsigned)")
 
 
+# a carrier -> (the largest binade, the smallest subnormal's exponent) it holds exactly
+_CARRIER_RANGE = {np.dtype(np.float32): (127, -149), np.dtype(np.float64): (1023, -1074)}
 P3109_FORMATS: dict[str, Format] = {
-    f.name: f for f in (p3109_format(k, p, s, e) for k in P3109_WIDTHS for p in range(1, k + 1)
+    f.name: f for f in (p3109_format(k, p, s, e) for k in _P3109_LISTED for p in range(1, k + 1)
                         for s in (True, False) for e in (True, False))
 }
 # OCP MX v1.0 section 5.3.3: an 8-bit two's complement integer with an implicit scale 2**-6, so the
 # values are i / 64 for i = -128..127: [-2, 1 + 63/64] (gfloat's format_info_ocp_int8).
 OCP_INT8 = Format("ocp_int8", np.dtype(np.float32), 0, 7, specials="none", bias_override=0, twos_complement=True,
                   aliases=("mxint8_element",))
-_OTHER = {OCP_INT8.name: OCP_INT8, **{a: OCP_INT8 for a in OCP_INT8.aliases}}
+# IEEE binary64, for reference: cast / round_to / encode / decode / ulp / classify take it by name (gfloat's
+# binary64); no tensor is stored in it, and a float64 array's dtype still names no format (it is read as numbers).
+FLOAT64 = Format("float64", np.dtype(np.float64), 11, 52, aliases=("fp64", "double", "binary64"))
+_OTHER = {f.name: f for f in (OCP_INT8, FLOAT64)} | {a: f for f in (OCP_INT8, FLOAT64) for a in f.aliases}
 
 
 def format_names() -> str:
     """The valid names, as an error message lists them."""
     aliases = ", ".join(_ALIASES)
-    return (f"{', '.join(ALL_FORMATS)}, ocp_int8, the IEEE P3109 formats p3109_k<k>p<p><s|u><e|f> for k = 3..8, "
-            f"p = 1..k, e.g. p3109_k8p4se (aliases: {aliases})")
+    return (f"{', '.join(ALL_FORMATS)}, ocp_int8, float64, the IEEE P3109 formats p3109_k<k>p<p><s|u><e|f> for "
+            f"k = 2..16, p = 1..k, e.g. p3109_k8p4se (aliases: {aliases}, {', '.join(FLOAT64.aliases)})")
 
 
 def get_format(fmt) -> Format:
@@ -308,8 +332,8 @@ def get_format(fmt) -> Format:
         if key in P3109_FORMATS:
             return P3109_FORMATS[key]
         m = _P3109_NAME.fullmatch(key)
-        if m:  # a well-formed P3109 name outside the table: say which part is wrong
-            p3109_format(int(m[1]), int(m[2]), m[3] == "s", m[4] == "e")
+        if m:  # any other width, made (and kept) here; a bad k or p is a ValueError naming it
+            return p3109_format(int(m[1]), int(m[2]), m[3] == "s", m[4] == "e")
         raise ValueError(f"unknown format {fmt!r}; known: {format_names()}")
     try:
         dt = np.dtype(fmt)
@@ -332,7 +356,10 @@ def tensor_format(fmt) -> Format:
     f = get_format(fmt)
     if f in _HAND_BUILT_OK:
         return f
-    if f not in _TABLE_RECORDS:
+    if f is FLOAT64:
+        raise ValueError("float64 is not a tensor format: fpsim holds it for reference (fpsim.cast, round_to, encode, "
+                         f"ulp, classify); a tensor is stored in one of {', '.join(TENSOR_FORMATS)}")
+    if f not in _TABLE_RECORDS and f.specials != "p3109":
         problem = hand_built_problem(f)
         if problem:
             raise ValueError(f"{f.name} cannot be a tensor format: {problem}")
@@ -357,7 +384,7 @@ def hand_built_problem(f: Format) -> str:
     """Why a hand-built format cannot hold a tensor ("" if it can).  The ops compute in float32 and
     make -0, NaN and overflow, so a tensor format is signed, has zero, -0 and NaN, and every value
     is a float32 value; it may not take a table format's name (two formats would answer to it)."""
-    if f.name in ALL_FORMATS or f.name in _ALIASES or f.name in _OTHER or f.name in P3109_FORMATS:
+    if f.name in ALL_FORMATS or f.name in _ALIASES or f.name in _OTHER or _P3109_NAME.fullmatch(f.name):
         return f"the name {f.name!r} is a table format's; give a hand-built format a name of its own"
     if f.specials not in ("ieee", "nan") or not (f.signed and f.subnormals) or f.twos_complement:
         return ("a tensor format needs a sign, subnormals and zero, -0 and NaN (specials 'ieee' or 'nan'); "

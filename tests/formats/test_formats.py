@@ -126,7 +126,30 @@ def test_unknown_format_lists_names_and_aliases():
     for n in NAMES + ["fp32", "fp16", "half", "bf16", "e4m3", "e5m2"]:
         assert n in msg
     with pytest.raises(ValueError, match="unknown format"):
-        cast(1.0, "float64")
+        cast(1.0, "float128")
+
+
+def test_binary64_is_in_the_table_for_reference_not_as_a_tensor_format():
+    """float64 (gfloat's binary64): limits written out, numpy's own finfo, every rounding exact on
+    float64 values, float32 input widened; named only (a float64 array's dtype still names no format:
+    tensors and checkpoints read such arrays as numbers), and no tensor is stored in it."""
+    f = get_format("binary64")
+    assert f is get_format("fp64") is get_format("double") is get_format("float64") and f.dtype == np.float64
+    assert (f.bits, f.exponent_bits, f.mantissa_bits, f.bias, f.emax) == (64, 11, 52, 1023, 1023)
+    assert (f.max, f.tiny, f.smallest_subnormal, f.eps) == ((2 - 2**-52) * 2.0**1023, 2.0**-1022, 2.0**-1074, 2.0**-52)
+    fi = np.finfo(np.float64)
+    assert (f.max, f.tiny, f.smallest_subnormal, f.eps) == (fi.max, fi.smallest_normal, fi.smallest_subnormal, fi.eps)
+    x = np.array([0.1, -5e-324, 1e308, -0.0, np.inf, np.nan])
+    for mode in ("nearest", "toward_zero", "to_odd"):
+        assert np.array_equal(cast(x, f, mode), x, equal_nan=True) and np.signbit(cast(x, f, mode)[3])
+    assert cast(np.float32([0.1]), f).tolist() == [float(np.float32(0.1))] and cast([1], f).dtype == np.float64
+    assert round_to(np.float32([np.inf]), f, saturate=True).tolist() == [fi.max]
+    assert ulp(1.0, f) == 2.0**-52 and ulp(1e308, f) == 2.0**971 and ulp(np.inf, f) == np.inf
+    assert classify(np.array([1e-320, 0.5]), f).names().tolist() == ["subnormal", "normal"]
+    with pytest.raises(ValueError, match="unknown format"):
+        get_format(np.float64)
+    with pytest.raises(ValueError, match="float64 is not a tensor format: fpsim holds it for reference"):
+        fpsim.tensor([1.0], "float64")
 
 
 @pytest.mark.parametrize("bad", ["abc", object(), {"a": 1}, None, ["x", 1]])
