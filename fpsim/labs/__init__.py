@@ -6,54 +6,34 @@ Exercise convention (the test suite relies on it): an exercise cell carries the 
 ``exercise`` and defines ``exerciseN``; until the learner fills it in, its body is
 ``raise Unanswered``.  The self-check cell (tag ``check``) that follows it calls
 :func:`selfcheck`, which reports "not attempted yet" for an unanswered exercise instead of
-failing, so a notebook runs top to bottom either way.  A wrong answer fails with
-:class:`~fpsim.labs.checks.CheckFailed`, whose message says what was expected and what came
-back (:func:`~fpsim.labs.checks.expect` builds those messages).
+failing, so a notebook runs top to bottom either way.  A wrong answer prints "not right yet"
+and one sentence that says what was expected and what came back (:func:`~fpsim.labs.checks.expect`
+builds it) - it does not raise, so the rest of the lab runs - and every verdict is recorded: the
+lab's last cell prints :func:`summary` (passed, not right yet, not attempted, not run).
 
 ``fpsim.labs.solutions.labNN`` holds the reference solution of every exercise; the tests keep
 at least three plausible wrong answers to each (tests/labs/wrong_answers/), run every notebook as
-written, then each check again with every wrong answer (it must fail, saying what it
-expected) and with the reference solution (it must pass).
+written, then each check again with every wrong answer (its recorded verdict must be "not right
+yet", saying what it expected) and with the reference solution (it must pass).
 """
 
 from __future__ import annotations
 
-import re
+from .checks import PASSED, CheckFailed, Unanswered, expect, fail, forbid, judge, summary
 
-from .checks import CheckFailed, Unanswered, expect, fail, forbid
-
-__all__ = ["Unanswered", "CheckFailed", "selfcheck", "expect", "fail", "forbid", "slider", "widgets_available",
-           "blas_threads", "blas_thread_count"]
-
-
-def _reveal_hint(name: str, lab) -> str:
-    """How to see the solution: ``reveal(16, 2)`` when the lab is given and ``name`` ends in the
-    exercise's number ("Try it 2"), else the call with its two arguments named."""
-    number = re.search(r"(\d+)\s*$", name)
-    if lab is None or number is None:
-        return "reveal the solution (fpsim.labs.solutions.reveal(lab, exercise))"
-    return f"reveal the solution with reveal({int(lab)}, {int(number[1])})"
+__all__ = ["Unanswered", "CheckFailed", "selfcheck", "summary", "expect", "fail", "forbid", "slider",
+           "widgets_available", "blas_threads", "blas_thread_count"]
 
 
 def selfcheck(name: str, test, lab: int | None = None) -> bool:
-    """Run ``test()`` (a function that checks the learner's answer with :func:`expect`).
-
-    Prints "passed" when every check holds, "not attempted yet" when the exercise still
-    raises :class:`Unanswered` (with the ``reveal`` call that shows the solution, naming the lab
-    when ``lab`` is given and the exercise from ``name``).  A wrong answer raises
-    :class:`CheckFailed` with the reason, prefixed by ``name``.
+    """Run ``test()`` (a function that checks the learner's answer with :func:`expect`) and print
+    its verdict (:func:`~fpsim.labs.checks.judge`): "passed"; "not attempted yet" while the
+    exercise still raises :class:`Unanswered`, with the ``reveal`` call that shows the solution
+    (naming the lab when ``lab`` is given and the exercise from ``name``); or "not right yet"
+    and the one-line reason.  A wrong answer does not raise, so the rest of the lab runs; the
+    verdict is recorded for :func:`~fpsim.labs.checks.summary`.  True when it passed.
     """
-    try:
-        test()
-    except Unanswered:
-        print(f"{name}: not attempted yet - write your answer above, or {_reveal_hint(name, lab)}")
-        return False
-    except CheckFailed as e:
-        raise CheckFailed(f"{name}: {e}") from None
-    except AssertionError as e:  # a plain assert in a check: still say which exercise
-        raise CheckFailed(f"{name}: {e}" if str(e) else f"{name}: a check failed without saying why") from None
-    print(f"{name}: passed")
-    return True
+    return judge(name, test, lab).status == PASSED
 
 
 def widgets_available() -> bool:

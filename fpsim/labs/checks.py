@@ -6,6 +6,12 @@ was expected and what came back (plus, where it helps, the likely reason)::
 
     exercise1(1.0, 'float16'): expected 0.00048828125, got 0.0009765625 - that is the whole gap, not half of it
 
+A check cell hands its test to :func:`judge` (through ``fpsim.labs.selfcheck``), which never
+raises: it prints the verdict - passed, not attempted yet, or not right yet with the sentence
+above - and records it, so that one wrong answer does not stop the rest of the lab, the lab's
+last cell can print :func:`summary`, and the tests read :func:`last_verdict` to see that every
+check spoke and what it said.
+
 ``forbid=`` lists library functions that already compute the answer (``fpsim.ulp`` in an
 exercise that asks you to derive the ulp): while the learner's function runs, a call to one of
 them from the learner's own code fails the check instead of passing it.  Calls made inside
@@ -16,13 +22,23 @@ whatever it needs.
 from __future__ import annotations
 
 import contextlib
+import importlib
+import itertools
 import math
+import re
 import sys
+import textwrap
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["CheckFailed", "expect", "forbid", "fail", "describe"]
+from ..textable import text_table
+
+__all__ = ["CheckFailed", "expect", "forbid", "fail", "describe", "Verdict", "judge", "last_verdict", "verdicts",
+           "summary"]
+
+WIDTH = 100  # what a verdict or the summary prints fits in this many characters
 
 # Modules whose calls into a forbidden function are the library's own business.  The reference
 # solutions live inside fpsim but are held to the same rule as a learner's answer.
@@ -227,3 +243,131 @@ def _forbidden(functions, fn):
     if not functions:
         return contextlib.nullcontext()
     return forbid(*functions, namespace=getattr(fn, "__globals__", None))
+
+
+# ---------------------------------------------------------------------------- verdicts
+
+PASSED, FAILED, UNANSWERED, NOT_RUN = "passed", "not right yet", "not attempted", "not run"
+
+
+class Verdict(NamedTuple):
+    """What one run of a check cell found: the lab (or None), the check's name ("Try it 2"), its
+    status (``"passed"``, ``"not right yet"``, ``"not attempted"``), the one-line reason of a
+    wrong answer ("exercise2(...): expected 1.0, got 2.0 - why"; "" otherwise), and a serial
+    number that grows with every verdict, so a reader can tell a fresh one from an old one."""
+
+    lab: int | None
+    name: str
+    status: str
+    message: str
+    serial: int
+
+
+class _Record:
+    """The verdicts of this Python process, in the order the checks ran (a notebook's log, like
+    its printed output; not a mode of any computation)."""
+
+    def __init__(self):
+        self.items: list[Verdict] = []
+        self.serials = itertools.count(1)
+
+    def add(self, lab, name, status, message="") -> Verdict:
+        v = Verdict(None if lab is None else int(lab), name, status, message, next(self.serials))
+        self.items.append(v)
+        return v
+
+
+_RECORD = _Record()
+
+
+def last_verdict() -> Verdict | None:
+    """The verdict the most recent check gave, or None before any check ran."""
+    return _RECORD.items[-1] if _RECORD.items else None
+
+
+def verdicts(lab: int | None = None) -> dict[str, Verdict]:
+    """The latest verdict of each check (of lab ``lab`` when given), by check name, in the order
+    the checks first ran.  A check cell run again replaces its earlier verdict."""
+    latest: dict[str, Verdict] = {}
+    for v in _RECORD.items:
+        if lab is None or v.lab == int(lab):
+            latest[v.name] = v
+    return latest
+
+
+def _reveal_hint(name: str, lab) -> str:
+    """How to see the solution: ``reveal(16, 2)`` when the lab is given and ``name`` ends in the
+    exercise's number ("Try it 2"), else the call with its two arguments named."""
+    number = re.search(r"(\d+)\s*$", name)
+    if lab is None or number is None:
+        return "reveal the solution (fpsim.labs.solutions.reveal(lab, exercise))"
+    return f"reveal the solution with reveal({int(lab)}, {int(number[1])})"
+
+
+def _wrapped(text: str) -> str:
+    """``text`` in lines of at most :data:`WIDTH` characters, broken between words only (a number
+    is never split), the continuation lines indented."""
+    return "\n".join(textwrap.wrap(text, WIDTH, subsequent_indent="    ", break_long_words=False,
+                                    break_on_hyphens=False))
+
+
+def _outcome(test: Callable) -> tuple[str, str]:
+    """Run ``test()``; its status and, for a wrong answer, the one-line reason."""
+    try:
+        test()
+    except Unanswered:
+        return UNANSWERED, ""
+    except AssertionError as e:  # CheckFailed, or a plain assert in a check
+        return FAILED, " ".join(str(e).split()) or "a check failed without saying why"
+    except Exception as e:  # the check itself stumbled on the answer (a call outside expect)
+        return FAILED, " ".join(f"the check raised {type(e).__name__}: {e}".split())
+    return PASSED, ""
+
+
+def judge(name: str, test: Callable, lab: int | None = None) -> Verdict:
+    """Run ``test()`` (a function that checks the learner's answer with :func:`expect`), print its
+    verdict in lines of at most :data:`WIDTH` characters, record it and return it.  Never raises
+    for a wrong answer: the rest of the lab runs on.
+
+    Passed: "Try it 1: passed".  ``test`` raised :class:`Unanswered`: "not attempted yet", with the
+    ``reveal`` call that shows the solution (naming the lab when ``lab`` is given and the
+    exercise from ``name``).  It raised anything else: "not right yet" and the reason, one
+    sentence (what was expected, what came back), printed to stderr so that it stands out.
+    """
+    status, message = _outcome(test)
+    verdict = _RECORD.add(lab, name, status, message)
+    if status == PASSED:
+        print(f"{name}: passed")
+    elif status == UNANSWERED:
+        print(_wrapped(f"{name}: not attempted yet - write your answer above, or {_reveal_hint(name, lab)}"))
+    else:
+        print(_wrapped(f"{name}: not right yet - {message}"), file=sys.stderr)
+    return verdict
+
+
+def _exercise_count(lab: int) -> int:
+    """How many exercises lab ``lab`` has: the ``exerciseN`` of its reference solutions."""
+    mod = importlib.import_module(f"fpsim.labs.solutions.lab{int(lab):02d}")
+    return len([n for n in vars(mod) if re.fullmatch(r"exercise\d+", n)])
+
+
+def summary(lab: int) -> None:
+    """Print where lab ``lab``'s checks stand: one row per exercise ("Try it 1", ...)
+    with its latest verdict - passed, not right yet (and why, shortened), not attempted, or not
+    run (its check cell never ran) - and a count of those passed.  Every line fits in
+    :data:`WIDTH` characters.  Returns nothing, so a cell ending in ``summary(12)`` shows the table
+    once, not again as an escaped string."""
+    if isinstance(lab, bool) or not isinstance(lab, int) or lab < 1:
+        raise ValueError(f"lab must be a lab's number (an int >= 1), got {lab!r}")
+    found = verdicts(lab)
+    names = [f"Try it {i}" for i in range(1, _exercise_count(lab) + 1)]
+    names += [n for n in found if n not in names]
+    rows = []
+    for n in names:
+        v = found.get(n)
+        status = v.status if v else NOT_RUN
+        why = textwrap.shorten(v.message, WIDTH - 30, placeholder=" ...") if v and v.message else ""
+        rows.append([n, status + (f": {why}" if why else "")])
+    passed = sum(1 for v in found.values() if v.status == PASSED)
+    text = "\n".join([f"lab {lab:02d}: {passed} of {len(names)} checks passed", *text_table(["check", "verdict"], rows)])
+    print(text)

@@ -24,6 +24,7 @@ from fpsim.labs import (
     slider,
     widgets_available,
 )
+from fpsim.labs.checks import last_verdict, summary, verdicts
 from fpsim.labs.explorer import EXPLORER_FORMATS, BitExplorer, explore
 
 # ---------------------------------------------------------------------------- self-checks
@@ -101,20 +102,71 @@ def test_forbid_covers_a_method_given_as_class_and_name():
 def test_selfcheck_reports_passes_unanswered_and_failures(capsys):
     assert selfcheck("Try it 1", lambda: None) is True
     assert "Try it 1: passed" in capsys.readouterr().out
+    assert last_verdict()[2:4] == ("passed", "")
 
     def unanswered():
         raise Unanswered
 
     assert selfcheck("Try it 2", unanswered) is False
     assert "not attempted yet" in capsys.readouterr().out
-    with pytest.raises(CheckFailed, match="^Try it 3: expected 1, got 2$"):
-        selfcheck("Try it 3", lambda: fail("expected 1, got 2"))
+    assert last_verdict().status == "not attempted"
+    assert selfcheck("Try it 3", lambda: fail("expected 1, got 2")) is False  # reported, not raised
+    assert capsys.readouterr().err == "Try it 3: not right yet - expected 1, got 2\n"
+    assert last_verdict()[1:4] == ("Try it 3", "not right yet", "expected 1, got 2")
 
     def bare():
         raise AssertionError  # a check written without a message
 
-    with pytest.raises(CheckFailed, match="Try it 4: a check failed without saying why"):
-        selfcheck("Try it 4", bare)
+    selfcheck("Try it 4", bare)
+    assert last_verdict().message == "a check failed without saying why"
+
+    def stumbles():
+        return {}["x"]  # the check itself raised, outside expect
+
+    selfcheck("Try it 5", stumbles)
+    assert last_verdict().message == "the check raised KeyError: 'x'"
+
+
+def test_a_wrong_answer_prints_one_short_message_and_the_lab_goes_on(capsys):
+    """The verdict of a wrong answer: no traceback, lines of at most 100 characters broken
+    between words (no number split), the full one-line reason recorded."""
+    def exercise1(x):
+        return x * 2
+
+    why = "the spacing above 1.0 is 2^-10, and this sentence is long enough to need a second line of its own"
+    assert selfcheck("Try it 1", lambda: expect(exercise1, 1.0009765625, want=1.0009765625, why=why), lab=3) is False
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and all(len(line) <= 100 for line in err.splitlines())
+    assert len(err.splitlines()) == 2 and " ".join(err.split()) == " ".join(
+        f"Try it 1: not right yet - {last_verdict().message}".split())
+    assert last_verdict().message == f"exercise1(1.0009765625): expected 1.0009765625, got 2.001953125 - {why}"
+
+
+def test_summary_lists_every_exercise_of_the_lab_with_its_latest_verdict(capsys):
+    """summary(lab) has a row per exercise of the lab (its reference solutions), the latest
+    verdict of each (a check run again replaces it), "not run" for a check that never ran."""
+    def unanswered():
+        raise Unanswered
+
+    selfcheck("Try it 1", lambda: fail("expected 2.0, got 1.0"), lab=99)  # a lab with no solutions: not counted
+    selfcheck("Try it 1", lambda: fail("expected 2.0, got 1.0"), lab=7)
+    selfcheck("Try it 1", lambda: None, lab=7)  # fixed and rerun
+    selfcheck("Try it 2", unanswered, lab=7)
+    assert [v.status for v in verdicts(7).values()] == ["passed", "not attempted"]
+    capsys.readouterr()
+    assert summary(7) is None
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "lab 07: 1 of 2 checks passed"
+    assert [line.split("  ")[-1].strip() for line in lines[3:]] == ["passed", "not attempted"]
+    selfcheck("Try it 2", lambda: fail("expected 0.5, got 0.25 - " + "the reason " * 20), lab=7)
+    summary(13)
+    summary(7)
+    text = capsys.readouterr().out
+    assert "lab 13: 0 of 3 checks passed" in text and text.count("not run") >= 3
+    assert "Try it 2  not right yet: expected 0.5, got 0.25 - the reason" in text
+    assert all(len(line) <= 100 for line in text.splitlines())
+    with pytest.raises(ValueError, match="lab must be a lab's number"):
+        summary("12")
 
 
 def test_slider_falls_back_to_one_call(monkeypatch, capsys):

@@ -1,11 +1,17 @@
 """Every lab notebook: stored without outputs; runs top to bottom as written; each self-check
 passes with the reference solution (``fpsim.labs.solutions.labNN``) and FAILS, saying what it
 expected, with every wrong answer (``WRONG`` in ``tests/labs/wrong_answers/labNN.py``: the tests'
-own, not shipped in the package).
+own, not shipped in the package); the last cell prints the lab's summary of its checks.
 
 One kernel per lab does all of it: the notebook's cells run in order, and right after each
 check cell the exercise is replaced by each wrong answer in turn and the check cell run again,
-then by the reference solution, then the learner's (unanswered) cell is restored.
+then by the reference solution, then the learner's (unanswered) cell is restored and the check
+run once more, so that the lab's summary at the end sees what a learner would.
+
+A check reports instead of raising (a wrong answer must not stop the lab), so the tests read
+its verdict from the kernel: after every run of a check cell a probe prints
+``fpsim.labs.checks.last_verdict()`` as JSON.  A check cell that ran but recorded no fresh
+verdict (its check skipped, or swallowed) counts as a failure of the test, never as a pass.
 """
 
 import functools
@@ -76,6 +82,24 @@ class Attempt:
     ename: str = ""
     evalue: str = ""
     text: str = ""
+    status: str = "no verdict"  # the check's recorded verdict: passed, not right yet, not attempted
+    message: str = ""  # the verdict's one-line reason
+
+
+_PROBE = ("import json as _json\nfrom fpsim.labs.checks import last_verdict as _last\n"
+          "print(_json.dumps(_last() and _last()._asdict()))")
+
+
+def _read_verdict(client, index, attempt: Attempt, serial: list) -> Attempt:
+    """Fill ``attempt`` with the verdict the check cell just recorded; "no verdict" when none is
+    newer than ``serial[0]`` (the last one seen), which is then moved on."""
+    probe = nbformat.v4.new_code_cell(_PROBE)
+    client.execute_cell(probe, index, store_history=False)
+    v = json.loads(_outputs_text(probe.outputs).strip() or "null")
+    if v and v["serial"] > serial[0]:
+        serial[0] = v["serial"]
+        attempt.status, attempt.message = v["status"], v["message"]
+    return attempt
 
 
 @dataclass
@@ -85,6 +109,8 @@ class LabRun:
     cell_seconds: dict = field(default_factory=dict)
     error: str = ""  # an original cell raised (as written)
     attempts: list = field(default_factory=list)
+    last_source: str = ""  # the last code cell, as written, and what it printed
+    last_text: str = ""
 
     def of(self, what):
         return [a for a in self.attempts if (a.what == what if what in ("as written", "reference")
@@ -124,6 +150,7 @@ def _execute(path: Path) -> LabRun:
 def _execute_in_kernel(client, nb, path, lab, wrong, checks) -> LabRun:
     run = LabRun(path)
     exercise_cells = {}
+    serial = [0]
 
     def attempt(exercise, what, code, check_cell, index):
         for src in (code, check_cell.source):
@@ -131,9 +158,11 @@ def _execute_in_kernel(client, nb, path, lab, wrong, checks) -> LabRun:
             try:
                 client.execute_cell(cell, index, store_history=False)
             except nbclient.exceptions.CellExecutionError as e:
-                run.attempts.append(Attempt(exercise, what, False, e.ename, e.evalue, _outputs_text(cell.outputs)))
+                run.attempts.append(_read_verdict(client, index, Attempt(
+                    exercise, what, False, e.ename, e.evalue, _outputs_text(cell.outputs)), serial))
                 return
-        run.attempts.append(Attempt(exercise, what, True, text=_outputs_text(cell.outputs)))
+        run.attempts.append(_read_verdict(client, index, Attempt(exercise, what, True,
+                                                                 text=_outputs_text(cell.outputs)), serial))
 
     t0 = time.perf_counter()
     with client.setup_kernel():
@@ -147,19 +176,21 @@ def _execute_in_kernel(client, nb, path, lab, wrong, checks) -> LabRun:
                 run.error = f"cell {i} raised {e.ename}: {e.evalue}"
                 break
             run.cell_seconds[i] = time.perf_counter() - t
+            run.last_source, run.last_text = cell.source, _outputs_text(cell.outputs)
             if "exercise" in _tags(cell):
                 exercise_cells[_exercise_names(cell)[0]] = cell
             if i not in checks:
                 continue
             ex = checks[i]
-            run.attempts.append(Attempt(ex, "as written", True, text=_outputs_text(cell.outputs)))
+            run.attempts.append(_read_verdict(client, i, Attempt(ex, "as written", True,
+                                                                 text=_outputs_text(cell.outputs)), serial))
             number = int(ex.removeprefix("exercise"))
             extra = time.perf_counter()
             for description, code in wrong.get(number, []):
                 attempt(ex, description, code, cell, i)
             attempt(ex, "reference", f"from fpsim.labs.solutions.lab{lab:02d} import {ex}", cell, i)
-            restore = nbformat.v4.new_code_cell(exercise_cells[ex].source)
-            client.execute_cell(restore, i, store_history=False)
+            for src in (exercise_cells[ex].source, cell.source):  # the learner's cell again, and its verdict
+                client.execute_cell(nbformat.v4.new_code_cell(src), i, store_history=False)
             t0 += time.perf_counter() - extra  # the lab's own time leaves out these extra runs
     run.seconds = time.perf_counter() - t0
     return run
@@ -220,7 +251,12 @@ def test_runs_as_written(path):
     run = _execute(path)
     assert not run.error, f"{path.name}: {run.error}"
     for a in run.of("as written"):  # unanswered exercises are reported, not failed
-        assert "not attempted yet" in a.text or "passed" in a.text, f"{path.name}: {a.exercise} check printed {a.text!r}"
+        assert a.status == "not attempted" and "not attempted yet" in a.text, \
+            f"{path.name}: {a.exercise} check gave {a.status!r} and printed {a.text!r}"
+    exercises = len({a.exercise for a in run.of("as written")})
+    assert "summary(" in run.last_source, f"{path.name}: the last code cell does not print summary({_lab_number(path)})"
+    assert f"0 of {exercises} checks passed" in run.last_text and run.last_text.count("not attempted") == exercises, \
+        f"{path.name}: the summary at the end says {run.last_text!r}"
     slowest = max(run.cell_seconds, key=run.cell_seconds.get)
     if run.seconds > LAB_SECONDS:  # reported, not failed: a loaded machine is slow (fpsim bench --labs times labs)
         warnings.warn(f"{path.name} took {run.seconds:.0f} s (slowest: cell {slowest}, "
@@ -235,8 +271,8 @@ def test_self_checks_pass_with_reference_solutions(path):
     refs = run.of("reference")
     assert refs, f"{path.name}: no check ran with a reference solution"
     for a in refs:
-        assert a.ok and "passed" in a.text and "not attempted" not in a.text, \
-            f"{path.name}: {a.exercise} with the reference solution: {a.ename}: {a.evalue} {a.text!r}"
+        assert a.ok and a.status == "passed" and "passed" in a.text, \
+            f"{path.name}: {a.exercise} with the reference solution: {a.status}: {a.message} {a.ename} {a.text!r}"
 
 
 @pytest.mark.slow
@@ -248,13 +284,15 @@ def test_wrong_answers_fail_and_say_what_was_expected(path):
     assert wrong, f"{path.name}: no wrong answer was tried"
     problems = []
     for a in wrong:
-        if a.ok:
-            problems.append(f"{a.exercise}, {a.what!r}: the check passed ({a.text.strip()!r})")
-        elif a.ename != "CheckFailed":
-            problems.append(f"{a.exercise}, {a.what!r}: failed with {a.ename}, not a self-check failure: {a.evalue}")
-        elif "expected" not in a.evalue or "\n" in a.evalue.strip():
-            problems.append(f"{a.exercise}, {a.what!r}: the message does not say in one line what was expected: "
-                            f"{a.evalue!r}")
+        if not a.ok:  # a check reports; it never raises, so the lab runs on
+            problems.append(f"{a.exercise}, {a.what!r}: the cell raised {a.ename}: {a.evalue}")
+        elif a.status != "not right yet":
+            problems.append(f"{a.exercise}, {a.what!r}: the check gave {a.status!r} ({a.text.strip()!r})")
+        elif "expected" not in a.message or "\n" in a.message or "not right yet" not in a.text:
+            problems.append(f"{a.exercise}, {a.what!r}: the verdict does not say in one line what was expected: "
+                            f"{a.message!r}")
+        elif "Traceback" in a.text or any(len(line) > 100 for line in a.text.splitlines()):
+            problems.append(f"{a.exercise}, {a.what!r}: the verdict is not short lines: {a.text!r}")
     assert not problems, f"{path.name}:\n" + "\n".join(problems)
 
 

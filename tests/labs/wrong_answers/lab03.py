@@ -137,5 +137,27 @@ def exercise3(w, update, steps, fmt):
         master = np.float32(master + np.float32(update))
     return float(master), float(fpsim.round_to(master, fmt))
 """),
+        ('a float32 master that adds the float64 update: float32(master + update) rounds the exact sum', """
+def exercise3(w, update, steps, fmt):
+    master = np.float32(w)
+    for _ in range(steps):
+        master = np.float32(float(master) + update)
+    return float(master), float(fpsim.round_to(master, fmt))
+"""),
+        ('the update rounded into fmt before it is added to the float32 master', """
+def exercise3(w, update, steps, fmt):
+    master = np.float32(w)
+    u = np.float32(fpsim.round_to(np.float32(update), fmt))
+    for _ in range(steps):
+        master = np.float32(master + u)
+    return float(master), float(fpsim.round_to(master, fmt))
+"""),
+        ('the stored weight cut from the master toward zero, not rounded to nearest', """
+def exercise3(w, update, steps, fmt):
+    master = np.float32(w)
+    for _ in range(steps):
+        master = np.float32(master + np.float32(update))
+    return float(master), float(fpsim.round_to(np.float64(master), fmt, "toward_zero"))
+"""),
     ],
 }

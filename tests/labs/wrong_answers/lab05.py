@@ -130,5 +130,40 @@ def exercise2(values, fmt="float16", keep=0.999):
             return k
     return None
 """),
+        ("tests 'enough kept' before 'overflow': returns a k at which a value already overflows", """
+def exercise2(values, fmt="float16", keep=0.999):
+    from fpsim.formats.survival import survival
+    for k in range(0, 41):
+        s = survival(values, fmt, 2.0**k)
+        if s["nonzero"] - s["flushed"] >= keep * s["nonzero"]:
+            return k
+        if s["overflow"]:
+            return None
+    return None
+"""),
+        ('calls a value overflowed when |v| * 2^k passes max, before rounding: 65,510 rounds to 65,504', """
+def exercise2(values, fmt="float16", keep=0.999):
+    from fpsim.formats.survival import survival
+    big = float(np.max(np.abs(np.asarray(values, np.float64))))
+    for k in range(0, 41):
+        s = survival(values, fmt, 2.0**k)
+        if big * 2.0**k > fpsim.get_format(fmt).max:
+            return None
+        if s["nonzero"] - s["flushed"] >= keep * s["nonzero"]:
+            return k
+    return None
+"""),
+        ('counts the zeros among the values as kept', """
+def exercise2(values, fmt="float16", keep=0.999):
+    from fpsim.formats.survival import survival
+    n = np.asarray(values).size
+    for k in range(0, 41):
+        s = survival(values, fmt, 2.0**k)
+        if s["overflow"]:
+            return None
+        if n - s["flushed"] >= keep * n:
+            return k
+    return None
+"""),
     ],
 }

@@ -32,6 +32,22 @@ def exercise1(w, fmt):
     stored = float(fpsim.round_to(float(w), "bfloat16"))
     return float(fpsim.ulp(stored, "bfloat16")) / 2
 """),
+        ("rounds the weight in float16 whatever the format, then takes fmt's gap", """
+def exercise1(w, fmt):
+    stored = float(np.float16(w))
+    return float(fpsim.ulp(stored, fmt)) / 2
+"""),
+        ("the gap from float64's ulp scaled to fmt's mantissa: wrong below the smallest normal", """
+def exercise1(w, fmt):
+    import math
+    stored = float(fpsim.round_to(float(w), fmt))
+    return math.ulp(stored) * 2.0 ** (52 - fpsim.get_format(fmt).mantissa_bits) / 2
+"""),
+        ('rounds w toward zero into fmt, not to nearest', """
+def exercise1(w, fmt):
+    stored = float(fpsim.round_to(np.float64(w), fmt, "toward_zero"))
+    return float(fpsim.ulp(stored, fmt)) / 2
+"""),
     ],
     2: [
         ("divides by the scale instead of multiplying by float32(1/scale)", """
@@ -92,6 +108,12 @@ def exercise3(w, u, fmt):
     lower = float(fpsim.round_to(np.float64(x), fmt, "toward_zero"))
     draws = fpsim.round_to(np.full(20000, x), fmt, rounding="stochastic", seed=0)
     return float(np.mean(draws > lower))
+"""),
+        ('rounds the weight in float16 whatever the format', """
+def exercise3(w, u, fmt):
+    x = float(np.float16(w)) + float(u)
+    lower = float(fpsim.round_to(np.float64(x), fmt, "toward_zero"))
+    return (x - lower) / float(fpsim.ulp(lower, fmt))
 """),
     ],
 }

@@ -43,6 +43,78 @@ WRONG = {
     grid = 2.0 ** (max(exponent(p) for p, _ in terms) - F)
     total = sum(math.trunc(p / grid) for p, _ in terms) * grid
 ''' + _RZ13),
+        ('rounds the final sum to nearest even at 13 bits, not toward zero', """
+def exercise1(a, b, c, F=13):
+    import math
+
+    def exponent(x):
+        return math.frexp(x)[1] - 1
+
+    terms = [(x * y, exponent(x) + exponent(y)) for x, y in zip(a, b) if x * y != 0]
+    if c != 0:
+        terms.append((c, exponent(c)))
+    if not terms:
+        return 0.0
+    grid = 2.0 ** (max(e for _, e in terms) - F)
+    total = sum(math.trunc(p / grid) for p, _ in terms) * grid
+    if total == 0:
+        return 0.0
+    ulp = 2.0 ** (exponent(total) - 13)
+    return round(total / ulp) * ulp
+"""),
+        ('truncates each aligned term toward minus infinity (floor), not toward zero', """
+def exercise1(a, b, c, F=13):
+    import math
+
+    def exponent(x):
+        return math.frexp(x)[1] - 1
+
+    terms = [(x * y, exponent(x) + exponent(y)) for x, y in zip(a, b) if x * y != 0]
+    if c != 0:
+        terms.append((c, exponent(c)))
+    if not terms:
+        return 0.0
+    grid = 2.0 ** (max(e for _, e in terms) - F)
+    total = sum(math.floor(p / grid) for p, _ in terms) * grid
+    if total == 0:
+        return 0.0
+    ulp = 2.0 ** (exponent(total) - 13)
+    return math.trunc(total / ulp) * ulp
+"""),
+        ('never rounds the sum: the truncated terms added exactly are the result', """
+def exercise1(a, b, c, F=13):
+    import math
+
+    def exponent(x):
+        return math.frexp(x)[1] - 1
+
+    terms = [(x * y, exponent(x) + exponent(y)) for x, y in zip(a, b) if x * y != 0]
+    if c != 0:
+        terms.append((c, exponent(c)))
+    if not terms:
+        return 0.0
+    grid = 2.0 ** (max(e for _, e in terms) - F)
+    return sum(math.trunc(p / grid) for p, _ in terms) * grid
+"""),
+        ('truncates the products but adds c exactly, unaligned', """
+def exercise1(a, b, c, F=13):
+    import math
+
+    def exponent(x):
+        return math.frexp(x)[1] - 1
+
+    terms = [(x * y, exponent(x) + exponent(y)) for x, y in zip(a, b) if x * y != 0]
+    if c != 0:
+        terms.append((c, exponent(c)))
+    if not terms:
+        return 0.0
+    grid = 2.0 ** (max(e for _, e in terms) - F)
+    total = sum(math.trunc(p / grid) for p, _ in terms[:len(terms) - (c != 0)]) * grid + c
+    if total == 0:
+        return 0.0
+    ulp = 2.0 ** (exponent(total) - 13)
+    return math.trunc(total / ulp) * ulp
+"""),
     ],
     2: [
         ("one rounding at the end: k * p rounded toward zero to 13 bits", '''
@@ -85,5 +157,44 @@ def exercise2(p, k, F=13, L=32):
         c = math.trunc(total / ulp) * ulp
     return c
 '''),
+        ("rounds each step's sum to nearest even at 13 bits, not toward zero", """
+def exercise2(p, k, F=13, L=32):
+    import math
+    c = 0.0
+    for start in range(0, k, L):
+        n = min(L, k - start)
+        e_c = math.frexp(c)[1] - 1 if c else -999
+        e_p = math.frexp(p)[1] - 1
+        grid = 2.0 ** (max(e_c, e_p) - F)
+        total = math.trunc(c / grid) * grid + n * math.trunc(p / grid) * grid
+        ulp = 2.0 ** (math.frexp(total)[1] - 1 - 13)
+        c = round(total / ulp) * ulp
+    return c
+"""),
+        ("never rounds a step's sum: each step's exact sum of truncated terms carried on", """
+def exercise2(p, k, F=13, L=32):
+    import math
+    c = 0.0
+    for start in range(0, k, L):
+        n = min(L, k - start)
+        e_c = math.frexp(c)[1] - 1 if c else -999
+        e_p = math.frexp(p)[1] - 1
+        grid = 2.0 ** (max(e_c, e_p) - F)
+        total = math.trunc(c / grid) * grid + n * math.trunc(p / grid) * grid
+        c = total
+    return c
+"""),
+        ('drops the last, shorter step: k // L steps of L', """
+def exercise2(p, k, F=13, L=32):
+    import math
+    c = 0.0
+    for _ in range(k // L):
+        e_c = math.frexp(c)[1] - 1 if c else -999
+        grid = 2.0 ** (max(e_c, math.frexp(p)[1] - 1) - F)
+        total = math.trunc(c / grid) * grid + L * math.trunc(p / grid) * grid
+        ulp = 2.0 ** (math.frexp(total)[1] - 1 - 13)
+        c = math.trunc(total / ulp) * ulp
+    return c
+"""),
     ],
 }

@@ -59,6 +59,35 @@ def exercise1(x, fmt):
     ulp = 2.0 ** (max(e - 1, -14) - 10)
     return math.copysign(min(math.floor(a / ulp) * ulp, 65504.0), x)
 """),
+        ('clamps only at the top: min(result, max) lets a negative x fall below -max', """
+def exercise1(x, fmt):
+    import math
+    f = fpsim.get_format(fmt)
+    a = abs(x)
+    _, e = math.frexp(a)
+    ulp = 2.0 ** (max(e - 1, f.emin) - f.mantissa_bits)
+    return min(math.copysign(math.floor(a / ulp) * ulp, x), f.max)
+"""),
+        ('the subnormal gap one binade too fine: emin - 1', """
+def exercise1(x, fmt):
+    import math
+    f = fpsim.get_format(fmt)
+    a = abs(x)
+    _, e = math.frexp(a)
+    ulp = 2.0 ** (max(e - 1, f.emin - 1) - f.mantissa_bits)
+    return math.copysign(min(math.floor(a / ulp) * ulp, f.max), x)
+"""),
+        ('flushes below the smallest normal: no subnormals', """
+def exercise1(x, fmt):
+    import math
+    f = fpsim.get_format(fmt)
+    a = abs(x)
+    _, e = math.frexp(a)
+    ulp = 2.0 ** (max(e - 1, f.emin) - f.mantissa_bits)
+    if a < f.tiny:
+        return math.copysign(0.0, x)
+    return math.copysign(min(math.floor(a / ulp) * ulp, f.max), x)
+"""),
     ],
     2: [
         ("zero: stochastic rounding is unbiased - but only with exact probabilities", """
@@ -123,6 +152,35 @@ def exercise2(v, fmt, k):
     delta = units - math.floor(units)
     b = math.floor(delta * 2**k) / 2**k - delta
     return -b if v < 0 else b
+"""),
+        ('no floor at emin: a subnormal v measured in gaps that keep shrinking', """
+def exercise2(v, fmt, k):
+    import math
+    f = fpsim.get_format(fmt)
+    _, e = math.frexp(abs(v))
+    units = math.ldexp(abs(v), f.mantissa_bits - (e - 1))
+    delta = units - math.floor(units)
+    b = math.floor(delta * 2**k) / 2**k - delta
+    return -b if v < 0 else b
+"""),
+        ('the subnormal gap one binade too fine: emin - 1', """
+def exercise2(v, fmt, k):
+    import math
+    f = fpsim.get_format(fmt)
+    _, e = math.frexp(abs(v))
+    units = math.ldexp(abs(v), f.mantissa_bits - max(e - 1, f.emin - 1))
+    delta = units - math.floor(units)
+    b = math.floor(delta * 2**k) / 2**k - delta
+    return -b if v < 0 else b
+"""),
+        ('the bias always negative: -|bias| whatever the sign of v', """
+def exercise2(v, fmt, k):
+    import math
+    f = fpsim.get_format(fmt)
+    _, e = math.frexp(abs(v))
+    units = math.ldexp(abs(v), f.mantissa_bits - max(e - 1, f.emin))
+    delta = units - math.floor(units)
+    return -abs(math.floor(delta * 2**k) / 2**k - delta)
 """),
     ],
     3: [

@@ -45,6 +45,32 @@ def exercise1(q, k, scale=None):
     t = q.shape[-2]
     return float(np.where(np.tril(np.ones((t, t), bool)), s, 0.0).max())
 """),
+        ('ignores scale: always 1/sqrt(d)', """
+def exercise1(q, k, scale=None):
+    import math
+    q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
+    s = np.abs(q @ np.swapaxes(k, -1, -2)) / math.sqrt(q.shape[-1])
+    t = q.shape[-2]
+    return float(np.where(np.tril(np.ones((t, t), bool)), s, 0.0).max())
+"""),
+        ("takes scale for the divisor sqrt(d): divides by it", """
+def exercise1(q, k, scale=None):
+    import math
+    q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
+    scale = math.sqrt(q.shape[-1]) if scale is None else scale
+    s = np.abs(q @ np.swapaxes(k, -1, -2)) / scale
+    t = q.shape[-2]
+    return float(np.where(np.tril(np.ones((t, t), bool)), s, 0.0).max())
+"""),
+        ('the default scale 1/sqrt(d) taken from the number of keys t, not from d', """
+def exercise1(q, k, scale=None):
+    import math
+    q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
+    scale = 1 / math.sqrt(q.shape[-2]) if scale is None else scale
+    s = np.abs(q @ np.swapaxes(k, -1, -2) * scale)
+    t = q.shape[-2]
+    return float(np.where(np.tril(np.ones((t, t), bool)), s, 0.0).max())
+"""),
     ],
     2: [
         ("the kurtosis, not the excess kurtosis (3 not subtracted)", """
