@@ -46,13 +46,14 @@ import math
 import numpy as np
 
 from .checks import check_finite, is_integer, is_real
-from .formats import F32, default_rng
+from .formats import F32, default_rng, get_format
 from .formats.survival import is_float_dtype
 from .numerics.scalars import powi
+from .optim_state import get_state_format
 from .statedict import Problems
 from .tensor import Tensor, no_grad, round_result, tensor
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Muon", "newton_schulz"]
 
 
 UPDATE_ROUNDINGS = ("nearest", "stochastic", "kahan")
@@ -62,7 +63,8 @@ class Optimizer:
     STATE_NAMES: tuple[str, ...] = ()  # the per-parameter state a subclass keeps (all or none of it)
 
     def __init__(self, params, lr: float, master_weights: bool = False, update_rounding: str = "nearest",
-                 seed=None):
+                 seed=None, state_format=None):
+        self.state_format = get_state_format(state_format)  # None: the state in the parameter's format
         self.params: list[Tensor] = list(params)
         if not self.params:
             raise ValueError("optimizer got an empty parameter list")
@@ -135,6 +137,15 @@ class Optimizer:
         """Round an intermediate of the update into the format it is stored in."""
         return round_result(x32, t.fmt, t.backend, f"{type(self).__name__.lower()}.{what}", "update", t.name)
 
+    def _load_state(self, stored, be):
+        """A state tensor held in ``state_format``, as float32 on the parameter's backend."""
+        return be.asarray(self.state_format.load(stored), be.xp.float32)
+
+    def _store_state(self, x32, t: Tensor, signed: bool):
+        """``x32`` written in ``state_format`` (``signed=False``: a non-negative state), seeded by
+        the optimizer's generator where the format rounds stochastically."""
+        return self.state_format.store(t.backend.to_numpy(x32), signed, rng=self._rng, target=t.name)
+
     def _update(self, t: Tensor, g, state: dict) -> None:
         raise TypeError(f"{type(self).__name__} defines no update rule")
 
@@ -162,6 +173,9 @@ class Optimizer:
 
     def state_dict(self) -> dict:
         """Flat name -> array (storage dtype) map: step count, master weights, per-param state."""
+        if self.state_format is not None:
+            raise NotImplementedError(f"state_dict: state held in state_format {self.state_format.name!r} (codes and "
+                                      "scales) is not saved yet; train without state_format to checkpoint")
         out = {"optimizer": type(self).__name__, "step_count": self.step_count}
         for i, t in enumerate(self.master_params()):
             if self.master is not None:
@@ -275,8 +289,8 @@ class Adam(Optimizer):
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, master_weights: bool = False, update_rounding: str = "nearest",
-                 seed=None):
-        super().__init__(params, lr, master_weights, update_rounding, seed)
+                 seed=None, state_format=None):
+        super().__init__(params, lr, master_weights, update_rounding, seed, state_format)
         if not isinstance(betas, tuple | list) or len(betas) != 2:
             raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
         b1, b2 = (check_finite(b, f"betas[{i}]", 0, 1) for i, b in enumerate(betas))
@@ -284,6 +298,8 @@ class Adam(Optimizer):
         self.betas, self.eps, self.weight_decay = (b1, b2), eps, weight_decay
 
     def _update(self, t, g, state):
+        if self.state_format is not None:
+            return self._update_formatted(t, g, state)
         be = t.backend
         xp = be.xp
         f = lambda x: be.to_f32(x)  # noqa: E731
@@ -324,6 +340,33 @@ class Adam(Optimizer):
             u *= xp.float32(-step_size)
             self._apply(t, w, u, state)  # w + (-step_size) (m / denom)
 
+    def _update_formatted(self, t, g, state):
+        """The update with the moments in ``state_format`` (``fpsim.optim_state``): read as float32,
+        the new moments computed in float32 (the same operations in the same order as above), the
+        update taken from them, then each written back in the state format."""
+        be = t.backend
+        xp = be.xp
+        b1, b2 = self.betas
+        if not state:
+            state["step"] = 0
+            state["exp_avg"] = self.state_format.zeros(t.shape, True)
+            state["exp_avg_sq"] = self.state_format.zeros(t.shape, False)
+        state["step"] += 1
+        step = state["step"]
+        w = t.f32()
+        if self.weight_decay and self.decoupled:
+            w = w * xp.float32(1 - self.lr * self.weight_decay)
+        elif self.weight_decay:
+            g = g + xp.float32(self.weight_decay) * w
+        m, v = self._load_state(state["exp_avg"], be), self._load_state(state["exp_avg_sq"], be)
+        m = (g - m) * xp.float32(1 - b1) + m
+        v = v * xp.float32(b2) + (xp.float32(1 - b2) * g) * g
+        state["exp_avg"] = self._store_state(m, t, True)
+        state["exp_avg_sq"] = self._store_state(v, t, False)
+        step_size = self.lr / (1 - powi(b1, step))
+        denom = xp.sqrt(v) / xp.float32(math.sqrt(1 - powi(b2, step))) + xp.float32(self.eps)
+        self._apply(t, w, (m / denom) * xp.float32(-step_size), state)
+
 
 class AdamW(Adam):
     """Adam with decoupled weight decay (default 0.01, as in PyTorch)."""
@@ -332,8 +375,8 @@ class AdamW(Adam):
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.01, master_weights: bool = False, update_rounding: str = "nearest",
-                 seed=None):
-        super().__init__(params, lr, betas, eps, weight_decay, master_weights, update_rounding, seed)
+                 seed=None, state_format=None):
+        super().__init__(params, lr, betas, eps, weight_decay, master_weights, update_rounding, seed, state_format)
 
 
 class _null:
@@ -342,3 +385,93 @@ class _null:
 
     def __exit__(self, *a):
         return False
+
+
+MUON_COEFFICIENTS = (3.4445, -4.7750, 2.0315)  # Keller Jordan's quintic, as torch.optim.Muon's defaults
+
+
+def newton_schulz(g32, backend, fmt="bfloat16", coefficients=MUON_COEFFICIENTS, steps: int = 5, eps: float = 1e-7,
+                  target: str = ""):
+    """torch.optim.Muon's ``_zeropower_via_newtonschulz``: the 2-D float32 ``g32`` orthogonalized
+    (about U V^T of its SVD), every intermediate rounded into ``fmt`` (PyTorch: bfloat16) through
+    ``round_result``: X = g / max(||g||_F, eps) (transposed when it has more rows than columns),
+    then ``steps`` times A = X X^T, B = b A + c A A, X = a X + B X - each product fpsim's matmul
+    (exact sums rounded once to float32), each combination in float32, one rounding into ``fmt``.
+    Returns the float32 values of the result (in ``fmt``'s grid), in ``g32``'s orientation."""
+    fmt = get_format(fmt)
+    a, b, c = (np.float32(v) for v in coefficients)
+    r = lambda x, what: backend.to_f32(round_result(x, fmt, backend, f"muon.{what}", "update", target))  # noqa: E731
+    x = r(g32, "ns_input")
+    tall = x.shape[0] > x.shape[1]
+    if tall:
+        x = backend.xp.ascontiguousarray(x.T)
+    norm = r(backend.xp.sqrt(backend.sum(x * x)), "ns_norm")
+    x = r(x / max(norm, r(backend.xp.float32(eps), "ns_norm")), "ns_scaled")
+    for _ in range(steps):
+        gram = r(backend.matmul(x, x.T, fmt, fmt), "ns_gram")
+        upd = r(b * gram + c * backend.matmul(gram, gram, fmt, fmt), "ns_gram_update")
+        x = r(a * x + backend.matmul(upd, x, fmt, fmt), "ns_step")
+    return backend.xp.ascontiguousarray(x.T) if tall else x
+
+
+class Muon(Optimizer):
+    """Muon (Keller Jordan, 2024) as ``torch.optim.Muon`` computes it, for 2-D parameters (PyTorch's
+    names and defaults: lr 1e-3, weight_decay 0.1, momentum 0.95, nesterov True, ns_coefficients,
+    eps 1e-7, ns_steps 5, adjust_lr_fn None = "original").  Per step, in float32:
+    ``buf = buf + (1 - momentum) (g - buf)`` (``lerp_``), the update ``g + momentum (buf - g)``
+    with Nesterov (else ``buf``), orthogonalized by :func:`newton_schulz` in ``ns_format``
+    (bfloat16, as PyTorch), then ``w = w (1 - lr wd)`` and ``w = w - lr' O`` with ``lr'`` the
+    shape-adjusted rate (``"original"``: lr sqrt(max(1, rows / cols)); ``"match_rms_adamw"``:
+    0.2 lr sqrt(max(rows, cols))).  The buffer is held in the parameter's format (each write one
+    rounding), or in ``state_format`` (``fpsim.optim_state``); ``update_rounding`` / ``seed``
+    write the weight as for SGD.  PyTorch's CPU kernels fuse some of these multiply-adds; fpsim
+    rounds each operation once (tests/modules/test_muon.py holds the two side by side)."""
+
+    STATE_NAMES = ("momentum_buffer",)
+
+    def __init__(self, params, lr: float = 1e-3, weight_decay: float = 0.1, momentum: float = 0.95,
+                 nesterov: bool = True, ns_coefficients=MUON_COEFFICIENTS, eps: float = 1e-7, ns_steps: int = 5,
+                 adjust_lr_fn: str | None = None, ns_format: str = "bfloat16", master_weights: bool = False,
+                 update_rounding: str = "nearest", seed=None, state_format=None):
+        super().__init__(params, lr, master_weights, update_rounding, seed, state_format)
+        bad = [p.name or str(i) for i, p in enumerate(self.params) if p.ndim != 2]
+        if bad:
+            raise ValueError(f"Muon: params must be 2-D matrices; {', '.join(bad[:4])} are not (give them to AdamW)")
+        if adjust_lr_fn not in (None, "original", "match_rms_adamw"):
+            raise ValueError(f"Muon: adjust_lr_fn must be None, 'original' or 'match_rms_adamw', got {adjust_lr_fn!r}")
+        if not (is_integer(ns_steps) and 0 <= ns_steps < 100):
+            raise ValueError(f"Muon: ns_steps must be an integer in [0, 100), got {ns_steps!r}")
+        if len(tuple(ns_coefficients)) != 3:
+            raise ValueError(f"Muon: ns_coefficients must be three numbers (a, b, c), got {ns_coefficients!r}")
+        self.weight_decay, self.momentum = check_finite(weight_decay, "weight_decay", 0), check_finite(momentum,
+                                                                                                       "momentum", 0)
+        self.nesterov, self.ns_coefficients = bool(nesterov), tuple(float(c) for c in ns_coefficients)
+        self.eps, self.ns_steps, self.adjust_lr_fn = check_finite(eps, "eps", 0), int(ns_steps), adjust_lr_fn
+        self.ns_format = get_format(ns_format)
+
+    def adjusted_lr(self, shape) -> float:
+        """torch's ``_adjust_lr``: the learning rate scaled for a (rows, cols) matrix."""
+        rows, cols = shape[:2]
+        if self.adjust_lr_fn == "match_rms_adamw":
+            return self.lr * 0.2 * math.sqrt(max(rows, cols))
+        return self.lr * math.sqrt(max(1, rows / cols))
+
+    def _update(self, t, g, state):
+        be, xp = t.backend, t.backend.xp
+        mom = xp.float32(self.momentum)
+        if self.state_format is not None:
+            buf = self._load_state(state["momentum_buffer"], be) if state else xp.zeros(t.shape, xp.float32)
+            buf = buf + xp.float32(1 - self.momentum) * (g - buf)
+            state["momentum_buffer"] = self._store_state(buf, t, True)
+        else:
+            old = state["momentum_buffer"].f32() if state else xp.zeros(t.shape, xp.float32)
+            stored = self._r(old + xp.float32(1 - self.momentum) * (g - old), t, "momentum_buffer")
+            state["momentum_buffer"] = Tensor(stored, t.fmt, backend=be)
+            buf = be.to_f32(stored)
+        # torch's lerp(g, buf, 0.95): weight >= 0.5, so buf - (buf - g) * (1 - 0.95)
+        upd = buf - (buf - g) * (xp.float32(1) - mom) if self.nesterov else buf
+        o = newton_schulz(upd, be, self.ns_format, self.ns_coefficients, self.ns_steps, self.eps, t.name)
+        w = t.f32()
+        if self.weight_decay:
+            w = be.to_f32(self._r(w * xp.float32(1 - self.lr * self.weight_decay), t, "weight_decay"))
+        self._apply(t, w, o * xp.float32(-self.adjusted_lr(t.shape)), state)

@@ -15,7 +15,7 @@ LAYERS = [
     ("ground", ["fpsim.state", "fpsim.numerics", "fpsim.formats", "fpsim.textable", "fpsim.checks", "fpsim.tensorcore",
                 "fpsim.tensorcore_fp8", "fpsim.registry"]),
     ("core", ["fpsim.backend", "fpsim.tensor", "fpsim.ops"]),
-    ("modules", ["fpsim.statedict", "fpsim.nn", "fpsim.optim", "fpsim.amp", "fpsim.checkpoint"]),
+    ("modules", ["fpsim.statedict", "fpsim.nn", "fpsim.optim", "fpsim.optim_state", "fpsim.amp", "fpsim.checkpoint"]),
     ("low-precision recipes", ["fpsim.lowp", "fpsim.fp8"]),
     ("instruments", ["fpsim.monitor", "fpsim.capture", "fpsim.trace", "fpsim.outliers"]),
     ("experiments", ["fpsim.experiments", "fpsim.data", "fpsim.examples"]),
