@@ -98,18 +98,66 @@ def local_processes(jobs: int, n_runs: int):
     return pool, env
 
 
-def dask_cluster(address: str):
-    """A ``concurrent.futures`` executor on the Dask scheduler at ``address`` and the client to
-    close afterwards (``pip install fpsim[cluster]``)."""
+def dask_cluster(address: str, connect_timeout: float = 2.0):
+    """A ``concurrent.futures`` executor on the Dask scheduler at ``address`` (``tcp://HOST:PORT``)
+    and the client to close afterwards (``pip install fpsim[cluster]``).
+
+    A scheduler that is not there fails within ``connect_timeout`` seconds, in one line, before any
+    client is made (a Dask client whose constructor fails is left to its ``__del__``, which waits
+    and prints a traceback at exit): an address that is no ``tcp://HOST:PORT`` raises ValueError; a
+    port that refuses, a host that does not answer, or a server that does not answer Dask's
+    handshake (:func:`_check_scheduler`) raises OSError."""
     try:
         from dask.distributed import Client
+        from distributed.comm import parse_address
+        from distributed.comm.addressing import get_address_host_port
     except ImportError:
-        raise ImportError("--scheduler needs dask.distributed: pip install 'fpsim[cluster]'") from None
+        raise ImportError("a Dask scheduler needs dask.distributed: pip install 'fpsim[cluster]'") from None
     try:
-        client = Client(address, set_as_default=False, timeout=30)
-    except OSError as e:
-        raise OSError(f"no Dask scheduler at {address!r}: {e}") from None
+        if parse_address(address)[0] != "tcp":
+            raise ValueError("fpsim's sweeps reach a scheduler over plain TCP")
+        host, port = get_address_host_port(address)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"scheduler {address!r} is no Dask scheduler address ({e}); give tcp://HOST:PORT") from None
+    _check_scheduler(address, host, port, connect_timeout)
+    try:
+        client = Client(address, set_as_default=False, timeout=max(connect_timeout, 10.0))
+    except Exception as e:  # noqa: BLE001 - the handshake answered: whatever fails now, one line
+        raise OSError(f"no Dask scheduler at {address!r}: {type(e).__name__}: {e}") from None
     return client.get_executor(), client
+
+
+def _check_scheduler(address: str, host: str, port: int, timeout: float) -> None:
+    """OSError unless ``host:port`` accepts a TCP connection and answers Dask's handshake, each
+    within ``timeout`` seconds: a refused port fails at once, a silent one after ``timeout``, a
+    server of another kind (whose reply Dask reads as a frame length) in one line too.  The
+    handshake runs on an event loop of its own in a thread of its own (a notebook's loop is running)."""
+    import asyncio
+    import socket
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distributed.comm import connect
+
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as e:
+        why = f"no answer in {timeout:g} s" if isinstance(e, TimeoutError) else e.strerror or e
+        raise OSError(f"no Dask scheduler at {address!r}: {why}") from None
+
+    async def hello():
+        comm = await connect(address, timeout=timeout)
+        await comm.close()
+
+    with ThreadPoolExecutor(1) as one:
+        try:
+            one.submit(asyncio.run, asyncio.wait_for(hello(), timeout)).result()
+        except asyncio.TimeoutError:
+            raise OSError(f"no Dask scheduler at {address!r}: no Dask handshake in {timeout:g} s") from None
+        except OSError as e:
+            raise OSError(f"no Dask scheduler at {address!r}: {e}") from None
+        except Exception as e:  # noqa: BLE001 - a server of another kind: its reply is not Dask's
+            raise OSError(f"no Dask scheduler at {address!r}: the server there does not answer as one "
+                          f"({type(e).__name__})") from None
 
 
 def stop_workers(pool) -> None:

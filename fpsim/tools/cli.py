@@ -178,16 +178,35 @@ def _figure_path(text: str | None, default: str):
     return path
 
 
+def _save_figure(fig, path) -> None:
+    """Write ``fig`` to a temporary file beside ``path`` (the same suffix: matplotlib's format) and
+    move it into place: a write that fails (a full disk, a file-size limit, a folder gone) leaves
+    neither a half-written figure nor the temporary, and says it was the figure, in one line."""
+    import os
+
+    tmp = path.with_name(f".{path.stem}.fpsim-tmp{path.suffix}")
+    try:
+        fig.savefig(tmp, bbox_inches="tight")
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise OSError(f"--figure {path}: the figure could not be written ({e.strerror or e}); "
+                      "the results above are complete") from None
+
+
 def _compare_figure(by_seed, seeds, task, steps, path) -> None:
     from .compareplot import compare_figure
 
     seed_text = f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
     title = (f"fpsim compare: {task.title()}, {steps} steps, {seed_text}"
              + (" - mean and min-max over the seeds" if len(seeds) > 1 else ""))
-    drawn = compare_figure(by_seed if len(seeds) > 1 else by_seed[seeds[0]], title=title, path=path)
+    drawn = compare_figure(by_seed if len(seeds) > 1 else by_seed[seeds[0]], title=title)
     import matplotlib.pyplot as plt
 
-    plt.close(drawn.figure)
+    try:
+        _save_figure(drawn.figure, path)
+    finally:
+        plt.close(drawn.figure)
     deaths = "".join(f"; X: {d.recipe} died at step {d.step}" + (f" (seed {d.seed})" if len(seeds) > 1 else "")
                      for d in drawn.deaths)
     print(f"\nfigure (loss, loss / {drawn.baseline or 'nothing'}, {', '.join(drawn.panels[2:]) or 'no more panels'}"
@@ -241,6 +260,10 @@ def cmd_compare(args) -> int:
     if len(set(seeds)) != len(seeds):
         print(f"fpsim compare: error: --seeds repeats a seed: {' '.join(map(str, seeds))}", file=sys.stderr)
         return 2
+    if args.scheduler is not None and args.jobs is not None:
+        print(f"fpsim compare: error: --jobs does not apply with --scheduler: the Dask cluster's workers run the runs "
+              f"(leave --jobs {args.jobs} out)", file=sys.stderr)
+        return 2
     figure = _figure_path(args.figure, f"figures/{task.figure_name}")  # before the runs: a bad path fails now
     print(f"{task.describe_run(steps, args.lr or task.lr)}, seed{'s' if len(seeds) > 1 else ''} "
           f"{' '.join(map(str, seeds))}", file=sys.stderr)
@@ -248,11 +271,17 @@ def cmd_compare(args) -> int:
 
     try:
         # every step measured, whatever the task's default: the figure and --json show them step by step
-        by_seed = compare_seeds(recipes, seeds, task, steps=steps, lr=args.lr, progress=not args.quiet,
-                                backend=args.backend, jobs=args.jobs, scheduler=args.scheduler, measure_at="all")
+        by_seed = compare_seeds(recipes, seeds, task, steps=steps, lr=args.lr,
+                                progress=False if args.quiet else "fpsim compare", backend=args.backend,
+                                jobs=args.jobs or 1, scheduler=args.scheduler, measure_at="all")
     except SweepStopped as e:  # the finished runs, then one line saying what stopped
         _print_stopped(e, args, recipes)
         return 128 + e.signum if e.signum else 1
+    except ImportError as e:
+        if args.scheduler is None:
+            raise
+        print(f"fpsim compare: error: --scheduler {args.scheduler}: {e}", file=sys.stderr)
+        return 2
     results = by_seed[seeds[0]]
     baseline = recipes[0] if "fp32" not in recipes else "fp32"
     if args.json:
@@ -266,7 +295,11 @@ def cmd_compare(args) -> int:
     else:
         print(format_seed_table(by_seed, baseline=baseline))
     if figure is not None:
-        _compare_figure(by_seed, seeds, task, steps, figure)
+        try:
+            _compare_figure(by_seed, seeds, task, steps, figure)
+        except OSError as e:  # the table (or JSON) is out already: say that only the figure is missing
+            print(f"fpsim compare: error: {e}", file=sys.stderr)
+            return 1
     return 0
 
 
@@ -317,9 +350,9 @@ def _add_compare(sub, load: bool = True) -> None:
                            "seed; the figure shows the mean over the seeds with a min-max band")
     sp.add_argument("--lr", type=_positive_float,
                     help=f"learning rate (default: the task's, the peak of a schedule: {_per_task(TASKS, 'lr')})")
-    sp.add_argument("--jobs", type=_positive_int, default=1,
+    sp.add_argument("--jobs", type=_positive_int, default=None,
                     help="run the recipes and seeds in this many processes (default 1; at most the usable cores); "
-                         "the results are the serial run's, bit for bit")
+                         "the results are the serial run's, bit for bit; not with --scheduler")
     sp.add_argument("--scheduler", default=None, metavar="ADDRESS",
                     help="run them on the Dask cluster whose scheduler is at ADDRESS (tcp://host:8786; "
                          "pip install 'fpsim[cluster]'); the same bits as a serial run")

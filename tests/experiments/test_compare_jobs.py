@@ -150,3 +150,118 @@ def test_a_signal_stops_the_sweep_prints_the_finished_runs_and_leaves_no_process
     assert "not finished:" in last and "recipe" in out and "fp32" in out
     time.sleep(1.0)
     assert workers and not [p for p in workers if _alive(p)]
+
+
+# -- where the runs go: said once, refused at once -----------------------------------------------
+
+def test_jobs_do_not_apply_with_a_scheduler_or_an_executor():
+    from concurrent.futures import ThreadPoolExecutor
+
+    task = small_task(64)
+    with pytest.raises(ValueError, match=r"jobs=2 does not apply with scheduler=: its workers run the runs"):
+        compare_seeds(["fp32"], [0], task, steps=1, progress=False, jobs=2, scheduler="tcp://127.0.0.1:8786")
+    with ThreadPoolExecutor(1) as pool:
+        with pytest.raises(ValueError, match=r"jobs=3 does not apply with executor="):
+            compare_seeds(["fp32"], [0], task, steps=1, progress=False, jobs=3, executor=pool)
+        with pytest.raises(ValueError, match="give one of them"):
+            compare_seeds(["fp32"], [0], task, steps=1, progress=False, scheduler="tcp://127.0.0.1:8786", executor=pool)
+
+
+def _fpsim(*argv, code=None, timeout=60):
+    """``fpsim ARGV`` in a fresh interpreter (``code`` run before it); (completed process, seconds)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OPENBLAS_NUM_THREADS": "1"}
+    script = f"{code or ''}\nimport sys\nfrom fpsim.tools.cli import main\nsys.exit(main({list(argv)!r}))"
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout, env=env)
+    return out, time.monotonic() - t0
+
+
+def _refused_port() -> int:
+    import socket
+
+    with socket.socket() as s:  # a port just free again: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("address, says", [
+    ("nonsense", "error: scheduler 'nonsense' is no Dask scheduler address (missing port number"),
+    ("inproc://x", "is no Dask scheduler address (fpsim's sweeps reach a scheduler over plain TCP)"),
+    ("refused", "': Connection refused"),
+])
+def test_a_scheduler_that_is_not_there_fails_at_once_in_one_line(address, says):
+    """No 31 s of silence (Dask's connect timeout), no 60 s hang at exit and no Client.__del__
+    traceback (a client whose constructor failed): one line, exit 2, in about a second."""
+    pytest.importorskip("dask.distributed")
+    if address == "refused":
+        address = f"tcp://127.0.0.1:{_refused_port()}"
+    out, seconds = _fpsim("compare", "--recipes", "fp32", "--steps", "1", "--quiet", "--figure", "none",
+                          "--scheduler", address)
+    assert out.returncode == 2 and "Traceback" not in out.stderr and "__del__" not in out.stderr, out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("fpsim compare: error: ") and says in last, last
+    assert out.stdout == "" and seconds < 15  # the interpreter's start and imports included
+
+
+def test_a_port_that_answers_nothing_or_not_as_dask_fails_within_the_connect_timeout():
+    pytest.importorskip("dask.distributed")
+    import socket
+    import threading
+
+    from fpsim.experiments.executors import dask_cluster
+
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(4)
+        address = f"tcp://127.0.0.1:{srv.getsockname()[1]}"
+        t0 = time.monotonic()
+        with pytest.raises(OSError, match=rf"no Dask scheduler at '{address}': no Dask handshake in 0.5 s"):
+            dask_cluster(address, connect_timeout=0.5)  # it accepts, and says nothing
+        assert time.monotonic() - t0 < 5
+
+    http = socket.socket()
+    http.bind(("127.0.0.1", 0))
+    http.listen(4)
+
+    def serve():  # every connection gets an HTTP error, which Dask would read as a frame's length
+        while True:
+            conn, _ = http.accept()
+            with conn:
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n" * 8)
+
+    threading.Thread(target=serve, daemon=True).start()
+    with pytest.raises(OSError, match="the server there does not answer as one"):
+        dask_cluster(f"tcp://127.0.0.1:{http.getsockname()[1]}", connect_timeout=2.0)
+
+
+def test_without_dask_a_scheduler_is_one_line_naming_the_extra():
+    block = "import sys\nfor m in ('dask', 'dask.distributed', 'distributed'):\n    sys.modules[m] = None"
+    out, _ = _fpsim("compare", "--recipes", "fp32", "--steps", "1", "--quiet", "--figure", "none",
+                    "--scheduler", "tcp://127.0.0.1:8786", code=block)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip().splitlines()[-1] == ("fpsim compare: error: --scheduler tcp://127.0.0.1:8786: a Dask "
+                                                   "scheduler needs dask.distributed: pip install 'fpsim[cluster]'")
+
+
+def test_fpsim_compare_says_jobs_does_not_apply_with_a_scheduler():
+    out, _ = _fpsim("compare", "--recipes", "fp32", "--steps", "400", "--figure", "none", "--scheduler",
+                    "tcp://127.0.0.1:8786", "--jobs", "2")
+    assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr
+    assert out.stderr.strip() == ("fpsim compare: error: --jobs does not apply with --scheduler: the Dask cluster's "
+                                  "workers run the runs (leave --jobs 2 out)")
+
+
+def test_python_sweeps_progress_lines_name_the_function_not_the_command(capsys):
+    """With no terminal a sweep prints one line per finished run: ``compare:`` / ``compare_seeds:``
+    from Python (``fpsim compare:`` is the command's, which names itself)."""
+    task = small_task(64)
+    from fpsim.experiments import compare
+
+    compare(["fp32"], task, steps=1)
+    compare_seeds(["fp32"], [0, 1], task, steps=1)
+    compare_seeds(["fp32"], [2], task, steps=1, progress="my sweep")
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if "done in" in ln]
+    assert [ln.split(" done in")[0] for ln in lines] == ["compare: fp32", "compare_seeds: fp32, seed 0",
+                                                          "compare_seeds: fp32, seed 1", "my sweep: fp32"]
+    assert "fpsim compare" not in err

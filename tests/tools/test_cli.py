@@ -208,3 +208,20 @@ def test_provoke_overflow_needs_a_task_with_an_overflow_setting(capsys):
     assert args.func(args) == 2
     assert "--provoke-overflow needs --task tinygpt (a task with an overflow setting), got --task reference" in (
         capsys.readouterr().err)
+
+
+def test_what_the_commands_write_by_default_is_ignored_in_a_clone():
+    """``fpsim compare``'s default figure (each task's, in figures/), ``fpsim reproduce``'s
+    (figures/findings/) and ``fpsim audit``'s beside the dump land in a clone's tree: .gitignore
+    keeps them out of ``git status``; the figures ``fpsim figures`` draws stay tracked."""
+    from fpsim.experiments import TASKS
+
+    root = Path(__file__).resolve().parents[2]
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("needs git and a clone")
+    outputs = [f"figures/{cls.figure_name}" for cls in TASKS.values()] + [
+        "figures/findings/bf16-pure-stalls.png", "fpsim/resources/reference_grads_audit.png"]
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", *outputs], cwd=root, capture_output=True, text=True)
+    assert sorted(ignored.stdout.split()) == sorted(outputs)
+    tracked = subprocess.run(["git", "ls-files", "figures"], cwd=root, capture_output=True, text=True).stdout.split()
+    assert tracked and subprocess.run(["git", "check-ignore", "--no-index", *tracked], cwd=root).returncode == 1

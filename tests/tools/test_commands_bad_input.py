@@ -100,6 +100,49 @@ def test_compare_default_figure_in_an_unwritable_folder_suggests_figure_none(tmp
     assert out.stderr.strip().splitlines()[-1].endswith("or --figure none")
 
 
+def test_compare_figure_under_a_file_size_limit_keeps_the_table_and_says_it_was_the_figure(tmp_path):
+    """``ulimit -f``: the table is out, then the figure's write fails (EFBIG): one line naming the
+    figure, exit 1, and neither a truncated PNG nor the temporary left in the folder."""
+    import resource
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16 * 1024, resource.RLIM_INFINITY))
+
+    env = {**os.environ, "PYTHONPATH": ROOT, "OPENBLAS_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-m", "fpsim.tools.cli", "compare", "--recipes", "fp32", "bf16-pure",
+                          "--steps", "2", "--quiet", "--figure", str(tmp_path / "f.png")], capture_output=True,
+                         text=True, timeout=120, env=env, cwd=ROOT, preexec_fn=small_files)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "\nfp32 " in out.stdout and "\nbf16-pure " in out.stdout  # the table stands
+    assert out.stderr.strip().splitlines()[-1] == (f"fpsim compare: error: --figure {tmp_path / 'f.png'}: the figure "
+                                                   "could not be written (File too large); the results above are "
+                                                   "complete")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_compare_figure_whose_folder_cannot_be_written_by_then_is_one_line_after_the_table(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """The place was writable when checked, not when the figure is saved (a folder made read-only
+    or removed meanwhile): one line saying it was the figure; the JSON printed before it stands."""
+    import json
+
+    from matplotlib.figure import Figure
+
+    from fpsim.tools import cli
+
+    def refuse(self, fname, **kw):
+        raise PermissionError(13, "Permission denied", str(fname))
+
+    monkeypatch.setattr(Figure, "savefig", refuse)
+    rc = cli.main(["compare", "--recipes", "fp32", "--steps", "1", "--quiet", "--json", "--figure",
+                   str(tmp_path / "f.png")])
+    out, err = capsys.readouterr()
+    assert rc == 1 and list(json.loads(out)) == ["fp32"]
+    assert err.strip().splitlines()[-1] == (f"fpsim compare: error: --figure {tmp_path / 'f.png'}: the figure could "
+                                            "not be written (Permission denied); the results above are complete")
+    assert list(tmp_path.iterdir()) == []
+
+
 # -- bench --labs: no Jupyter, a lab that raises, a file that is no notebook ---------------------
 
 def test_bench_labs_without_nbclient_is_one_line():
