@@ -20,7 +20,7 @@ import numpy as np
 from .. import state
 from ..checks import is_integer
 from ..state import default_rng, manual_seed
-from .kernels import f16_to_f32, f32_to_f16, narrow_cast
+from .kernels import f16_to_f32, f32_to_bf16, f32_to_f16, fp8_to_f32, narrow_cast
 from .modekernels import round_magnitudes_f32, supports
 from .modes import ROUNDING_MODES, finish, round_magnitudes
 from .sr import check_sr, draw_bits
@@ -217,8 +217,12 @@ def _cast(arr: np.ndarray, f: Format, rounding: str, saturate: bool, rng, sr) ->
             return _saturate(out, arr, f) if saturate else out
         if arr.dtype == np.float64 and f.name not in ("float16", "float32"):
             arr = _to_odd_f32(arr)
-        # numpy (float16, float32) and ml_dtypes (bfloat16, fp8) round correctly from here.
-        out = f32_to_f16(arr) if f.name == "float16" else arr.astype(f.dtype)
+        # numpy (float16, float32) and ml_dtypes (bfloat16, fp8) round correctly from here; the kernels give
+        # their bits, faster (the fp8 / fp6 / fp4 tables are ml_dtypes' cast, saturating or not, NaNs included)
+        if f.name in ELEMENT_FORMATS:
+            return narrow_cast(arr, f, saturate)
+        out = (f32_to_f16(arr) if f.name == "float16" else f32_to_bf16(arr) if f.name == "bfloat16"
+               else arr.astype(f.dtype))
         return _saturate(out, arr, f) if saturate else out
     if rounding == "nearest" and not saturate and arr.dtype == np.float32 and _float32_ranged(f):
         return _nearest_e8(arr, f.mantissa_bits)
@@ -309,7 +313,20 @@ def round_to(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=
     f = get_format(fmt)
     out = cast(arr, f, rounding, saturate=saturate, seed=seed, rng=rng, sr_bits=sr_bits, sr_random=sr_random,
                sr_variant=sr_variant)
-    return np.asarray(out.astype(np.float64 if f.dtype == np.float64 else arr.dtype))
+    return np.asarray(_widen(out, np.float64 if f.dtype == np.float64 else arr.dtype))
+
+
+def _widen(out: np.ndarray, dtype) -> np.ndarray:
+    """A format's stored values as float32 or float64 ``dtype``, exactly: float16 and the one-byte
+    formats by the kernels' widenings (the same bits as numpy's and ml_dtypes' casts, 4 to 40 times
+    faster), anything else by its own cast."""
+    if out.dtype == np.float16:
+        wide = f16_to_f32(out)
+    elif out.dtype.itemsize == 1:
+        wide = fp8_to_f32(out)
+    else:
+        return out.astype(dtype)
+    return wide if dtype == np.float32 else wide.astype(dtype)
 
 
 def rounding_mode(mode: str = "nearest", *, sr_bits=None, sr_variant: str = "rne", seed=None, rng=None):

@@ -23,6 +23,7 @@ pytest.importorskip("numba")
 
 from fpsim.backend import BACKENDS  # noqa: E402
 from fpsim.formats import cast, fp8kernels, get_format, kernels, modekernels  # noqa: E402
+from fpsim.formats import round_to as fpsim_round_to  # noqa: E402
 from fpsim.formats.modes import ROUNDING_MODES, round_magnitudes  # noqa: E402
 from fpsim.numerics import compiled  # noqa: E402
 from fpsim.numerics.compiled import use_compiled  # noqa: E402
@@ -71,7 +72,7 @@ def _inputs(name: str, nans: bool = True) -> np.ndarray:
 
 def _bits(a) -> np.ndarray:
     a = np.asarray(a)
-    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32}[a.dtype.itemsize])
+    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
 
 
 def _same(got, want) -> bool:
@@ -259,6 +260,78 @@ def test_layouts_and_sizes_around_the_threshold():
             r0, r1 = both(_quiet(fn), a)
             assert _same(np.asarray(r1), np.asarray(r0)), (i, np.shape(a))
 
+
+
+def _library_cast(x32: np.ndarray, name: str, saturate: bool) -> np.ndarray:
+    """numpy's (float16) or ml_dtypes' own cast of float32 x, overflow and +-inf clamped to +-max
+    where ``saturate`` (NaN kept)."""
+    f = get_format(name)
+    want = _quiet(x32.astype)(f.dtype)
+    if saturate:
+        big = ~np.isfinite(want.astype(np.float32)) & ~np.isnan(x32)
+        want[big] = np.copysign(np.float32(f.max), x32[big]).astype(f.dtype)
+    return want
+
+
+ALL_NANS = np.concatenate([0x7F800000 | np.arange(1, 2**23, dtype=np.uint32),
+                           0xFF800000 | np.arange(1, 2**23, dtype=np.uint32)]).view(np.float32)
+
+
+@pytest.mark.parametrize("saturate", [False, True], ids=["ieee", "saturate"])
+@pytest.mark.parametrize("name", ("float16", "bfloat16", *NARROW))
+def test_cast_to_nearest_is_the_librarys_cast_on_both_paths(name, saturate):
+    """fpsim.cast to nearest from float32 (through the kernels: f32_to_f16, f32_to_bf16, the
+    narrowing tables) is numpy's / ml_dtypes' cast bit for bit, on both paths, small arrays and
+    large; from float64 holding those values too."""
+    x = _inputs(name, nans=name not in NAN_FREE)
+    x64 = x.astype(np.float64)  # the same values (a signalling NaN quietened): numpy rounds float64 to float16
+    # correctly, ml_dtypes' float32 cast is the reference for the rest
+    for a, want in ((x, _library_cast(x, name, saturate)),
+                    (x64, _library_cast(x64 if name == "float16" else x64.astype(np.float32), name, saturate))):
+        for part, w in ((a, want), (a[:100], want[:100])):
+            r0, r1 = both(lambda v: cast(v, name, saturate=saturate), part)
+            assert _same(r0, w) and _same(r1, w), a.dtype
+
+
+@pytest.mark.parametrize("name", ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"))
+def test_cast_keeps_every_nan_patterns_library_bits(name):
+    """Every float32 NaN (both signs, all 2**23 - 1 payloads) into float16, bfloat16, e4m3 and e5m2:
+    the library's cast's bits on both paths (the fp8 tables go through bfloat16 rounded to odd,
+    which keeps only the payload's top bits: the library's fp8 NaN does not depend on the rest)."""
+    want = _library_cast(ALL_NANS, name, False)
+    r0, r1 = both(lambda v: cast(v, name), ALL_NANS)
+    assert _same(r0, want) and _same(r1, want)
+
+
+def test_cast_from_float64_rounds_once_through_the_tables():
+    """A float64 just above a tie of the narrow format: float32 holds the tie itself, so casting
+    by way of float32 to nearest would round twice (down, to even); fpsim.cast rounds it up."""
+    for name, tie, up in (("float8_e4m3fn", 1.0625, 1.125), ("float8_e5m2", 1.125, 1.25), ("float4_e2m1fn", 1.25, 1.5),
+                          ("float6_e2m3fn", 1.0625, 1.125)):
+        x = np.full(5000, tie + 2.0**-40)
+        x[::2] *= -1
+        r0, r1 = both(lambda v, _name=name: cast(v, _name).astype(np.float32), x)
+        want = np.where(x > 0, up, -up).astype(np.float32)
+        assert _same(r0, want) and _same(r1, want), name
+
+
+@pytest.mark.parametrize("name", ("float16", "bfloat16", *NARROW, "float8_e8m0fnu"))
+def test_round_to_widens_back_by_the_librarys_cast(name):
+    """round_to's widening of the stored values back to the input's float dtype (float16 and the
+    one-byte formats by the kernels' widenings) is the library's cast of fpsim.cast's result, on
+    both paths, from float32 and float64 input and from a float16 input (which comes back float32)."""
+    x = _inputs(name, nans=name not in NAN_FREE)
+    if name == "float8_e8m0fnu":
+        x = np.abs(x)
+    for a, dt in ((x, np.float32), (x.astype(np.float64), np.float64), (x[:300], np.float32)):
+        want = _quiet(_quiet(cast)(a, name).astype)(dt)
+        r0, r1 = both(_quiet(lambda v: fpsim_round_to(v, name)), a)
+        assert _same(r0, want) and _same(r1, want), dt
+    h = _quiet(x.astype)(np.float16)
+    if name not in NAN_FREE or not np.isnan(h).any():
+        r0, r1 = both(_quiet(lambda v: fpsim_round_to(v, name)), h)
+        want = _quiet(_quiet(cast)(h, name).astype)(np.float32)
+        assert _same(r0, want) and _same(r1, want)
 
 def test_engine_runs_are_the_same_on_both_paths(monkeypatch):
     """A few training steps of the reference task under the float16, bfloat16 and fp8 recipes:
