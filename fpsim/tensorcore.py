@@ -34,7 +34,7 @@ and block-scaled Linears take ``tensor_core=`` in their recipes (``fpsim.lowp``)
 
 from __future__ import annotations
 
-import contextlib
+import contextvars
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -302,7 +302,14 @@ def _chain_any(a, b, c, ins: Instruction, fa, fb) -> np.ndarray:
     return _canonical(out)
 
 
+def _stored(x):
+    """An fpsim Tensor (told by its ``fmt`` and ``numpy``: this ground layer imports no Tensor) as its
+    stored values, in its format's dtype (float32 is taken as tf32); anything else as it is."""
+    return x.numpy() if hasattr(x, "fmt") and callable(getattr(x, "numpy", None)) else x
+
+
 def _operands(a, b, c, formats=None):
+    a, b, c = _stored(a), _stored(b), _stored(c)
     fa, fb = formats or (_input(a, "a"), _input(b, "b"))
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
@@ -332,8 +339,8 @@ def _operands(a, b, c, formats=None):
 def matmul(a, b, c=None, *, arch="hopper", promote_every=None) -> np.ndarray:
     """``a @ b + c`` as a chain of ``arch``'s tensor-core instructions along K returns it.
 
-    ``a`` (..., M, K) and ``b`` (..., K, N): numpy arrays in float16, bfloat16, float8_e4m3fn or
-    float8_e5m2 (ml_dtypes), or float32 for tf32 (the low 13 mantissa bits are ignored, as the
+    ``a`` (..., M, K) and ``b`` (..., K, N): numpy arrays (or fpsim Tensors: their stored values) in
+    float16, bfloat16, float8_e4m3fn or float8_e5m2 (ml_dtypes), or float32 for tf32 (the low 13 mantissa bits are ignored, as the
     hardware does), in a format ``arch`` takes (:data:`ARCHITECTURES`); leading batch axes
     broadcast.  ``c``: the accumulator, float32 (the default, zeros) or float16, which also sets
     the output format and rounding (see the module docstring).  K is taken in steps of L
@@ -380,15 +387,41 @@ def _check_promote(promote_every) -> None:
         raise ValueError(f"promote_every must be a positive integer or None, got {promote_every!r}")
 
 
-@contextlib.contextmanager
-def emulate(arch="hopper", promote_every=None):
+# the emulate blocks open in this context (thread, task): (the emulate object, its entered block), innermost last
+_OPEN = contextvars.ContextVar("fpsim_tensorcore_emulate_open", default=())
+
+
+class emulate:  # noqa: N801 - a context manager named as a function, as rounding_mode and no_grad are
     """Inside, ``fpsim.ops.matmul`` / ``linear`` (autocast's too) run their GEMMs, forward and
     backward, as ``arch``'s tensor core wherever both operands are in a format it takes (float16,
-    bfloat16, fp8; float32 operands stay float32 BLAS); ``promote_every`` as in :func:`matmul`."""
-    at = _architecture(arch)
-    _check_promote(promote_every)
-    with state.tensor_core_as((at.name, promote_every)):
-        yield
+    bfloat16, fp8; float32 operands stay float32 BLAS); ``promote_every`` as in :func:`matmul`.
+    Both are checked here, before anything runs.  In this thread / context only; one object may be
+    entered again, nested or one block after another (as ``fpsim.rounding_mode``'s), and from
+    several threads."""
+
+    __slots__ = ("setting",)
+
+    def __init__(self, arch="hopper", promote_every=None):
+        at = _architecture(arch)
+        _check_promote(promote_every)
+        self.setting = (at.name, promote_every)
+
+    def __enter__(self) -> emulate:
+        block = state.tensor_core_as(self.setting)
+        block.__enter__()
+        _OPEN.set((*_OPEN.get(), (self, block)))
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        open_ = _OPEN.get()
+        i = max((j for j, (obj, _) in enumerate(open_) if obj is self), default=None)
+        if i is None:
+            raise RuntimeError("tensorcore.emulate: exited a block that was not entered in this thread / context")
+        _OPEN.set(open_[:i] + open_[i + 1:])
+        return bool(open_[i][1].__exit__(*exc))
+
+    def __repr__(self) -> str:
+        return f"tensorcore.emulate({self.setting[0]!r}, promote_every={self.setting[1]!r})"
 
 
 def takes(arch, a_format: str, b_format: str) -> bool:

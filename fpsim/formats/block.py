@@ -147,6 +147,18 @@ class BlockQuantized:
     pow2_scales: bool
     stats: BlockStats
 
+    def __post_init__(self):
+        """The scales' shape is what the elements' shape, axis and block imply (a ValueError naming both)."""
+        shape, got = np.shape(self.elements), np.shape(self.scales)
+        try:
+            want = _Layout(shape, self.axis, self.block).scale_shape
+        except (IndexError, TypeError, ValueError):
+            want = None
+        if want != got:
+            how = (f"in tiles of {self.block}" if isinstance(self.block, tuple) else
+                   f"in blocks of {self.block!r} along axis {self.axis!r}")
+            raise ValueError(f"BlockQuantized: elements of shape {shape} {how} take scales of shape {want}, not {got}")
+
     @property
     def shape(self) -> tuple[int, ...]:
         return self.elements.shape

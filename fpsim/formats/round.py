@@ -56,22 +56,23 @@ def _as_float_array(x) -> np.ndarray:
     """x as a float32 or float64 array holding exactly the same values.
 
     Low-precision inputs (float16, bfloat16, fp8 - every ml_dtypes float, float8_e4m3fnuz and
-    float8_e3m4 too) widen exactly to float32; Python floats and ints (and ml_dtypes' int4 ...)
-    become float64.  Anything non-numeric is a TypeError naming what it got.
+    float8_e3m4 too, and torch's bfloat16 and float8 tensors, which numpy cannot read) widen exactly
+    to float32; Python floats and ints (and ml_dtypes' int4 ...) become float64.  Anything
+    non-numeric is a TypeError naming what it got; text is not parsed, in a list as alone.
     """
     if isinstance(x, np.ndarray | np.generic):
         arr = np.asarray(x)
     elif isinstance(x, numbers.Real) and not isinstance(x, bool):
         arr = np.asarray(float(x), dtype=np.float64)
     elif isinstance(x, list | tuple):
-        try:
-            arr = np.asarray(x, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise TypeError(f"expected numbers, got a {type(x).__name__} holding non-numbers") from None
+        arr = _list_array(x)
+    elif (wide := _torch_narrow_float(x)) is not None:
+        arr = wide
     elif hasattr(x, "__array__") or hasattr(x, "__cuda_array_interface__"):
         arr = np.asarray(x.get() if hasattr(x, "get") else x)
     else:
-        raise TypeError(f"expected a number or an array of numbers, got {type(x).__name__}")
+        raise TypeError(f"expected a number or an array of numbers, got {type(x).__name__}"
+                        + (" (text is not parsed: convert it with float() first)" if isinstance(x, str | bytes) else ""))
     dt = arr.dtype
     if dt in (np.float32, np.float64):
         return arr
@@ -87,6 +88,34 @@ def _as_float_array(x) -> np.ndarray:
     if dt == np.bool_ or dt.kind not in "f":
         raise TypeError(f"expected a float or integer array, got dtype {dt}")
     return arr.astype(np.float64)  # e.g. longdouble: one rounding to float64 first
+
+
+def _list_array(x: list | tuple) -> np.ndarray:
+    """A (nested) list or tuple of numbers as float64; one holding text is refused, as a str alone
+    is (numpy would parse ``["1.0"]``), and so is a ragged one or one holding other objects."""
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError):  # ragged
+        raise TypeError(f"expected numbers, got a {type(x).__name__} holding non-numbers") from None
+    if arr.dtype.kind in "USV" or (arr.dtype.kind == "O" and any(isinstance(v, str | bytes) for v in arr.ravel())):
+        raise TypeError(f"expected numbers, got a {type(x).__name__} holding text (it is not parsed: convert it "
+                        "with float() first)")
+    try:
+        return arr.astype(np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"expected numbers, got a {type(x).__name__} holding non-numbers") from None
+
+
+def _torch_narrow_float(x) -> np.ndarray | None:
+    """A torch tensor of a float dtype numpy has no twin for (bfloat16, the float8s: two bytes or
+    one, not float16) as float32, widened exactly by torch itself (float32 holds every value of a
+    float of at most 16 bits); None for anything else.  torch is never imported here."""
+    dt = getattr(x, "dtype", None)
+    if type(x).__module__.split(".")[0] != "torch" or not getattr(dt, "is_floating_point", False):
+        return None
+    if getattr(dt, "itemsize", 4) > 2 or str(dt) == "torch.float16":
+        return None
+    return x.detach().cpu().float().numpy()
 
 
 # --------------------------------------------------------------------------------------------

@@ -398,3 +398,22 @@ def test_names_and_aliases():
     assert list(fpsim.BLOCK_FORMATS) == ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4_e2m1", "mxint8",
                                          "nvfp4", "fp8_block"]
     assert math.isclose(quantize(np.float32([1, 2]), "mxfp8").dequantize()[1], 2.0)
+
+
+def test_a_block_quantized_whose_elements_do_not_fit_its_scales_is_refused_in_one_line():
+    """Elements of another shape than the scales imply (dataclasses.replace, or built by hand) were a
+    broadcast error at dequantize, or no error at all where the sizes agreed (4 x 32 under 2 x 2
+    scales); now the construction names both shapes."""
+    from dataclasses import replace
+
+    q = quantize(np.ones((2, 64), np.float32), "mxfp8_e4m3")
+    for elements, want in ((q.elements[:, :32], (2, 1)), (q.elements.reshape(4, 32), (4, 1))):
+        shape = rf"\({elements.shape[0]}, {elements.shape[1]}\)"
+        with pytest.raises(ValueError, match=rf"elements of shape {shape} in blocks of 32 along axis 1 "
+                                             rf"take scales of shape \({want[0]}, {want[1]}\), not \(2, 2\)"):
+            replace(q, elements=elements)
+    assert replace(q, elements=q.elements[:, :40]).dequantize().shape == (2, 40)  # still two blocks a row
+    t = quantize(np.ones((20, 40), np.float32), "fp8_block", block=(16, 16))
+    with pytest.raises(ValueError, match=r"elements of shape \(16, 40\) in tiles of \(16, 16\) take scales of "
+                                         r"shape \(1, 3\), not \(2, 3\)"):
+        replace(t, elements=t.elements[:16])

@@ -201,3 +201,61 @@ def test_empty_operands_give_empty_or_unchanged_results():
     assert tc.matmul(np.zeros((0, 2, 5), np.float16), np.zeros((5, 3), np.float16)).shape == (0, 2, 3)
     c = np.full((2, 3), 1.25, np.float32)
     assert np.array_equal(tc.matmul(np.zeros((2, 0), np.float16), np.zeros((0, 3), np.float16), c), c)
+
+
+def test_matmul_takes_fpsim_tensors_as_their_stored_values():
+    """Two fpsim Tensors were "setting an array element with a sequence"; now each is read as its
+    stored values, so the result is the arrays' result bit for bit (a float32 tensor is tf32 input)."""
+    import fpsim
+
+    rng = np.random.default_rng(3)
+    for fmt in ("bfloat16", "float8_e4m3fn", "float32"):
+        a = fpsim.tensor(rng.standard_normal((3, 40)), fmt)
+        b = fpsim.tensor(rng.standard_normal((40, 5)), fmt)
+        c = rng.standard_normal((3, 5)).astype(np.float32)
+        want = tc.matmul(a.numpy(), b.numpy(), c, arch="hopper")
+        assert bits(tc.matmul(a, b, fpsim.tensor(c), arch="hopper")).tolist() == bits(want).tolist()
+    with pytest.raises(ValueError, match="a must be a float16, bfloat16, float32 .* array, got list"):
+        tc.matmul([[1.0]], np.ones((1, 1), np.float16))
+
+
+def test_an_emulate_object_can_be_entered_again_nested_and_from_two_threads():
+    """tensorcore.emulate objects are re-entrant as rounding_mode's are: the same object nested, one
+    block after another, and in two threads at once, each thread's setting its own."""
+    import threading
+
+    from fpsim import state
+
+    e, v = tc.emulate("hopper", promote_every=128), tc.emulate("volta")
+    with e:
+        with v:
+            assert state.tensor_core() == ("volta", None)
+            with e:
+                assert state.tensor_core() == ("hopper", 128)
+            assert state.tensor_core() == ("volta", None)
+        assert state.tensor_core() == ("hopper", 128)
+    with e:
+        assert state.tensor_core() == ("hopper", 128)
+    assert state.tensor_core() is None
+    seen, inside, leave = {}, threading.Barrier(2), threading.Event()
+
+    def run(name, obj):
+        with obj:
+            inside.wait()
+            seen[name] = state.tensor_core()
+            leave.wait()
+        seen[name + " after"] = state.tensor_core()
+
+    threads = [threading.Thread(target=run, args=(n, e)) for n in ("one", "two")]
+    for t in threads:
+        t.start()
+    while len(seen) < 2:
+        threading.Event().wait(0.01)
+    leave.set()
+    for t in threads:
+        t.join()
+    assert seen == {"one": ("hopper", 128), "two": ("hopper", 128), "one after": None, "two after": None}
+    with pytest.raises(RuntimeError, match="exited a block that was not entered"):
+        e.__exit__(None, None, None)
+    with pytest.raises(ValueError, match="promote_every"):
+        tc.emulate("hopper", promote_every=0)
