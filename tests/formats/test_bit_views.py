@@ -53,9 +53,11 @@ def test_bad_arguments_name_what_was_wrong():
 
 def test_no_module_keeps_a_view_table_of_its_own():
     """A width -> uint choice written out (``np.uint8 if ... else np.uint16``, ``{1: np.uint8, ...}``)
-    anywhere in the package but bitviews.py is a second table."""
+    anywhere in the package but bitviews.py is a second table.  fpsim.numerics lies beneath the formats
+    (they import its compiled kernels), so it cannot read their table: it is not searched."""
     root = pathlib.Path(fpsim.__file__).parent
     pattern = re.compile(r"uint(8|16|32|64) if |\{ *\d+ *: *(np\.|xp\.|[\"'])uint")
-    found = [f"{p.relative_to(root)}:{i}" for p in root.rglob("*.py") if p.name != "bitviews.py"
+    found = [f"{p.relative_to(root)}:{i}" for p in root.rglob("*.py")
+             if p.name != "bitviews.py" and p.relative_to(root).parts[0] != "numerics"
              for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert found == []
