@@ -26,8 +26,10 @@ from fpsim.experiments.findings import (
     VERDICTS,
     FindingResult,
     base,
+    batchinvariance,
     catalogue,
     fouroversix,
+    fp8attention,
     fp8scale,
     get_finding,
     kahan,
@@ -44,6 +46,7 @@ from fpsim.experiments.findings import (
     sqrt3,
     table,
     unitscaling,
+    zerorow,
 )
 from fpsim.experiments.gradnoise import GradientNoiseMonitor
 from fpsim.lowp import BlockScaling
@@ -224,6 +227,12 @@ VERDICT_CASES = [
                    "ln-high-precision_seeds_spiking": 0.0, "bump_seeds_spiking": 0.0, "fp32_seeds_spiking": 0.0},
      "not at this scale"),
     (ptq, {"steps": 20.0, "seeds": 1.0}, "partly"),
+    (batchinvariance, {"tokens": 24.0, **{f"{f}_{p}_diverged": 0.0 for f in batchinvariance.FORMATS
+                                          for p in ("batch", "fixed")}}, "not at this scale"),
+    (fp8attention, {f"d{d}_{k}": 0.0 for d in fp8attention.DELTAS for k in ("fwd_s1_flushed", "scale_gain",
+                                                                             "reverse_gain")}, "not at this scale"),
+    (zerorow, {"guarded_died": 0.0, "unguarded_died": 1.0, "unguarded_died_at": 0.0, "unguarded_origin_is_scale": 1.0,
+               "guarded_ratio": 1.0}, "reproduced"),
 ]
 
 
