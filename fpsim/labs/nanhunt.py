@@ -24,7 +24,7 @@ from ..optim import Adam
 from ..tensor import tensor
 from ..trace import NonFiniteTracer, trace_nonfinite
 
-__all__ = ["raw_regression", "normalised", "HuntRun", "hunt_run", "TorchHunt", "torch_hunt"]
+__all__ = ["raw_regression", "normalised", "HuntRun", "hunt_run", "TorchHunt", "torch_hunt", "zero_row_hunt"]
 
 
 def raw_regression(n: int = 256, dim: int = 16, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -185,3 +185,25 @@ def torch_hunt(x, y, *, loss_format="float16", steps: int = 5, lr: float = 0.01,
     finally:
         torch.set_num_threads(threads)
     return out
+
+
+def zero_row_hunt(amax_floor: float = 0.0, seed: int = 0):
+    """A NaN with no overflow in sight (pytorch/ao#3356): ``nn.MLP([16, 32, 1])`` whose last layer
+    starts at zero, as LoRA initialises its B, with every Linear on row-wise fp8 scaling
+    (:class:`fpsim.lowp.rowwise.RowwiseScaling` with ``amax_floor``), one forward and backward of
+    the normalised regression under ``trace_nonfinite``.  Returns (the float32 loss, the tracer's
+    first origin or None): with ``amax_floor=0`` the zero rows' scale 448 / 0 is inf, 0 x inf NaN,
+    and the origin is op ``fp8.rowwise.scale`` in ``2.weight``; with the default floor (1e-12)
+    the loss is finite and there is no origin."""
+    from ..lowp import convert
+    from ..lowp.rowwise import RowwiseScaling
+
+    x, y = normalised(*raw_regression(seed=seed))
+    model = nn.MLP([16, 32, 1], seed=seed)
+    last = model[2]
+    last.weight.data = last.weight.data * 0
+    convert(model, RowwiseScaling(amax_floor=amax_floor))
+    with trace_nonfinite() as tracer:
+        loss = ops.mse_loss(model(tensor(x, "float32")), tensor(y, "float32"))
+        loss.backward()
+    return float(loss.item()), tracer.first_nonfinite()
