@@ -1,5 +1,6 @@
 """Where did the first inf / NaN come from?  ``with fpsim.trace_nonfinite() as t:`` (or
-``fpsim.monitor(trace_nonfinite=True)``), then ``print(t.first_nonfinite())``.
+``fpsim.monitor(trace_nonfinite=True)``), then ``print(t.first_nonfinite().report())`` (or
+``str()`` of it: the same in one line).
 
 A :class:`NonFiniteTracer` is a rounding hook (see ``fpsim.state``).  Every rounding whose
 stored result holds an inf or a NaN is checked against what it was computed from
@@ -39,6 +40,7 @@ from __future__ import annotations
 import collections
 import functools
 import math
+import textwrap
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,7 +112,8 @@ class NonFinite:
     def where(self) -> str:
         return ".".join(filter(None, (self.scope, self.target))) or "(outside any module)"
 
-    def __str__(self) -> str:
+    def _sentences(self) -> tuple[list[str], list[str]]:
+        """What happened, as sentences, and the frame's roundings (the text of both forms)."""
         bad = []
         if self.n_inf:
             bad.append(f"{self.n_inf} inf")
@@ -125,15 +128,30 @@ class NonFinite:
                      f"max {self.fmt_max:.6g}, so rounding made it inf")
         else:
             cause = f"the largest |value| before rounding was {self.max_finite_before:.4g}"
-        frame = "; ".join(str(f) for f in self.frame) if self.frame else "none recorded"
         more = f" ({self.count} origins of this kind in all)" if self.count > 1 else ""
         kinds = " or ".join(self.new) or "inf or NaN"
         clean = (f"although none of its inputs held {kinds}" if self.inputs_known else
                  "although nothing non-finite had appeared in this step before it (its inputs are not reported)")
-        return (f"First non-finite value at step {self.step}: {self.direction} op '{self.op}' in {self.where}, "
-                f"rounding into {self.fmt}, made {' and '.join(bad)} of {self.n} values {clean}; {cause}.  "
-                f"This is {_WHY[self.kind].format(scale=self.loss_scale or 0)}"
-                f"{more}.  The roundings just before it: {frame}.")
+        return ([f"First non-finite value at step {self.step}: {self.direction} op '{self.op}' in {self.where}, "
+                 f"rounding into {self.fmt}, made {' and '.join(bad)} of {self.n} values {clean}; {cause}.",
+                 f"This is {_WHY[self.kind].format(scale=self.loss_scale or 0)}{more}."],
+                [str(f) for f in self.frame])
+
+    def __str__(self) -> str:
+        """The whole account in one line (a table's cell, ``fpsim compare --json``'s text)."""
+        sentences, frame = self._sentences()
+        return "  ".join(sentences) + f"  The roundings just before it: {'; '.join(frame) or 'none recorded'}."
+
+    def report(self, width: int = 100) -> str:
+        """The same account for a person reading it: each sentence in lines of at most ``width``
+        characters, broken between words only (a number or a name is never split), then the
+        roundings just before it, one a line."""
+        sentences, frame = self._sentences()
+        fill = functools.partial(textwrap.fill, width=width, break_long_words=False, break_on_hyphens=False)
+        lines = [fill(s) for s in sentences]
+        lines.append("The roundings just before it:" + ("" if frame else " none recorded."))
+        lines += [fill(f, initial_indent="  ", subsequent_indent="    ") for f in frame]
+        return "\n".join(lines)
 
 
 def _host_f32(arr, be) -> np.ndarray:

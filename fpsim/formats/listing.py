@@ -4,9 +4,10 @@ formats of k = 3..8 bits (the other widths, 2 and 9..16, are named on demand).""
 
 from __future__ import annotations
 
+from ..textable import text_table
 from .table import ALL_FORMATS, FLOAT64, OCP_INT8, P3109_FORMATS, Format
 
-__all__ = ["FORMAT_COLUMNS", "format_rows", "format_row"]
+__all__ = ["FORMAT_COLUMNS", "format_rows", "format_row", "format_tables"]
 
 FORMAT_COLUMNS = ["format", "bits", "exp", "man", "bias", "max", "tiny (min normal)", "smallest subnormal",
                   "eps = ulp(1)", "flush to 0 at |x| <=", "inf?"]
@@ -46,3 +47,20 @@ def format_rows(include_all: bool = False) -> list[list[str]]:
     if include_all:
         formats += [OCP_INT8, FLOAT64, *P3109_FORMATS.values()]
     return [format_row(f) for f in formats]
+
+
+def format_tables(include_all: bool = False, width: int = 100) -> str:
+    """The table of :func:`format_rows` split by columns into as many tables as it takes for no line
+    to pass ``width`` characters (each starting with the format's name), for a notebook or a narrow
+    terminal: the same cells as ``fpsim formats``, none cut."""
+    rows = format_rows(include_all)
+
+    def table(cols):
+        return text_table([FORMAT_COLUMNS[i] for i in cols], [[r[i] for i in cols] for r in rows])
+
+    groups = [[0]]
+    for i in range(1, len(FORMAT_COLUMNS)):
+        if max(len(line) for line in table(groups[-1] + [i])) > width and len(groups[-1]) > 1:
+            groups.append([0])
+        groups[-1].append(i)
+    return "\n\n".join("\n".join(table(g)) for g in groups)

@@ -11,9 +11,13 @@ agree.  A guess left at None is shown as "no guess", never counted wrong.
 
 from __future__ import annotations
 
+import textwrap
+
 from ..textable import text_table
 
 __all__ = ["revisit"]
+
+WIDTH = 100  # the table's lines fit in this many characters: a long question wraps in its column
 
 
 def _show(v) -> str:
@@ -42,7 +46,20 @@ def revisit(predictions: dict, measured: dict) -> str:
             right += ok
             verdict = "right" if ok else "not this time"
         rows.append([str(key), _show(guess), _show(answer), verdict])
-    text = "\n".join(text_table(["question", "your guess", "measured", "verdict"], rows))
+    text = "\n".join(text_table(["question", "your guess", "measured", "verdict"], _wrapped(rows)))
     text += f"\n{right} of {guessed} guesses right" if guessed else "\n(no guesses: fill in the prediction cell and rerun)"
     print(text)
     return text
+
+
+def _wrapped(rows: list) -> list:
+    """``rows`` with each question broken between words onto continuation rows (indented, the
+    other cells empty there) so that the table fits :data:`WIDTH` characters."""
+    heads = ("your guess", "measured", "verdict")
+    others = sum(max(len(h), *(len(r[c]) for r in rows)) for c, h in enumerate(heads, 1)) if rows else 0
+    room = max(WIDTH - 2 * len(heads) - others, 20)
+    out = []
+    for question, *rest in rows:
+        lines = textwrap.wrap(question, room, subsequent_indent="  ", break_long_words=False) or [""]
+        out += [[lines[0], *rest], *([line, "", "", ""] for line in lines[1:])]
+    return out

@@ -30,6 +30,28 @@ def test_forward_overflow_is_found_at_the_op_that_made_it():
     assert "loss scaling cannot cure it" in text and "2 inf of 4 values" in text
 
 
+def test_the_report_for_a_reader_wraps_between_words_and_says_what_the_one_line_form_says():
+    """``report()`` is ``str()`` for a person: the same words, in lines of at most 100 characters
+    (or ``width``) broken between words - no number or name split - the frame one rounding a line."""
+    x = tensor(np.array([0.5, 100.0, -200.0, 1.0]), "float16", requires_grad=True)
+    with fpsim.trace_nonfinite(frame=3) as t:
+        h = (x * 0.5) + 1.0
+        (h * 2000.0).sum()
+    rec = t.first_nonfinite()
+    one_line = str(rec)
+    for width in (100, 60):
+        lines = rec.report(width).splitlines()
+        assert max(len(line) for line in lines) <= width
+        head = lines[:lines.index("The roundings just before it:")]
+        assert len(head) > len(one_line) // 2 // width  # wrapped, not one long line
+        said = " ".join(" ".join(head).split())
+        assert " ".join(one_line.split()).startswith(said + " The roundings just before it: ")
+        assert "past float16's max 65504" in said and "2 inf of 4 values" in said
+        frame_lines = [line for line in lines if line.startswith("  ")]
+        assert [" ".join(line.split()) for line in frame_lines] == [" ".join(str(f).split()) for f in rec.frame]
+    assert len(rec.frame) == 2
+
+
 def test_the_module_path_and_the_frame():
     m = nn.TinyGPT(11, 8, d_model=16, n_layers=2, n_heads=2, emb_std=300.0, ln_acc="input")
     m.to("float16")
