@@ -190,7 +190,8 @@ def run_all(specs: list[RunSpec], executor=None, *, env=None, on_start=None, on_
     :class:`SweepStopped`, after the workers are ended."""
     done: dict = {}
     old = None
-    if threading.current_thread() is threading.main_thread():
+    # unless the caller handles SIGTERM already (fpsim reproduce: its KeyboardInterrupt carries .signum)
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         old = signal.signal(signal.SIGTERM, _raise_signal)
     futures: dict = {}
     try:

@@ -5,6 +5,8 @@ the record and the result's plain data; a stop keeps what finished."""
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 
 import pytest
 
@@ -55,9 +57,23 @@ def test_a_stop_keeps_the_findings_that_finished(two_findings):
     def stop_after_the_first(result):
         raise KeyboardInterrupt
 
-    with pytest.raises(catalogue.CatalogueStopped, match="stopped after 1 of 2 findings") as e:
+    with pytest.raises(catalogue.CatalogueStopped, match="stopped by SIGINT after 1 of 2 findings") as e:
         catalogue.run_every(True, (0,), on_done=stop_after_the_first)
     assert e.value.results[TWO[0]].verdict in findings.VERDICTS and e.value.results[TWO[1]] is None
+    assert e.value.signum == signal.SIGINT
+
+
+def test_sigterm_stops_the_catalogue_as_sigterm(two_findings):
+    """SIGTERM between findings is SIGTERM (exit 143 for the CLI), not Ctrl-C's SIGINT (130)."""
+
+    def terminated_after_the_first(result):
+        os.kill(os.getpid(), signal.SIGTERM)  # run_every's handler turns it into an exception here
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(catalogue.CatalogueStopped, match="stopped by SIGTERM after 1 of 2 findings") as e:
+        catalogue.run_every(True, (0,), on_done=terminated_after_the_first)
+    assert e.value.signum == signal.SIGTERM and e.value.results[TWO[0]] is not None
+    assert signal.getsignal(signal.SIGTERM) is before  # restored
 
 
 def _args(**kw):
@@ -80,7 +96,7 @@ def test_the_cli_runs_every_finding_and_writes_the_table(two_findings, tmp_path,
     afile = tmp_path / "afile"
     afile.write_text("x")
     assert reproduce.main(_args(all=True, figure=str(afile))) == 2
-    assert "is a file; with --all it names a folder" in capsys.readouterr().err
+    assert "is a file; with --all or --table it names a folder" in capsys.readouterr().err
 
 
 def test_a_full_run_uses_the_findings_own_seeds():
@@ -122,6 +138,6 @@ def test_a_stop_inside_a_findings_sweep_keeps_the_findings_that_finished(two_fin
         raise KeyboardInterrupt
 
     monkeypatch.setattr(executors, "run_spec", stop_in_the_sweep)
-    with pytest.raises(catalogue.CatalogueStopped, match="stopped after 1 of 2 findings") as e:
+    with pytest.raises(catalogue.CatalogueStopped, match="stopped by SIGINT after 1 of 2 findings") as e:
         catalogue.run_every(True, (0,))
     assert e.value.results[TWO[0]] is not None and e.value.results[TWO[1]] is None

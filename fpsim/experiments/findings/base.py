@@ -144,7 +144,7 @@ class Finding:
 
     def reproduce(self, quick: bool = True, seeds=None, progress=None) -> FindingResult:
         """Run the finding here, one run after the other (``runner.reproduce``): ``seeds`` distinct
-        integers, at least one (None: seed 0 for a quick run, the finding's own ``seeds`` for a full
+        integers >= 0, at least one (None: seed 0 for a quick run, the finding's own ``seeds`` for a full
         one); a RuntimeError naming what is missing when the finding cannot run here."""
         from .runner import reproduce
 
@@ -153,9 +153,10 @@ class Finding:
     def seeds_for(self, quick: bool, seeds=None) -> tuple:
         """The seeds a run uses (``reproduce``'s rule, then ``seed_use``), checked."""
         seeds = ((0,) if quick else self.seeds) if seeds is None else tuple(seeds)
-        if not seeds or not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in seeds) \
+        # >= 0: a run's seed seeds numpy's generator, which refuses a negative one deep inside a run
+        if not seeds or not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) and s >= 0 for s in seeds) \
                 or len(set(seeds)) != len(seeds):
-            raise ValueError(f"seeds must be distinct integers, at least one; got {seeds!r}")
+            raise ValueError(f"seeds must be distinct integers >= 0, at least one; got {seeds!r}")
         seeds = tuple(int(s) for s in seeds)
         if self.seed_use == "first" or (self.seed_use == "first-when-quick" and quick):
             return seeds[:1]

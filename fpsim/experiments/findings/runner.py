@@ -96,10 +96,12 @@ def measure(finding, quick: bool, seeds: tuple, progress=None):
 
 
 class _StepTeller:
-    """Progress for runs in this process: one line as each run starts, and every 50 steps."""
+    """Progress of a finding's runs: one line as each run starts here, and every 50 steps; one as
+    each run on a pool comes back (``k of n``)."""
 
-    def __init__(self, progress):
+    def __init__(self, progress, n: int):
         self.progress, self.label, self.steps, self.done = progress, "", 0, 0
+        self.n, self.back = n, 0
 
     def start(self, spec: RunSpec) -> None:
         self.steps = spec.task.steps if spec.steps is None else spec.steps
@@ -111,10 +113,17 @@ class _StepTeller:
         if self.done % 50 == 0 and self.done < self.steps:
             say(self.progress, f"{self.label}: step {self.done}/{self.steps}")
 
+    def finish(self, spec: RunSpec, result) -> None:
+        self.back += 1
+        say(self.progress, f"{spec.recipe.name}, seed {spec.seed}: done ({self.back} of {self.n} runs)")
 
-def reproduce(finding, quick: bool = True, seeds=None, progress=None, executor=None) -> FindingResult:
-    """Run ``finding`` (its sweep's runs on ``executor``, None: one after the other here) and return
-    its :class:`FindingResult`; ``seeds`` as :meth:`Finding.seeds_for` takes them."""
+
+def reproduce(finding, quick: bool = True, seeds=None, progress=None, executor=None, env=None) -> FindingResult:
+    """Run ``finding`` (its sweep's runs on ``executor``, None: one after the other here; ``env``
+    the environment its workers start in, as :func:`~fpsim.experiments.executors.run_all` takes
+    it) and return its :class:`FindingResult`; ``seeds`` as :meth:`Finding.seeds_for` takes them.
+    A measurement runs here.  A stop during the runs raises
+    :class:`~fpsim.experiments.executors.SweepStopped` with the runs that finished."""
     seeds = _checked(finding, quick, seeds)
     t0 = time.perf_counter()
     outs = [measure(finding, quick, seeds, progress)[0]] if finding.measure is not None else []
@@ -122,8 +131,10 @@ def reproduce(finding, quick: bool = True, seeds=None, progress=None, executor=N
         return conclude(finding, quick, seeds, outs, time.perf_counter() - t0)
     planned = plan(finding, quick, seeds)
     specs = list(dict.fromkeys(spec for _, _, spec in planned))  # a run two sweeps share runs once
-    teller = _StepTeller(progress) if progress is not None else None
-    done = run_all(specs, executor, on_start=teller.start if teller else None, progress=teller.step if teller else None)
+    teller = _StepTeller(progress, len(specs)) if progress is not None else None
+    hooks = {} if teller is None else {"on_start": teller.start, "progress": teller.step,
+                                       "on_done": teller.finish if executor is not None else None}
+    done = run_all(specs, executor, env=env, **hooks)
     results = collect(finding, quick, seeds, planned, done)
     outs.append(finding.extract(results))
     return conclude(finding, quick, seeds, outs, time.perf_counter() - t0, results)

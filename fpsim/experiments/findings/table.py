@@ -46,7 +46,7 @@ def markdown(results: dict, quick: bool, seeds=(0,)) -> str:
         name = f.name
         r: FindingResult | None = results.get(name)
         if r is None:
-            got, verdict, secs = f"not run: needs `{f.needs}`", "-", "-"
+            got, verdict, secs = (f"not run: needs `{f.needs}`" if not f.available() else "not run: stopped"), "-", "-"
         else:
             got, verdict, secs = r.measured, f"**{r.verdict}**: {r.reason}", f"{r.seconds:.0f}"
         lines.append("| " + " | ".join(_cell(c) for c in (f"`{name}`", f.claim, f.source, f.source_number, got,
