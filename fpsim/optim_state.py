@@ -18,8 +18,9 @@ quantized when it is written back, not before it is used), and writes it with
   map values (a tie to the smaller), the value ``map[code] * absmax``.
 - ``e4m3-coat``: COAT's (arXiv 2410.19313) dynamic range expansion, per group of 128: ``y =
   sign(x) |x|^k`` with ``k = log(R_e4m3) / log(max|x| / min|x|)`` (min over the group's non-zero
-  values; ``R_e4m3 = 448 / 2^-6``, e4m3's normal range; k = 1 for a group of one magnitude), then
-  ``y * (448 / max|y|)`` cast to e4m3 with saturation; back: ``(q / s)^(1/k)``.  The powers as
+  values; ``R_e4m3 = 448 / 2^-6``, e4m3's normal range; k = 1 for a group of one magnitude), scaled
+  so the group's largest is 448 - computed as ``448 (|x| / amax)^k`` - and cast to e4m3 with
+  saturation; back: ``amax (|q| / 448)^(1/k)``, stored: the codes, amax and k per group.  The powers as
   ``exp(k log|x|)`` in fpsim's correctly rounded float32 ``exp`` / ``log``, k by the correctly
   rounded ``log64``: the same bits on every machine.
 
@@ -91,6 +92,11 @@ class Stored:
     shape: tuple
     scales: np.ndarray | None = None
     k: np.ndarray | None = None
+    fmt: object = None  # the StateFormat that stored it
+
+    def f32(self) -> np.ndarray:
+        """The float32 values held (what ``Tensor.f32`` gives for a state kept as a Tensor)."""
+        return self.fmt.load(self)
 
     @property
     def nbytes(self) -> int:
@@ -111,7 +117,11 @@ class StateFormat:
     def store(self, x32, signed: bool = True, rng=None, backend=None, target: str = "") -> Stored:
         """``x32`` (float32 array) in this format; ``signed=False`` for a non-negative state (the
         second moment: unsigned codes)."""
-        x32 = np.asarray(x32, np.float32)
+        st = self._store(np.asarray(x32, np.float32), signed, rng, backend, target)
+        st.fmt = self
+        return st
+
+    def _store(self, x32, signed, rng, backend, target) -> Stored:
         if self.kind == "float":
             if self.fmt is F32:
                 return Stored(x32.copy(), x32.shape)
@@ -121,29 +131,35 @@ class StateFormat:
                                rng=rng)
             return Stored(np.asarray(out), x32.shape)
         blocks = _blocks(x32, self.block)
+        # a block holding inf or NaN: codes 0 and a NaN scale (it loads as NaN), never a NaN cast to an integer
+        bad = ~np.all(np.isfinite(blocks), axis=1)
+        blocks[bad] = 0
         if self.kind == "coat":
-            return _coat_store(blocks, x32.shape)
-        amax = np.max(np.abs(blocks), axis=1)
-        if self.kind == "linear":
-            scale = amax / np.float32(127 if signed else 255)
+            st = _coat_store(blocks, x32.shape)
+        elif self.kind == "linear":
+            scale = np.max(np.abs(blocks), axis=1) / np.float32(127 if signed else 255)
             safe = np.where(scale > 0, scale, np.float32(1))
             codes = np.rint(blocks / safe[:, None]).astype(np.int8 if signed else np.uint8)
-            return Stored(codes, x32.shape, scale)
-        table = dynamic_map(signed)
-        safe = np.where(amax > 0, amax, np.float32(1))
-        return Stored(_nearest(table, blocks / safe[:, None]), x32.shape, amax)
+            st = Stored(codes.ravel()[: x32.size], x32.shape, scale)
+        else:
+            amax = np.max(np.abs(blocks), axis=1)
+            safe = np.where(amax > 0, amax, np.float32(1))
+            st = Stored(_nearest(dynamic_map(signed), blocks / safe[:, None]).ravel()[: x32.size], x32.shape, amax)
+        st.scales[bad] = np.nan
+        return st
 
     def load(self, s: Stored) -> np.ndarray:
         """The float32 values ``s`` holds."""
         if self.kind == "float":
             return s.codes.astype(np.float32)
         if self.kind == "coat":
-            return _coat_load(s)
+            return _coat_load(s, self.block)
+        codes = _padded(s.codes, self.block)
         if self.kind == "linear":
-            vals = s.codes.astype(np.float32) * s.scales[:, None]
+            vals = codes.astype(np.float32) * s.scales[:, None]
         else:
-            vals = dynamic_map(s.codes.dtype == np.int8)[s.codes.astype(np.int64) + (128 if s.codes.dtype == np.int8
-                                                                                    else 0)] * s.scales[:, None]
+            signed = codes.dtype == np.int8
+            vals = dynamic_map(signed)[codes.astype(np.int64) + (128 if signed else 0)] * s.scales[:, None]
         return _unblock(vals, s.shape)
 
     def zeros(self, shape, signed: bool = True, backend=None) -> Stored:
@@ -159,8 +175,20 @@ def _blocks(x32: np.ndarray, block: int) -> np.ndarray:
     return out.reshape(n, block)
 
 
+def _size(shape: tuple) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _padded(codes: np.ndarray, block: int) -> np.ndarray:
+    """The stored codes (as many as the tensor has values) as rows of ``block``, zero-padded."""
+    n = max(1, math.ceil(codes.size / block))
+    out = np.zeros(n * block, codes.dtype)
+    out[: codes.size] = codes
+    return out.reshape(n, block)
+
+
 def _unblock(rows: np.ndarray, shape: tuple) -> np.ndarray:
-    return rows.ravel()[: int(np.prod(shape, dtype=np.int64))].reshape(shape).astype(np.float32)
+    return rows.ravel()[: _size(shape)].reshape(shape).astype(np.float32)
 
 
 def _nearest(table: np.ndarray, xn: np.ndarray) -> np.ndarray:
@@ -194,19 +222,20 @@ def _pow(a: np.ndarray, k: np.ndarray) -> np.ndarray:
 
 
 def _coat_store(blocks: np.ndarray, shape: tuple) -> Stored:
+    """COAT's expansion on the group's magnitudes relative to its largest (``(|x| / amax)^k``, the same
+    values as ``|x|^k`` scaled by ``448 / amax^k``, without float32 underflow for a large k)."""
     a = np.abs(blocks)
     k = _coat_k(a)
-    y = _pow(a, k)
-    ymax = np.max(y, axis=1)
-    s = np.where(ymax > 0, np.float32(E4M3.max) / np.where(ymax > 0, ymax, 1), np.float32(1)).astype(np.float32)
-    q = cast(np.copysign(y, blocks) * s[:, None], E4M3, saturate=True)
-    return Stored(q, shape, s, k)
+    amax = np.max(a, axis=1)
+    safe = np.where(amax > 0, amax, np.float32(1))
+    y = _pow(a / safe[:, None], k) * np.float32(E4M3.max)
+    return Stored(cast(np.copysign(y, blocks), E4M3, saturate=True).ravel()[: _size(shape)], shape, amax, k)
 
 
-def _coat_load(st: Stored) -> np.ndarray:
-    q = st.codes.astype(np.float32)
-    y = np.abs(q) / st.scales[:, None]
-    return _unblock(np.copysign(_pow(y, (np.float32(1) / st.k).astype(np.float32)), q), st.shape)
+def _coat_load(st: Stored, block: int) -> np.ndarray:
+    q = _padded(st.codes, block).astype(np.float32)
+    y = np.abs(q) / np.float32(E4M3.max)
+    return _unblock(np.copysign(_pow(y, (np.float32(1) / st.k).astype(np.float32)) * st.scales[:, None], q), st.shape)
 
 
 STATE_FORMATS: dict[str, StateFormat] = {

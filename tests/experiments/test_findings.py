@@ -38,6 +38,7 @@ from fpsim.experiments.findings import (
     mxlayernorm,
     mxscale,
     nvfp4round,
+    optstate,
     outliers,
     overflow,
     promotion,
@@ -227,6 +228,7 @@ VERDICT_CASES = [
                    "ln-high-precision_seeds_spiking": 0.0, "bump_seeds_spiking": 0.0, "fp32_seeds_spiking": 0.0},
      "not at this scale"),
     (ptq, {"steps": 20.0, "seeds": 1.0}, "partly"),
+    (optstate, {**{f"{r.name}_ratio": 1.0 for r in optstate.RECIPES}, "adam-int8-linear_ratio": 1.4}, "reproduced"),
     (batchinvariance, {"tokens": 24.0, **{f"{f}_{p}_diverged": 0.0 for f in batchinvariance.FORMATS
                                           for p in ("batch", "fixed")}}, "not at this scale"),
     (fp8attention, {f"d{d}_{k}": 0.0 for d in fp8attention.DELTAS for k in ("fwd_s1_flushed", "scale_gain",
