@@ -1,4 +1,4 @@
-"""Lab 19 (the capstone): two float16 runs that die, and the judge of a learner's fix.
+"""Lab 19 (the capstone): two float16 runs that die, and the judge_fix of a learner's fix.
 
 Run A is the tiny GPT with hand-written attention (:class:`~fpsim.experiments.tinygpt.OverflowGPTTask`:
 the softmax exponentiates the scores without subtracting their maximum), 60 steps, a float16
@@ -7,7 +7,7 @@ reference autoencoder on 4,096 samples in pure float16 (:data:`BROKEN_B`: Adam's
 too).  Each dies; the learner finds why with the tracer, the scaler's record and the monitor, and
 hands back a fix: a :class:`~fpsim.experiments.Recipe` and a learning rate.
 
-:func:`judge` trains the fix and says ``"fixed"`` or, in one short sentence, why not: the model
+:func:`judge_fix` trains the fix and says ``"fixed"`` or, in one short sentence, why not: the model
 must stay float16 (the lab's premise: a GPU without bfloat16 and no memory for a float32 model),
 the run must live to the end (no non-finite loss at its last step, no parameter lost) and end
 within :data:`TOLERANCE` of the float32 run's final loss at the task's own learning rate.
@@ -20,7 +20,7 @@ import math
 from ..experiments import Recipe, ReferenceTask, train
 from ..experiments.tinygpt import OverflowGPTTask
 
-__all__ = ["TASK_A", "TASK_B", "BROKEN_A", "BROKEN_B", "TOLERANCE", "run", "judge"]
+__all__ = ["TASK_A", "TASK_B", "BROKEN_A", "BROKEN_B", "TOLERANCE", "run", "judge_fix"]
 
 TASK_A = OverflowGPTTask(steps=60)
 TASK_B = ReferenceTask(n=4096)
@@ -61,7 +61,7 @@ def _rules(fix) -> tuple:
     return recipe, float(lr)
 
 
-def judge(which: str, fix, fp32_loss: float) -> str:
+def judge_fix(which: str, fix, fp32_loss: float) -> str:
     """``"fixed"`` when ``fix`` = (Recipe, lr) keeps run ``which``'s model in float16 (autocast, if
     any, float16; no fp8 layers), trains to the end without dying and ends within
     :data:`TOLERANCE` of ``fp32_loss`` (the float32 run's final loss); otherwise one sentence
