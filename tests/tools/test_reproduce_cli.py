@@ -12,11 +12,12 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from fpsim.experiments import findings
-from fpsim.experiments.findings import table
+from fpsim.experiments.findings import runner, table
 from fpsim.tools import catalogue, reproduce
 from fpsim.tools.cli import main as cli
 
@@ -42,7 +43,7 @@ def no_runs(monkeypatch):
         raise AssertionError("a run started although the arguments were refused")
 
     monkeypatch.setattr(catalogue, "run_every", fail)
-    monkeypatch.setattr(findings.runner, "reproduce", fail)
+    monkeypatch.setattr(runner, "reproduce", fail)
 
 
 def _args(**kw):
@@ -151,6 +152,12 @@ def test_one_findings_runs_on_jobs_workers_give_the_serial_numbers(capsys):
         in capsys.readouterr().err
 
 
+def test_jobs_with_a_scheduler_is_refused(capsys, no_runs):
+    for mode in ({"name": SWEEP}, {"all": True}):
+        assert reproduce.main(_args(jobs=2, scheduler="tcp://127.0.0.1:1", **mode)) == 2
+        assert "--jobs does not apply with --scheduler" in capsys.readouterr().err
+
+
 def test_help_says_what_figure_json_and_jobs_mean(capsys):
     with pytest.raises(SystemExit):
         cli(["reproduce", "--help"])
@@ -163,8 +170,9 @@ def test_help_says_what_figure_json_and_jobs_mean(capsys):
 
 def _started(args, cwd, script=None):
     cmd = [sys.executable, "-c", script, *args] if script else [sys.executable, "-m", "fpsim.tools.cli", *args]
+    root = str(Path(__file__).resolve().parents[2])  # this checkout's fpsim, whatever is installed
     return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": root})
 
 
 def _stop_when(proc, stream, seen, signum):
@@ -208,6 +216,23 @@ def test_a_signal_during_a_measurement_is_one_line(signum, tmp_path):
     assert err.strip().splitlines()[-1] == \
         f"fpsim reproduce: {MEASURE}: stopped by {signal.Signals(signum).name} during its measurement"
     assert "Traceback" not in err and out == ""
+
+
+def test_a_signal_inside_a_finaliser_is_raised_once_out_of_it():
+    """Python drops an exception raised in a ``__del__`` (numba's and llvmlite's objects have them):
+    the stop comes, with its signal, as soon as the finaliser is done."""
+    import time
+
+    class SignalsWhenCollected:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+            sum(range(1000))  # the handler runs here, inside the finaliser
+
+    with pytest.raises(catalogue.Signalled) as e:
+        with catalogue.stop_on_signals():
+            SignalsWhenCollected()
+            time.sleep(5)  # interrupted within 50 ms
+    assert e.value.signum == signal.SIGTERM
 
 
 # the catalogue cut to TWO (as the fixture above does), then the command line the test gives
