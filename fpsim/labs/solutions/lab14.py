@@ -17,7 +17,7 @@ def _kinds(a) -> set:
 def exercise1(records):
     """The index of the first record whose output holds a kind of non-finite value (NaN, +inf,
     -inf) that none of its inputs held - the op that MADE it; None if there is none."""
-    for i, (op, inputs, output) in enumerate(records):
+    for i, (_op, inputs, output) in enumerate(records):
         held = set().union(*(_kinds(a) for a in inputs))
         if _kinds(output) - held:
             return i

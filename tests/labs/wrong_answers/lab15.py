@@ -58,21 +58,39 @@ def exercise2(model, ids, n_new):
 """),
     ],
     3: [
-        ("the inverse: fmt_b's error over fmt_a's", """
-def exercise3(fmt_a, fmt_b):
-    return 2.0 ** (fpsim.get_format(fmt_a).mantissa_bits - fpsim.get_format(fmt_b).mantissa_bits)
+        ("the inverse: fmt_b's mismatch over fmt_a's", """
+def exercise3(rms_a, rms_b):
+    r = np.asarray(rms_b, np.float64) / np.asarray(rms_a, np.float64)
+    return float(np.median(r)), float(r.min()), float(r.max())
 """),
-        ("the ratio of the largest values (range, not precision)", """
-def exercise3(fmt_a, fmt_b):
-    return fpsim.get_format(fmt_a).max / fpsim.get_format(fmt_b).max
+        ("the ratio of the means for the middle value, not the median of the per-seed ratios", """
+def exercise3(rms_a, rms_b):
+    r = np.asarray(rms_a, np.float64) / np.asarray(rms_b, np.float64)
+    return float(np.mean(rms_a) / np.mean(rms_b)), float(r.min()), float(r.max())
 """),
-        ("the difference of the mantissa bits, not a power of two", """
-def exercise3(fmt_a, fmt_b):
-    return float(fpsim.get_format(fmt_b).mantissa_bits - fpsim.get_format(fmt_a).mantissa_bits)
+        ("the mean of the per-seed ratios, not their median", """
+def exercise3(rms_a, rms_b):
+    r = np.asarray(rms_a, np.float64) / np.asarray(rms_b, np.float64)
+    return float(np.mean(r)), float(r.min()), float(r.max())
 """),
-        ("the ratio of the exponent bits", """
-def exercise3(fmt_a, fmt_b):
-    return fpsim.get_format(fmt_a).exponent_bits / fpsim.get_format(fmt_b).exponent_bits
+        ("the extremes from unpaired seeds: min(a) / max(b) and max(a) / min(b)", """
+def exercise3(rms_a, rms_b):
+    r = np.asarray(rms_a, np.float64) / np.asarray(rms_b, np.float64)
+    return float(np.median(r)), float(min(rms_a) / max(rms_b)), float(max(rms_a) / min(rms_b))
+"""),
+        ("each list sorted before dividing: pairs by rank, not by seed", """
+def exercise3(rms_a, rms_b):
+    r = np.sort(np.asarray(rms_a, np.float64)) / np.sort(np.asarray(rms_b, np.float64))
+    return float(np.median(r)), float(r.min()), float(r.max())
+"""),
+        ("the ulp ratio from the mantissa bits: 8 whatever was measured", """
+def exercise3(rms_a, rms_b):
+    return 8.0, 8.0, 8.0
+"""),
+        ('the upper middle of an even count, sorted(r)[n // 2], for the median', """
+def exercise3(rms_a, rms_b):
+    r = sorted(a / b for a, b in zip(rms_a, rms_b))
+    return float(r[len(r) // 2]), float(r[0]), float(r[-1])
 """),
     ],
 }
