@@ -8,9 +8,7 @@ an order it defines - the orders real libraries use:
 - :func:`pairwise_sum`: numpy's own ``np.sum`` of a contiguous float32 array, written out (eight
   accumulators over blocks of up to 128, halves above that: numpy's ``pairwise_sum``);
 - :func:`blocked_sum`: a BLAS-style blocking - each chunk of ``block`` summed, then the partials;
-- :func:`split_k_matmul`: a GEMM whose K axis is split into ``splits`` parts, each summed
-  separately and the partials added - with :func:`splits_for_batch`, a rule that picks the split
-  from the batch size as GPU libraries do, so one row's bits depend on how many rows came with it;
+- (split-K, whose split follows the batch size, is :mod:`fpsim.experiments.splitk`'s;)
 - :func:`probe_order` (FPRev's idea): with a huge value at i, its negative at j and ones elsewhere,
   the ones added before i and j meet are swallowed, so the sum counts the ones added after: the
   size of the smallest subtree holding i and j; :func:`order_tree` rebuilds the tree from them.
@@ -20,8 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["sequential_sum", "pairwise_sum", "blocked_sum", "split_k_matmul", "splits_for_batch", "probe_order",
-           "order_tree", "PROBE_BIG"]
+__all__ = ["sequential_sum", "pairwise_sum", "blocked_sum", "probe_order", "order_tree", "PROBE_BIG"]
 
 PROBE_BIG = 2.0**30  # float32 swallows any count of ones below 64 added to it: its ulp there is 128
 
@@ -71,36 +68,6 @@ def blocked_sum(x, block: int) -> np.float32:
         raise ValueError(f"block must be an integer >= 1, got {block!r}")
     partials = np.array([sequential_sum(x[i:i + block]) for i in range(0, len(x), block)], np.float32)
     return sequential_sum(partials)
-
-
-def split_k_matmul(a, b, splits: int) -> np.ndarray:
-    """``a @ b`` (float32, (M, K) @ (K, N)) with K cut into ``splits`` nearly equal parts: in each
-    part the products (each rounded to float32) are added to a float32 accumulator one k at a
-    time; then the parts' partial sums are added in order.  ``splits=1`` is one plain loop over K."""
-    a, b = np.asarray(a), np.asarray(b)
-    if a.dtype != np.float32 or b.dtype != np.float32 or a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"split_k_matmul: a and b must be float32 (M, K) and (K, N), got {a.dtype} {a.shape} "
-                         f"and {b.dtype} {b.shape}")
-    k = a.shape[1]
-    if isinstance(splits, bool) or not isinstance(splits, int) or not 1 <= splits <= k:
-        raise ValueError(f"splits must be an integer from 1 to K = {k}, got {splits!r}")
-    edges = np.linspace(0, k, splits + 1).round().astype(int)
-    total = np.zeros((a.shape[0], b.shape[1]), np.float32)
-    for lo, hi in zip(edges[:-1], edges[1:]):
-        part = np.zeros_like(total)
-        for i in range(lo, hi):
-            part += np.outer(a[:, i], b[i])  # the products in float32, then one float32 add each
-        total += part
-    return total
-
-
-def splits_for_batch(m: int, *, machine_rows: int = 64, most: int = 8) -> int:
-    """How many parts a split-K GEMM kernel cuts K into for ``m`` rows: a made-up rule of the kind
-    GPU libraries use - too few rows leave the machine idle, so K is split to make more work items
-    (``machine_rows // m``, at least 1 and at most ``most``)."""
-    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-        raise ValueError(f"m must be an integer >= 1, got {m!r}")
-    return max(1, min(most, machine_rows // m))
 
 
 def probe_order(sum_fn, n: int) -> np.ndarray:

@@ -13,8 +13,6 @@ from fpsim.labs.sumorder import (
     pairwise_sum,
     probe_order,
     sequential_sum,
-    split_k_matmul,
-    splits_for_batch,
 )
 from fpsim.numerics import sum_f32
 
@@ -45,19 +43,10 @@ def test_pairwise_sum_is_np_sum(n):
     assert pairwise_sum(x).tobytes() == np.sum(x).tobytes()
 
 
-def test_blocked_sum_and_split_k():
+def test_blocked_sum():
     x = _data(1000)
     want = _loop([_loop(x[i:i + 64]) for i in range(0, 1000, 64)])
     assert blocked_sum(x, 64) == want and blocked_sum(x, 1) == _loop(x)
-    rng = np.random.default_rng(1)
-    a, b = rng.standard_normal((3, 50)).astype(np.float32), rng.standard_normal((50, 2)).astype(np.float32)
-    one = np.array([[_loop(np.float32(a[i] * b[:, j])) for j in range(2)] for i in range(3)], np.float32)
-    assert np.array_equal(split_k_matmul(a, b, 1), one)
-    parts = [(0, 17), (17, 33), (33, 50)]  # linspace(0, 50, 4) rounded
-    three = np.array([[_loop([_loop(np.float32(a[i, lo:hi] * b[lo:hi, j])) for lo, hi in parts]) for j in range(2)]
-                      for i in range(3)], np.float32)
-    assert np.array_equal(split_k_matmul(a, b, 3), three)
-    assert [splits_for_batch(m) for m in (1, 8, 16, 64, 1000)] == [8, 8, 4, 1, 1]
 
 
 def test_probe_reads_the_trees():
@@ -76,9 +65,5 @@ def test_bad_arguments_name_themselves():
         sequential_sum(np.ones(3))
     with pytest.raises(ValueError, match="block must be"):
         blocked_sum(np.ones(3, np.float32), 0)
-    with pytest.raises(ValueError, match="splits must be an integer from 1 to K = 2"):
-        split_k_matmul(np.ones((1, 2), np.float32), np.ones((2, 1), np.float32), 3)
     with pytest.raises(ValueError, match="n must be an integer from 2 to 63"):
         probe_order(np.sum, 64)
-    with pytest.raises(ValueError, match="m must be"):
-        splits_for_batch(0)

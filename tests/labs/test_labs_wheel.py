@@ -1,4 +1,4 @@
-"""The labs ship with the package: a wheel built from this repository carries the sixteen notebooks
+"""The labs ship with the package: a wheel built from this repository carries the nineteen notebooks
 (and the README and example gradient dump they read), and ``fpsim labs`` / ``fpsim labs --copy``
 work from that wheel installed into a fresh virtual environment, run from a folder outside the
 checkout.
@@ -100,7 +100,7 @@ def test_the_wheel_carries_the_labs_and_every_module(installed):
     assert "fpsim/resources/reference_grads.npz" in names  # lab 05's example dump (fpsim.tools.figures)
     modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "fpsim").rglob("*.py")}
     assert modules <= names, sorted(modules - names)[:5]
-    assert len(LABS) == 16
+    assert len(LABS) == 19
 
 
 @pytest.mark.slow
