@@ -31,6 +31,8 @@ import numpy as np
 from . import state
 from .backend import BACKENDS
 from .formats import get_format
+from .formats.kernels import widening_table
+from .numerics import compiled
 from .textable import percent, text_table
 from .trace import NonFiniteTracer
 
@@ -45,11 +47,37 @@ def _count_rounding(fmt, exact32, stored, xp) -> list[int]:
     """The COUNTERS for one rounding of ``exact32`` (float32) into ``stored`` (fmt's storage),
     as Python ints (on a device: one device -> host copy)."""
     if xp is np:
-        fast = _finite_counts(fmt, exact32, stored)
+        short_first = fmt.name in _SHORT_FIRST
+        fast = None if short_first else _compiled_counts(fmt, exact32, stored)
+        if fast is None:
+            fast = _finite_counts(fmt, exact32, stored)
+        if fast is None and short_first:
+            fast = _compiled_counts(fmt, exact32, stored)
         if fast is not None:
             return fast
     n, events = _event_counts(fmt, exact32, stored, xp)
     return [n, *(int(v) for v in (events.tolist() if xp is np else events.get().tolist()))]
+
+
+# Counted by numpy's short count first, the compiled count only where that steps aside: bfloat16's short
+# count is a few passes of integer operations (its widening a shift), faster than the compiled loop
+# (about 0.45 against 0.65 ns a value, timed interleaved; float16's compiled count takes half its time).
+_SHORT_FIRST = frozenset({"bfloat16"})
+
+
+def _compiled_counts(fmt, exact32, stored) -> list[int] | None:
+    """The COUNTERS of a rounding of float32 values into a one- or two-byte format, by the compiled
+    path's one loop over the values and the stored patterns (every case: the full count's tests,
+    value by value); None where that path does not run (numba missing or off, a small array, other
+    storage), and then numpy counts."""
+    st = np.asarray(stored)
+    if st.dtype.itemsize > 2 or st.dtype != fmt.dtype:  # float32 storage (most often) first: cheap
+        return None
+    x = np.asarray(exact32)
+    if x.dtype != np.float32 or st.shape != x.shape or (count := compiled.rounding("rounding_counts", x)) is None:
+        return None
+    lim = _limits(fmt)
+    return count(x, st, lim.table, lim.tiny, lim.max, lim.threshold, fmt.has_inf)
 
 
 def _finite_counts(fmt, exact32, stored) -> list[int] | None:
@@ -163,6 +191,10 @@ class _Limits:
     def __init__(self, fmt):
         self.max = np.float32(fmt.max)
         self.tiny = np.float32(fmt.tiny)
+        with np.errstate(over="ignore"):  # float32's own threshold is past its max: inf, never reached
+            self.threshold = np.float32(fmt.overflow_threshold)  # as _event_counts compares it: in float32
+        if fmt.dtype.itemsize <= 2:
+            self.table = widening_table(fmt)  # the compiled count's widening
         if fmt.dtype.itemsize == 2:
             self.max2 = np.uint16(_pattern16(fmt.max, fmt) << 1)
             self.tiny2 = np.uint16(_pattern16(fmt.tiny, fmt) << 1)
@@ -195,6 +227,9 @@ def _unrounded_counts(fmt, x, stored) -> list[int] | None:
     value is below tiny."""
     if np.asarray(stored) is not x:  # an op that gave its stored result apart (relu): the general count
         return None
+    if (count := compiled.rounding("subnormal_count", x)) is not None:  # one compiled pass
+        sub = count(x, _limits(fmt).tiny)
+        return None if sub < 0 else [int(x.size), 0, 0, sub, 0, 0, 0, 0]
     xb = x.reshape(-1).view(np.uint32)
     tiny2 = _tiny2_32(fmt)
     buf = _scratch16()[1]

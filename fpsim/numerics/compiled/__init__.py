@@ -8,7 +8,8 @@ settled where it is found), ``_sums.py`` (a reduction read once, with its bound 
 share.  ``_round.py`` (with its wrappers in ``_casts.py``) does the same for the element roundings
 and widenings of ``fpsim/formats/kernels.py`` and ``fp8kernels.py``: their integer steps and their
 one float32 addition, value by value in one loop, where numpy makes a pass for each step; those
-functions ask :func:`rounding` for their compiled twin.  The float64 work itself stays numpy's
+functions ask :func:`rounding` for their compiled twin, as the monitor does for its counts
+(``_counts.py``: what a rounding did, counted in one loop over the values and stored patterns).  The float64 work itself stays numpy's
 (the dgemm, numpy's float64 exp), and the results are the same bits: each is still the exact value
 rounded once, decided by the same kind of test - only the number of passes over memory changes.
 
@@ -82,8 +83,8 @@ _MIN_SIZE = {"f32_to_bf16": 4096}
 
 
 def rounding(name: str, x, dtype=None):
-    """The compiled twin of the rounding or widening ``name`` (a function of ``_casts.py``, taking
-    the numpy function's array first), or None where the numpy path is to run: the compiled path
+    """The compiled twin of the rounding, widening or count ``name`` (a function of ``_casts.py`` or
+    ``_counts.py``, taking the numpy function's array first), or None where the numpy path is to run: the compiled path
     off, numba missing, ``x`` smaller than :data:`ROUNDING_MIN_SIZE` (bfloat16: 4096), or its dtype
     not ``dtype``."""
     if getattr(x, "size", 0) < _MIN_SIZE.get(name, ROUNDING_MIN_SIZE) or (dtype is not None and x.dtype != dtype) or not _STATE["on"] or _STATE["failed"]:
@@ -94,7 +95,7 @@ def rounding(name: str, x, dtype=None):
 
 def _load():
     try:
-        from . import _casts, _elementary, _matmul, _sums
+        from . import _casts, _counts, _elementary, _matmul, _sums
     except Exception as e:  # no numba: the numpy path, silently; a broken numba: the same, said once
         _STATE["failed"] = True
         if numba_installed():
@@ -102,4 +103,4 @@ def _load():
                           stacklevel=3)
         return None
     return types.SimpleNamespace(matmul=_matmul.fused_matmul, sum=_sums.fused_sum, elementary=_elementary.fused_elementary,
-                                 roundings=_casts.ROUNDINGS)
+                                 roundings={**_casts.ROUNDINGS, **_counts.COUNTS})
