@@ -20,6 +20,7 @@ __all__ = ["rounding_counts", "subnormal_count"]
 
 _U32 = np.uint32
 _EXP = _U32(0x7F800000)
+_BF16 = np.dtype(ml_dtypes.bfloat16)
 _F16_SUB = np.float32(2.0**-24)  # float16's smallest subnormal
 
 
@@ -133,13 +134,11 @@ def rounding_counts(x: np.ndarray, stored: np.ndarray, table: np.ndarray, tiny, 
     codes = np.ascontiguousarray(stored).reshape(-1).view(np.uint8 if stored.dtype.itemsize == 1 else np.uint16)
     out = np.zeros(7, np.int64)
     tiny, fmax, threshold = np.float32(tiny), np.float32(fmax), np.float32(threshold)
-    finite = _FINITE16.get(stored.dtype)
+    finite = _finite_f16 if stored.dtype == np.float16 else _finite_bf16 if stored.dtype == _BF16 else None
     beyond = threshold if has_inf else np.nextafter(threshold, np.float32(np.inf))  # |x| > t: |x| >= the next float32
     if finite is None or not finite(xs, codes, tiny, fmax, beyond, out):
         _count(xs, codes, table, tiny, fmax, threshold, bool(has_inf), out)
     return [int(xs.size), *(int(v) for v in out)]
 
-
-_FINITE16 = {np.dtype(np.float16): _finite_f16, np.dtype(ml_dtypes.bfloat16): _finite_bf16}
 # name -> function, beside the roundings in :func:`fpsim.numerics.compiled.rounding`'s table
 COUNTS = {f.__name__: f for f in (rounding_counts, subnormal_count)}

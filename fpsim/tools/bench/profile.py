@@ -22,6 +22,10 @@ categorised call:
 - ``quantize``    the low-precision recipes' operand quantization: block formats
                   (``formats.quantize``, ``BlockQuantized.dequantize``, the Hadamard transform) and
                   fp8 (``lowp.quantize_fp8``, the scaling state's casts), everything they call included
+- ``compiled``    inside the compiled path's numba kernels (``fpsim.numerics.compiled``, where numba is
+                  installed and the path on), whichever category called them: the kernels' loops
+                  alone - the Python around them and the numpy work they wait on (the float64 dgemm of
+                  the exact matmul) stay in the caller's category
 - ``python``      everything else: the autograd graph and walk, op dispatch, and the ops' own
                   float32 elementwise arithmetic (bias add, relu select, softmax), which numpy
                   runs without a Python-visible call to time it by
@@ -32,7 +36,9 @@ fp8-delayed, a block recipe (mxfp8) and nvfp4.
 
 Innermost wins: the rounding an optimizer does is ``rounding``.  But rounding is a leaf: what
 a rounding calls is rounding too (numpy-f32 rounds into bfloat16 / fp8 and widens the result
-back into its float32 array: that widening is part of its rounding).  The hook's own time is
+back into its float32 array: that widening is part of its rounding) - except a compiled kernel,
+which is ``compiled`` inside every category, leaves included: so a rounding's share is what is
+left of it on numpy, and ``compiled`` the share the compiled path runs.  The hook's own time is
 charged to nothing (it reads the clock on entry and again on exit), so the categories add up
 to the profiled step less the hook; the shares printed are of that sum, and the table also
 shows the step's unprofiled time, measured just before, so the distortion is visible.
@@ -40,6 +46,7 @@ shows the step's unprofiled time, measured just before, so the distortion is vis
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import statistics
 import sys
@@ -56,6 +63,7 @@ from ...formats import blockfast as _blockfast
 from ...lowp import block as _lowp_block
 from ...lowp import quant as _quant
 from ...lowp import scaling as _scaling
+from ...numerics import compiled as _compiled
 from ...tensor import _round_special
 from ...textable import text_table
 from .steps import MLP_SIZES, fpsim_step
@@ -63,12 +71,13 @@ from .steps import MLP_SIZES, fpsim_step
 __all__ = ["TIME_CATEGORIES", "COLUMNS", "GPT_COLUMNS", "column", "profile_step", "profile_recipes", "profile_gpt",
            "format_profile"]
 
-TIME_CATEGORIES = ("gemm", "rounding", "widening", "reductions", "optimizer", "scaler", "quantize", "python")
+TIME_CATEGORIES = ("gemm", "rounding", "widening", "reductions", "optimizer", "scaler", "quantize", "compiled",
+                   "python")
 COLUMNS = ("fp32", "fp16-dynamic", "bf16-master", "fp16-dynamic [numpy-f32]", "bf16-master [numpy-f32]")
 GPT_COLUMNS = ("fp32", "fp16-amp", "bf16-master", "fp8-delayed", "mxfp8", "nvfp4")
 _REDUCTION_METHODS = frozenset({"reduce", "sum", "max", "min", "mean", "any", "all", "argmax", "argmin", "prod"})
 _OUTER = frozenset({"python"})  # reductions count as such only when called from uncategorised code
-_LEAVES = frozenset({"rounding", "quantize"})  # what these call is theirs too
+_LEAVES = frozenset({"rounding", "quantize", "compiled"})  # what these call is theirs too
 
 
 def _code_categories() -> dict:
@@ -110,7 +119,8 @@ class _Profiler:
         self.acc[stack[-1]] += now - self.last
         top = stack[-1]
         if event == "call":
-            stack.append(top if top in _LEAVES else self.codes.get(frame.f_code, top))
+            code = frame.f_code
+            stack.append("compiled" if code is _SHIM_CODE else top if top in _LEAVES else self.codes.get(code, top))
         elif event == "c_call":
             stack.append("reductions" if top in _OUTER and _is_reduction(arg) else top)
         elif len(stack) > 1:  # return, c_return, c_exception (the outermost frame's return keeps the base)
@@ -129,6 +139,36 @@ class _Profiler:
         self.acc[self.stack[-1]] += time.perf_counter() - self.last
 
 
+def _shim(kernel):
+    def compiled_kernel(*args, **kwargs):
+        return kernel(*args, **kwargs)
+    return compiled_kernel
+
+
+_SHIM_CODE = _shim(None).__code__  # every shim's code: the hook charges its calls to "compiled"
+
+
+@contextlib.contextmanager
+def _kernels_seen():
+    """Within the block, every numba kernel that the compiled path's Python code calls (the
+    kernels held as globals of ``fpsim.numerics.compiled``'s modules) is called through a Python
+    shim, so the profile hook sees the call and what it costs (a numba kernel makes no event of its
+    own); the kernels are put back after.  Nothing where the compiled path is off."""
+    saved = []
+    if _compiled.kernels() is not None:
+        for name, mod in list(sys.modules.items()):
+            if name.startswith(_compiled.__name__ + ".") and mod is not None:
+                for attr, obj in list(vars(mod).items()):
+                    if hasattr(obj, "py_func") and hasattr(obj, "signatures"):  # a numba dispatcher
+                        saved.append((mod, attr, obj))
+                        setattr(mod, attr, _shim(obj))
+    try:
+        yield
+    finally:
+        for mod, attr, obj in saved:
+            setattr(mod, attr, obj)
+
+
 def profile_step(step, steps: int = 50, warmup: int = 3) -> dict:
     """Profile ``steps`` calls of ``step``: per-category seconds per step, their shares (summing
     to 1), the step's unprofiled median time and the profiled time per step."""
@@ -140,9 +180,10 @@ def profile_step(step, steps: int = 50, warmup: int = 3) -> dict:
         step()
         plain.append(time.perf_counter() - t0)
     prof = _Profiler()
-    t0 = time.perf_counter()
-    prof.run(step, steps)
-    wall = (time.perf_counter() - t0) / steps
+    with _kernels_seen():
+        t0 = time.perf_counter()
+        prof.run(step, steps)
+        wall = (time.perf_counter() - t0) / steps
     per_step = {c: prof.acc[c] / steps for c in TIME_CATEGORIES}
     total = sum(per_step.values())
     shares = {c: (v / total if total > 0 else 0.0) for c, v in per_step.items()}
@@ -206,7 +247,8 @@ def format_profile(result: dict) -> str:
     rows += [total, plain]
     steps = next(iter(result["recipes"].values()))["steps"] if recipes else 0
     head = [f"where one training step's time goes: {result['model']}, {steps} profiled steps per recipe",
-            "(innermost category wins; 'python' = graph, dispatch and the ops' own float32 elementwise work; "
-            "columns without [backend] run on numpy)", ""]
+            "(innermost category wins; 'compiled' = inside the compiled path's numba kernels, whoever called them; "
+            "'python' = graph, dispatch and the ops' own float32 elementwise work; columns without [backend] run on "
+            "numpy)", ""]
     text = "\n".join(head + text_table(cols, rows))
     return text + ("\n\n" + format_profile(result["gpt"]) if "gpt" in result else "")
