@@ -22,6 +22,11 @@ from the same generator, NaN blocks the same NaN), in fewer numpy passes:
 - the product with the decode factor is written straight into the output, a chunk of rows at a
   time (small temporaries stay in cache).
 
+Where the compiled path runs (``fpsim.numerics.compiled``, ``_blocks.py``), the block maxima and
+the element pass (scaled, rounded to nearest or stochastically, decoded) are one numba loop each over
+the blocked layout: the same operations in the same order, the same draws (read where they lie, not
+transposed), the same bits.
+
 No per-block statistics, no element array in its own dtype.  The MXINT8 format, NVFP4's Four
 Over Six scales and the rounding modes other than ``nearest`` and ``stochastic`` go through
 ``quantize(...).dequantize()`` itself.
@@ -34,6 +39,7 @@ import math
 import numpy as np
 
 from .. import state
+from ..numerics import compiled
 from .block import BlockFormat, _check_padding, _Layout, checked, quantize
 from .kernels import bf16_odd_patterns, fp8_to_f32, narrow_cast, widening_table
 from .table import Format
@@ -105,7 +111,10 @@ class _Blocks:
         return [slice(i, i + rows) for i in range(0, self.xb.shape[0], rows)]
 
     def amax(self, slices) -> np.ndarray:
-        """float32 max |x| per block, ordered on the bit patterns (NaN wins over inf, inf over finite)."""
+        """float32 max |x| per block, ordered on the bit patterns (NaN wins over inf, inf over finite);
+        in one compiled pass where the compiled path runs."""
+        if self.xb.flags.c_contiguous and (fast := compiled.rounding("block_amax", self.xb, np.float32)) is not None:
+            return fast(self.xb)
         parts = [self._max(np.bitwise_and(self.xb[sl].view(_U32), _ABS)) for sl in slices]
         return (parts[0] if len(parts) == 1 else np.concatenate(parts)).view(_F32)
 
@@ -142,6 +151,19 @@ def _encode(bf: BlockFormat, blocks: _Blocks, rule, pow2: bool, rng) -> np.ndarr
     amax = blocks.amax(slices)
     elem = bf.element
     factor, dec = bf.scale_rule.factors(elem, amax, rule, pow2)
+    outb = _compiled_elements(blocks, elem, factor, dec, rng)
+    if outb is None:
+        outb = _chunks(blocks, slices, elem, factor, dec, rng)
+    ex = blocks.expand
+    if amax.size and amax.view(_U32).max() >= _EXP:  # a block holding inf or NaN
+        bad = ~np.isfinite(amax)
+        outb[np.broadcast_to(ex(bad), outb.shape)] = _nan_block_value(elem, dec[bad][:1])
+    return outb
+
+
+def _chunks(blocks: _Blocks, slices, elem: Format, factor: np.ndarray, dec: np.ndarray, rng) -> np.ndarray:
+    """The blocked output on numpy, a chunk of rows at a time: scaled, rounded (by the table to
+    nearest; stochastically from ``rng``, drawn in ``quantize``'s order), decoded."""
     u_all = blocks.draws(rng) if rng is not None else None
     outb = np.empty(blocks.xb.shape, np.float32)
     ex = blocks.expand
@@ -154,10 +176,28 @@ def _encode(bf: BlockFormat, blocks: _Blocks, rule, pow2: bool, rng) -> np.ndarr
                 u = u_all[sl] if u_all is not None else rng.random(scaled.shape)
                 vals = _stochastic(scaled, elem, u)
             np.multiply(vals, ex(dec[sl]), out=outb[sl])
-    if amax.size and amax.view(_U32).max() >= _EXP:  # a block holding inf or NaN
-        bad = ~np.isfinite(amax)
-        outb[np.broadcast_to(ex(bad), outb.shape)] = _nan_block_value(elem, dec[bad][:1])
     return outb
+
+
+def _compiled_elements(blocks: _Blocks, elem: Format, factor: np.ndarray, dec: np.ndarray, rng) -> np.ndarray | None:
+    """The blocked output by the compiled path's one loop (scaled, rounded - by the table to nearest,
+    or stochastically with ``rng``'s uniforms drawn in ``quantize``'s order, as :func:`_chunks` draws
+    them - and decoded: the same operations in the same order), or None where it does not run
+    (numba missing or off, a small array, scales not float32, a layout that is not C-contiguous)."""
+    xb = blocks.xb
+    if factor.dtype != np.float32 or dec.dtype != np.float32 or not xb.flags.c_contiguous:
+        return None
+    fast = compiled.rounding("block_nearest" if rng is None else "block_stochastic", xb, np.float32)
+    if fast is None:
+        return None
+    factor, dec = np.ascontiguousarray(factor), np.ascontiguousarray(dec)
+    if rng is None:
+        return fast(xb, factor, dec, _nearest_table(elem))
+    u = rng.random(xb.size)  # draws()'s, or each chunk's in turn on the numpy path: the same stream
+    if xb.ndim == 3:  # as drawn, (lead, trail, n): the kernel reads them where they lie (draws() transposes)
+        ax = blocks.lay.axis
+        u = u.reshape(math.prod(blocks.shape[:ax]), xb.shape[2], blocks.shape[ax])
+    return fast(xb, factor, dec, u.reshape(xb.shape) if xb.ndim != 3 else u, elem.emin, elem.mantissa_bits, elem.max)
 
 
 def _nearest_table(elem: Format) -> np.ndarray:

@@ -83,8 +83,8 @@ _MIN_SIZE = {"f32_to_bf16": 4096}
 
 
 def rounding(name: str, x, dtype=None):
-    """The compiled twin of the rounding, widening or count ``name`` (a function of ``_casts.py`` or
-    ``_counts.py``, taking the numpy function's array first), or None where the numpy path is to run: the compiled path
+    """The compiled twin of the rounding, widening or count ``name`` (a function of ``_casts.py``,
+    ``_counts.py`` or ``_blocks.py``, taking the numpy function's array first), or None where the numpy path is to run: the compiled path
     off, numba missing, ``x`` smaller than :data:`ROUNDING_MIN_SIZE` (bfloat16: 4096), or its dtype
     not ``dtype``."""
     if getattr(x, "size", 0) < _MIN_SIZE.get(name, ROUNDING_MIN_SIZE) or (dtype is not None and x.dtype != dtype) or not _STATE["on"] or _STATE["failed"]:
@@ -95,7 +95,7 @@ def rounding(name: str, x, dtype=None):
 
 def _load():
     try:
-        from . import _casts, _counts, _elementary, _matmul, _sums
+        from . import _blocks, _casts, _counts, _elementary, _matmul, _sums
     except Exception as e:  # no numba: the numpy path, silently; a broken numba: the same, said once
         _STATE["failed"] = True
         if numba_installed():
@@ -103,4 +103,4 @@ def _load():
                           stacklevel=3)
         return None
     return types.SimpleNamespace(matmul=_matmul.fused_matmul, sum=_sums.fused_sum, elementary=_elementary.fused_elementary,
-                                 roundings={**_casts.ROUNDINGS, **_counts.COUNTS})
+                                 roundings={**_casts.ROUNDINGS, **_counts.COUNTS, **_blocks.BLOCKS})

@@ -1,0 +1,94 @@
+"""blockfast's compiled passes (fpsim/numerics/compiled/_blocks.py: the block maxima and the element
+pass to nearest) against ``quantize(...).dequantize()`` and against blockfast's numpy path, bit for
+bit: every MX element, NVFP4 and the fp8 blocks, blocks along the last and an earlier axis, 2-D
+tiles, partial blocks, inf / NaN blocks, zeros, float32 subnormals, sizes either side of the
+compiled path's threshold; and the compiled kernels are the ones that ran.  Skipped where numba
+is not installed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+from helpers import bits  # noqa: E402
+
+from fpsim.formats import quantize  # noqa: E402
+from fpsim.formats.blockfast import fake_quantize  # noqa: E402
+from fpsim.numerics import compiled  # noqa: E402
+from fpsim.numerics.compiled import use_compiled  # noqa: E402
+
+CASES = [("mxfp8_e4m3", {}), ("mxfp8_e5m2", {"scale_rounding": "floor"}), ("mxfp6_e2m3", {}), ("mxfp6_e3m2", {}),
+         ("mxfp4_e2m1", {}), ("mxfp4_e2m1", {"block": 8}), ("nvfp4", {}), ("nvfp4", {"block": (16, 16)}),
+         ("fp8_block", {}), ("fp8_block", {"block": (128, 128), "pow2_scales": True})]
+SHAPES = [((256, 96), -1), ((96, 256), 0), ((70, 450), -1), ((70, 450), 0), ((3, 40, 500), 1), ((2, 130, 260), -1),
+          ((256, 256), -1), ((600, 300), 0), ((40, 20), -1)]
+
+
+def _values(rng, shape) -> np.ndarray:
+    """Gaussians at magnitudes from float32 subnormals to near float32's max, a magnitude per row,
+    zeros of both signs and grid ties mixed in."""
+    mag = 10.0 ** rng.uniform(-42, 37, (shape[0],) + (1,) * (len(shape) - 1))
+    x = (rng.standard_normal(shape) * mag).astype(np.float32)
+    flat = x.reshape(-1)
+    special = np.float32([0.0, -0.0, 448.0, 464.0, 6.0, 5.0, -6.5, 0.25, 2.0**-9, 1e-45, -3e38, 3.4e38])
+    pos = rng.choice(flat.size, 3 * special.size, replace=False)
+    flat[pos] = np.resize(special, pos.size)
+    return x
+
+
+def _spy(monkeypatch):
+    """Count the calls of the compiled block kernels."""
+    calls = {}
+    table = compiled.kernels().roundings
+    for name in ("block_amax", "block_nearest", "block_stochastic"):
+        fn = table[name]
+        monkeypatch.setitem(table, name, lambda *a, _fn=fn, _n=name: calls.update({_n: calls.get(_n, 0) + 1}) or _fn(*a))
+    return calls
+
+
+def _check(x, fmt, axis, kw, seed=None):
+    """Both paths give quantize's bits; ``seed``: stochastic rounding, each from its own generator."""
+    gen = (lambda: {}) if seed is None else (lambda: {"rounding": "stochastic", "rng": np.random.default_rng(seed)})
+    want = quantize(x, fmt, axis, **kw, **gen()).dequantize()
+    with use_compiled(False):
+        r0 = fake_quantize(x, fmt, axis, **kw, **gen())
+    with use_compiled(True):
+        r1 = fake_quantize(x, fmt, axis, **kw, **gen())
+    for got in (r0, r1):
+        assert got.dtype == np.float32 and got.shape == x.shape and got.flags.c_contiguous
+        assert np.array_equal(bits(got), bits(want)), (fmt, axis, kw, x.shape)
+
+
+@pytest.mark.parametrize("fmt, kw", CASES, ids=[f"{f}-{'-'.join(map(str, kw.values()))}" for f, kw in CASES])
+def test_same_bits_on_both_paths(fmt, kw, monkeypatch):
+    calls = _spy(monkeypatch)
+    rng = np.random.default_rng(len(fmt) + len(kw))
+    tiled = isinstance(kw.get("block"), tuple)
+    for shape, axis in SHAPES:
+        if tiled and axis % len(shape) != len(shape) - 1:
+            continue
+        x = _values(rng, shape)
+        for seed in (None, 11):
+            _check(x, fmt, axis, kw, seed)
+        x.reshape(-1)[[1, x.size // 2]] = [np.inf, -np.inf]  # two blocks of NaN scales, the rest untouched
+        x.reshape(-1)[x.size // 3] = np.nan
+        for seed in (None, 12):
+            _check(x, fmt, axis, kw, seed)
+        _check(np.zeros(shape, np.float32), fmt, axis, kw)
+    assert all(calls.get(k, 0) > 0 for k in ("block_amax", "block_nearest", "block_stochastic")), calls
+
+
+def test_small_blocks_keep_the_numpy_path(monkeypatch):
+    """Below the size threshold nothing compiled runs, to nearest or stochastically (and the bits
+    are quantize's)."""
+    calls = _spy(monkeypatch)
+    rng = np.random.default_rng(5)
+    x = _values(rng, (8, 64))
+    with use_compiled(True):
+        assert np.array_equal(bits(fake_quantize(x, "mxfp8_e4m3")), bits(quantize(x, "mxfp8_e4m3").dequantize()))
+        got = fake_quantize(x, "nvfp4", rounding="stochastic", seed=3)
+    want = quantize(x, "nvfp4", rounding="stochastic", seed=3).dequantize()
+    assert np.array_equal(bits(got), bits(want))
+    assert calls.get("block_nearest", 0) == calls.get("block_stochastic", 0) == 0
