@@ -30,6 +30,7 @@ from fpsim.experiments.findings import (
     catalogue,
     fouroversix,
     fp8attention,
+    fp8rollout,
     fp8scale,
     get_finding,
     kahan,
@@ -233,6 +234,8 @@ VERDICT_CASES = [
                                           for p in ("batch", "fixed")}}, "not at this scale"),
     (fp8attention, {f"d{d}_{k}": 0.0 for d in fp8attention.DELTAS for k in ("fwd_s1_flushed", "scale_gain",
                                                                              "reverse_gain")}, "not at this scale"),
+    (fp8rollout, {"steps": 40.0, "entropy_first": 2.26, "entropy_last": 2.1, "fp8_over_bf16_p99": 5.0,
+                  "p99_growth": 1.0}, "not at this scale"),
     (zerorow, {"guarded_died": 0.0, "unguarded_died": 1.0, "unguarded_died_at": 0.0, "unguarded_origin_is_scale": 1.0,
                "guarded_ratio": 1.0}, "reproduced"),
 ]
