@@ -262,7 +262,7 @@ FINDING = FINDINGS.register(Finding(
     "arXiv 2601.18150 (FP8-RL, NVIDIA); arXiv 2605.13907",
     "FP8-RL: blockwise FP8 W8A8 rollout and an FP8 KV cache 'can deviate from the higher-precision policy assumed "
     "by the trainer, causing train-inference mismatch'; with token-level TIS/MIS correction, up to 44% rollout "
-    "throughput at learning 'comparable to BF16 baselines' (8B dense, 30B MoE); the mismatch small early and a bias "
+    "throughput at learning 'comparable to BF16 baselines' (dense and MoE models); the mismatch small early and a bias "
     "as the entropy falls (the issue's summary of 2605.13907)",
     (8.0, 60.0), order=52, verdict=verdict, measured=measured, sweep=SWEEP, extract=extract, figure=draw,
     seeds=(0, 1, 2)))
