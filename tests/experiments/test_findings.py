@@ -238,6 +238,8 @@ VERDICT_CASES = [
                   "p99_growth": 1.0}, "not at this scale"),
     (zerorow, {"guarded_died": 0.0, "unguarded_died": 1.0, "unguarded_died_at": 0.0, "unguarded_origin_is_scale": 1.0,
                "guarded_ratio": 1.0}, "reproduced"),
+    (findings.msedn, {**{f"{k}_gain_rht": 2.0 for k in findings.msedn.KINDS}, "gaussian_eden_rht_bias_share": 0.002,
+                      "gaussian_rtn_rht_bias_share": 0.004}, "reproduced"),
 ]
 
 
