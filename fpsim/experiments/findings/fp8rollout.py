@@ -190,8 +190,9 @@ def _seed_mean(rs, key: str) -> list:
 
 
 def extract(runs: dict) -> tuple[dict, dict]:
-    """Seed means at every checkpoint; the numbers are the first and last checkpoints' and the
-    ratios the verdict reads: fp8_kv's p99 over bf16's (at the end) and over its own at step 0."""
+    """Seed means at every checkpoint (the standard error too: the seeds' own, averaged, which is
+    larger than the seed mean's); the numbers are the first and last checkpoints' and the ratios the
+    verdict reads: fp8_kv's p99 over bf16's (at the end) and over its own at step 0."""
     rs = runs["bf16-master"]
     series = {"steps": [int(s) for s in metric(rs[0], "rollout_at")], "entropy": _seed_mean(rs, "entropy")}
     series |= {f"{e}_{s}": _seed_mean(rs, f"{e}_{s}") for e in ENGINES for s in STATS}
@@ -226,7 +227,7 @@ def verdict(numbers: dict) -> tuple[str, str]:
     grows = n["p99_growth"] >= 1.5
     bias = n["fp8_kv_mean_last"] > 2 * n["fp8_kv_se_last"]
     band = (f"{pct(n['fp8_kv_out_tis_last'], 2)} of the tokens leave the truncation band [1/2, 2] after "
-            f"{int(n['steps'])} steps of a 2-layer, 64-wide GPT (the source's 7B+ policies sharpen over long RL runs)")
+            f"{int(n['steps'])} steps of a 2-layer, 64-wide GPT (the source's LLM policies sharpen over long RL runs)")
     head = f"fp8 rollouts lift the p99 |log-ratio| {n['fp8_over_bf16_p99']:.1f}x over a bfloat16 engine's"
     if grows and bias:
         return "reproduced", (f"{head}, and as the entropy falls {pct(fall, 0)} it grows {n['p99_growth']:.1f}x and "
@@ -249,7 +250,7 @@ def draw(ax, series: dict) -> None:
     ax.set_xlabel("bf16 trainer step")
     ax.set_ylabel("log p_rollout - log p_trainer")
     ax2 = ax.twinx()
-    ax2.plot(x, series["entropy"], "g:", marker="s", label="trainer entropy (nats/token)")
+    ax2.plot(x, series["entropy"], ":", color="tab:purple", marker="s", label="trainer entropy (nats/token)")
     ax2.set_ylabel("entropy (nats/token)")
     ax.legend(loc="upper left", fontsize=7)
     ax2.legend(loc="lower right", fontsize=7)
