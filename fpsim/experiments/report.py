@@ -4,6 +4,7 @@ recipe's final loss against the baseline's over several seeds (:func:`format_see
 from __future__ import annotations
 
 import math
+import textwrap
 
 from ..lowp import format_scaling_table
 from ..numerics import mean64
@@ -11,7 +12,7 @@ from ..textable import percent, text_table
 from .recipes import RECIPES, get_recipe
 from .result import Column, RunResult
 
-__all__ = ["format_table", "format_seed_table"]
+__all__ = ["format_table", "format_seed_table", "split_table", "wrap_line"]
 
 
 def _seed_row(by_seed: dict[int, dict[str, RunResult]], name: str, baseline: str) -> list[str]:
@@ -122,15 +123,23 @@ STALLED_LEGEND = ("stalled: parameter entries (masters where there are masters) 
                   "  their update was below half an ulp.")
 
 
-def format_table(results: dict[str, RunResult], baseline: str = "fp32") -> str:
+def format_table(results: dict[str, RunResult], baseline: str = "fp32", width: int | None = None) -> str:
     """The comparison table ``fpsim compare`` prints, with a legend; beside the common columns,
-    the ones the runs' tasks declare (:attr:`RunResult.columns`), and their legend."""
+    the ones the runs' tasks declare (:attr:`RunResult.columns`), and their legend.
+
+    ``width``: the narrow rendering a notebook needs (the labs pass 100, where JupyterLab would
+    wrap a longer line mid-number): the table split by columns into parts that each start with the
+    recipe, the notes and legend wrapped between words, the same cells and words.  None, the
+    default and ``fpsim compare``'s, is the one wide table."""
+    if width is not None and (not isinstance(width, int) or width < 40):
+        raise ValueError(f"width must be an int of at least 40 characters or None, got {width!r}")
     base = results.get(baseline)
     columns = _columns(results)
     cols = ["recipe", "final loss", f"vs {baseline}", *(c.title for c in columns if c.place == "quality"),
             "skipped", "final scale", "act-grad 0s first->last", "weight-grad 0s", "stalled",
             *(c.title for c in columns if c.place == "end"), "time"]
-    lines = text_table(cols, [_run_row(name, r, base, columns) for name, r in results.items()])
+    rows = [_run_row(name, r, base, columns) for name, r in results.items()]
+    lines = text_table(cols, rows) if width is None else split_table(cols, rows, width)
     notes = [f"  {n}: {r.failure}" for n, r in results.items() if r.failure]
     notes += [f"  {n}: {note}" for n, r in results.items() for note in r.notes]
     if notes:
@@ -147,4 +156,35 @@ def format_table(results: dict[str, RunResult], baseline: str = "fp32") -> str:
     if carried:
         lines += [f"  For {', '.join(carried)} a stalled update is not lost: Kahan summation keeps it in the",
                   "  compensation buffer, and stochastic rounding moves the weight by it on average."]
-    return "\n".join(lines)
+    return "\n".join(lines) if width is None else "\n".join(wrap_line(line, width) for line in lines)
+
+
+def split_table(cols: list[str], rows: list[list[str]], width: int, right=()) -> list[str]:
+    """:func:`text_table`'s lines for ``cols`` / ``rows`` (``right``: the right-aligned column
+    indices), split by columns into as many tables as it takes (a blank line between them) for no
+    line to pass ``width``: each part starts with the first column, so every row is still named;
+    a single column wider than ``width`` stays whole."""
+    def part(g):
+        return text_table([cols[c] for c in g], [[r[c] for c in g] for r in rows],
+                          right=[j for j, c in enumerate(g) if c in set(right)])
+
+    groups = [[0]]
+    for i in range(1, len(cols)):
+        if max(map(len, part(groups[-1] + [i]))) > width and len(groups[-1]) > 1:
+            groups.append([0])
+        groups[-1].append(i)
+    out = []
+    for g in groups:
+        out += ([""] if out else []) + part(g)
+    return out
+
+
+def wrap_line(line: str, width: int) -> str:
+    """``line`` broken between words onto lines of at most ``width`` characters, each continuation
+    indented two spaces past the line's own indent (a word longer than that stays whole); the
+    lines of a table (columns two spaces apart) are left as they are."""
+    if len(line) <= width or "   " in line.strip():
+        return line
+    indent = line[:len(line) - len(line.lstrip())]
+    return "\n".join(textwrap.wrap(line.strip(), width, initial_indent=indent, subsequent_indent=indent + "  ",
+                                    break_long_words=False, break_on_hyphens=False))

@@ -17,6 +17,7 @@ Reading the fields (every format fpsim knows, bias = 2**(exponent_bits - 1) - 1)
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,7 @@ from ..formats import FORMATS, UINT_VIEWS, Format, cast, classify, get_format
 __all__ = ["FloatBits", "fields", "from_fields", "show", "bit_figure"]
 
 _UINT = {8 * n: v for n, v in UINT_VIEWS.items()}  # bits -> the unsigned view
+WIDTH = 100  # a printed row fits in this many characters: JupyterLab wraps a longer line mid-number
 _CATEGORY_NAMES = ("zero", "subnormal", "normal", "inf", "nan")
 
 
@@ -100,8 +102,19 @@ class FloatBits:
         return "NaN (float8_e4m3fn: exponent and mantissa all ones)"
 
     def __str__(self) -> str:
-        return (f"{self.format.name:<14} {self.bit_string:<34} {self.hex:<10} {self.category:<9} "
-                f"{self.formula()}")
+        """One row: name, bits, hex, category and formula; where that passes :data:`WIDTH`
+        characters (float32's 32-bit pattern), the formula goes on the next lines, indented under
+        the bits and broken between its terms; float64's 64 bits go on a line of their own."""
+        head = f"{self.format.name:<14} {self.bit_string:<34} {self.hex:<10} {self.category:<9}"
+        row = f"{head} {self.formula()}"
+        if len(row) <= WIDTH:
+            return row
+        pad = " " * 15
+        if len(head.rstrip()) > WIDTH:  # float64's 64 bits: the pattern on a line of its own
+            head = f"{self.format.name:<14} {self.hex:<10} {self.category}\n{pad}{self.bit_string}"
+        formula = textwrap.wrap(self.formula(), WIDTH, initial_indent=pad, subsequent_indent=pad + "  ",
+                                break_long_words=False, break_on_hyphens=False)
+        return "\n".join([head.rstrip(), *formula])
 
 
 def fields(x, fmt, rounding: str = "nearest") -> FloatBits:

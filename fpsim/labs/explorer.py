@@ -187,8 +187,8 @@ def explore(value: float = 0.1, fmt="float16"):
 
     if not widgets_available():
         print(BitExplorer(fmt, value).describe())
-        print("(no widgets here: with ipywidgets in Jupyter each bit is a button to click. In code: "
-              f"BitExplorer({get_format(fmt).name!r}, {value!r}).toggle(i), set_value(x), set_format(name))")
+        print("(no widgets here: with ipywidgets in Jupyter each bit is a button to click. In code:\n"
+              f" BitExplorer({get_format(fmt).name!r}, {value!r}).toggle(i), set_value(x), set_format(name))")
         return None
     _widget(BitExplorer(fmt, value))
     return None

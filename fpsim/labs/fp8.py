@@ -15,8 +15,8 @@ import math
 
 import numpy as np
 
-from ..formats.survival import survival
 from ..formats import cast, get_format
+from ..formats.survival import survival
 from ..lowp import compute_scale
 from ..textable import text_table
 

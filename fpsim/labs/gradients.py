@@ -18,6 +18,8 @@ from ..numerics.scalars import log2_64
 from ..optim import SGD, Adam
 from ..tensor import Tensor, tensor
 
+WIDTH = 100  # what these tables print fits in this many characters (JupyterLab wraps longer lines)
+
 __all__ = ["clone", "fit", "warm_reference", "binade_span", "capture_totals", "monitor_totals", "audit_totals"]
 
 
@@ -125,7 +127,7 @@ def capture_totals(cap, formats=None, scale=None, layers: bool = False) -> str:
     after the slash, the % left subnormal.  ``layers=True`` adds one row per Linear output
     (the tanh outputs carry the same numbers one step later).  ``scale``: multiply first (a loss
     scale), as :meth:`GradientCapture.summary` does."""
-    from ..textable import text_table
+    from ..experiments.report import split_table
 
     summ = cap.summary(scale=scale)
     names = [n for n in summ if formats is None or n in {_fmt_name(f) for f in formats}]
@@ -146,9 +148,10 @@ def capture_totals(cap, formats=None, scale=None, layers: bool = False) -> str:
             s = sum(summ[name][k]["subnormal"] for k in keys)
             cells.append(f"{_pct(f, nz)} / {_pct(s, nz)}")
         rows.append([label, f"{n:,}", *cells])
-    cols = ["gradients", "values", *(f"{n}: flushed / subnormal" for n in names)]
+    cols = ["gradients", "values", *names]
     title = [f"loss scale {scale:g}"] if scale not in (None, 1, 1.0) else []
-    return "\n".join(title + text_table(cols, rows, right=range(1, len(cols))))
+    legend = ["each format's cell: % of the non-zero values flushed to 0 / % left subnormal"] if names else []
+    return "\n".join(title + split_table(cols, rows, WIDTH, right=range(1, len(cols))) + legend)
 
 
 def _fmt_name(f) -> str:

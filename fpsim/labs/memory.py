@@ -56,6 +56,12 @@ def measure_bytes(recipe="fp32") -> dict[str, float]:
     return per
 
 
+def _count(n: float) -> str:
+    """``n`` parameters the way model sizes are written (``1B``, ``7B``, ``125M``), so that the
+    table's last header stays short enough for the table to fit in 100 characters."""
+    return f"{n / 1e9:g}B" if n >= 1e9 else f"{n / 1e6:g}M" if n >= 1e6 else f"{n:,.0f}"
+
+
 def memory_table(recipes=("fp32", "fp16-amp", "fp16-master", "bf16-master", "bf16-kahan", "bf16-pure"),
                  n_params: float = 1e9) -> str:
     """One row per recipe: bytes per parameter of each component (measured), the total, and
@@ -68,5 +74,5 @@ def memory_table(recipes=("fp32", "fp16-amp", "fp16-master", "bf16-master", "bf1
     for name in recipes:
         b = measure_bytes(name)
         rows.append([name, *(f"{b[c]:g}" for c in COMPONENTS), f"{b['total']:g}", f"{b['total'] * n_params / 1e9:,.0f} GB"])
-    cols = ["recipe", *(short[c] for c in COMPONENTS), "bytes/param", f"{n_params:,.0f} params"]
+    cols = ["recipe", *(short[c] for c in COMPONENTS), "bytes/param", f"{_count(n_params)} params"]
     return "\n".join(text_table(cols, rows, right=range(1, len(cols))))

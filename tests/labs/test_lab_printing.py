@@ -70,3 +70,94 @@ def test_a_verdict_the_summary_and_the_prediction_table_fit(capsys):
     assert "not right yet" in out.err and "lab 13: 1 of 3 checks passed" in text and "1 of 1 guesses right" in text
     assert max(len(line) for line in _lines(text)) <= WIDTH
     assert "9.5367431640625e-07" in text  # wrapped between numbers, never inside one
+
+
+def _cells(table_lines: list[str]) -> list[str]:
+    """The cells of a text table's lines (columns two or more spaces apart), headers included."""
+    import re
+
+    return [c for line in table_lines if not set(line) <= {"-", " "} for c in re.split(r"\s{2,}", line.strip()) if c]
+
+
+def test_the_recipe_table_narrow_for_the_labs_keeps_every_cell_and_word():
+    """format_table(width=100), what the labs print: every line within 100 characters, each split
+    part starting with the recipe, and the same cells and words as fpsim compare's wide table, which
+    itself stays as it was (one table, wider than 100 here)."""
+    from helpers import small_task
+
+    from fpsim.experiments import format_table
+    from fpsim.labs import runs
+
+    res = runs.side_by_side(["fp32", "fp16-pure", "fp16-master", "fp16-dynamic"], small_task(), steps=3)
+    wide, narrow = format_table(res), format_table(res, width=WIDTH)
+    assert max(len(line) for line in _lines(wide)) > WIDTH  # the case that needs the narrow form
+    assert max(len(line) for line in _lines(narrow)) <= WIDTH
+    n = len(res) + 2
+    wide_table, narrow_tables = _lines(wide)[:n], narrow.split("\n\n")
+    parts = [p.splitlines()[:n] for p in narrow_tables if p.startswith("recipe")]
+    assert len(parts) >= 2 and all(p[0].startswith("recipe ") for p in parts)
+    for name in res:  # each row named in each part, with the cells of its wide row
+        wide_row = next(line for line in wide_table if line.startswith(name + " "))
+        got = [c for p in parts for line in p if line.startswith(name + " ") for c in _cells([line])[1:]]
+        assert got == _cells([wide_row])[1:], name
+    narrow_lines = _lines(narrow)
+    last = max(i for i, line in enumerate(narrow_lines) if line.startswith("recipe ")) + n
+    assert " ".join(narrow_lines[last:]).split() == " ".join(_lines(wide)[n:]).split()  # notes, legend: every word
+    assert "where it went wrong:" in narrow and "diverged at step 0" in narrow
+    with pytest.raises(ValueError, match="width"):
+        format_table(res, width=10)
+
+
+@pytest.mark.parametrize("x", [1.0, np.pi, 2.0**-24, 1.0251998901367188e-05, -65504.0, 5e-324, float("nan")])
+def test_the_bit_rows_fit_and_keep_the_formula(x):
+    """bits.show: a row whose formula would pass 100 characters puts it on the next lines; the
+    pattern, hex and the decoded value are all still there, unbroken."""
+    from fpsim.labs import bits
+
+    formats = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+    text = bits.show(x, formats=formats)
+    assert max(len(line) for line in _lines(text)) <= WIDTH
+    for fmt in formats:
+        fb = bits.fields(x, fmt)
+        assert fb.bit_string in text and fb.hex in text
+        assert " ".join(fb.formula().split()) in " ".join(str(fb).split())
+        assert repr(fb.value) in str(fb) or fb.category not in ("normal", "subnormal")
+
+
+def test_lab05s_survival_table_and_the_memory_table_fit():
+    """capture_totals (lab 05's per-format flush table, four formats) and memory_table: within 100
+    characters, and each format's flushed share still the one counted here from the gradients."""
+    from helpers import small_task
+
+    from fpsim import nn
+    from fpsim.capture import capture_gradients
+    from fpsim.labs.gradients import capture_totals
+    from fpsim.labs.memory import memory_table
+
+    task = small_task()
+    x = task.data()
+    formats = ["float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"]
+    cap = capture_gradients(task.model(0), nn.mse_loss, x, x, formats=formats)
+    text = capture_totals(cap, layers=True)
+    assert max(len(line) for line in _lines(text)) <= WIDTH
+    nz = np.concatenate([v.ravel() for k, v in cap.grads.items() if k[1] == "activation"])
+    nz = nz[nz != 0].astype(np.float64)
+    for fmt in formats:
+        flushed = 100 * np.mean(fpsim.round_to(nz, fmt) == 0)
+        row = next(line for part in text.split("\n\n") if fmt in part.splitlines()[0]
+                   for line in part.splitlines() if line.startswith("activation gradients, all layers"))
+        assert f"{flushed:.1f}%" in row or (flushed == 0 and " 0% /" in row) or (flushed == 100 and "100% /" in row), fmt
+    table = memory_table(n_params=7e9)
+    assert max(len(line) for line in _lines(table)) <= WIDTH and "7B params" in table and "112 GB" in table
+
+
+def test_wrapped_breaks_sentences_between_words_and_leaves_tables():
+    from fpsim.labs.printing import wrapped
+
+    note = "the baseline fp32 died at step 3: the ratios stop there; " * 4 + str(2.0**-30)
+    table = "recipe        final loss            vs fp32" + " " * 60 + "x"
+    text = wrapped([note, "  " + note, table])
+    lines = _lines(text)
+    assert all(len(line) <= WIDTH for line in lines if line != table) and table in lines
+    assert " ".join(text.split()) == " ".join(f"{note} {note} {table}".split())
+    assert str(2.0**-30) in text and lines[1].startswith("  ") and lines[len(lines) // 2].startswith("  ")
