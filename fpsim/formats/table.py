@@ -105,7 +105,7 @@ class Format:
         hand-built ``Format(..., np.float32, e, m)`` of another layout: their values are held in
         float32 (or float64) arrays, rounded onto the format's grid by :func:`fpsim.cast` (never by
         an ``astype``)."""
-        own = _CARRIER_LAYOUTS.get(self.dtype)
+        own = _CARRIER_LAYOUTS.get(np.dtype(self.dtype))  # a type (np.float32) or a dtype
         return own is None or self._layout() == own
 
     def _layout(self) -> tuple:
