@@ -30,11 +30,11 @@ go through :func:`fpsim.numerics.matmul_f32` (and back exactly in float64), and 
 numpy's PCG64 integers: the same bits on every machine.
 
 At the source's scale: the quantizer's error is a property of one tensor, and this measurement at the
-source's tensor sizes (millions of values) is tens of minutes on a core; Quartet II's training runs (LLMs
-up to 1.9B parameters on 38B tokens, its abstract says, on Blackwell GPUs; about 6 x 1.9e9 x 38e9 = 4e20 FLOPs) would take fpsim's
-engine (about 10^8 float32 operations a second on a core) some 10^5 years, so the miniature asks about
-the quantizer alone.  Not modelled: the source's kernels and how they keep the corrected scales in
-e4m3's range (here a corrected scale past 448 saturates, and is counted).
+source's tensor sizes (millions of values) is tens of minutes on a core; Quartet II's training runs
+(LLMs up to 1.9B parameters on 38B tokens, its abstract says, on Blackwell GPUs; about 6 x 1.9e9 x 38e9
+= 4e20 FLOPs) would take fpsim's engine (about 10^8 float32 operations a second on a core) some 10^5
+years, so the miniature asks about the quantizer alone. Not modelled: the source's kernels and how they
+keep the corrected scales in e4m3's range (here a corrected scale past 448 saturates, and is counted).
 """
 
 from __future__ import annotations
