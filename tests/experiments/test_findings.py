@@ -240,6 +240,7 @@ VERDICT_CASES = [
                "guarded_ratio": 1.0}, "reproduced"),
     (findings.msedn, {**{f"{k}_gain_rht": 2.0 for k in findings.msedn.KINDS}, "gaussian_eden_rht_bias_share": 0.002,
                       "gaussian_rtn_rht_bias_share": 0.004}, "reproduced"),
+    (findings.nvfp4osc, {"osc_share": 0.07, "mid_osc": 0.7, "gap_closed": -0.07}, "partly"),
 ]
 
 
