@@ -197,7 +197,7 @@ def measured(numbers: dict, series: dict) -> str:
             f"{pct(numbers['osc_share_reset'])}); of the oscillating, {pct(numbers['mid_osc'])} sit within 0.1 of "
             f"their bin's midpoint (all weights {pct(numbers['mid_all'])}, even spread 20%); final loss NVFP4 "
             f"{numbers['loss_nvfp4']:.4g}, with the reset {numbers['loss_reset']:.4g}, bf16 {numbers['loss_bf16']:.4g} "
-            f"(the reset closes {pct(numbers['gap_closed'])} of the gap; {int(numbers['seeds'])} seeds)")
+            f"(the reset closes {pct(numbers['gap_closed'])} of the gap; seed means over {int(numbers['seeds'])})")
 
 
 def verdict(numbers: dict) -> tuple[str, str]:
