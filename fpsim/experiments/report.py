@@ -4,6 +4,7 @@ recipe's final loss against the baseline's over several seeds (:func:`format_see
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 
 from ..lowp import format_scaling_table
@@ -12,7 +13,7 @@ from ..textable import percent, text_table
 from .recipes import RECIPES, get_recipe
 from .result import Column, RunResult
 
-__all__ = ["format_table", "format_seed_table", "split_table", "wrap_line"]
+__all__ = ["format_table", "format_seed_table", "split_table", "split_table_text", "wrap_line"]
 
 
 def _seed_row(by_seed: dict[int, dict[str, RunResult]], name: str, baseline: str) -> list[str]:
@@ -156,7 +157,8 @@ def format_table(results: dict[str, RunResult], baseline: str = "fp32", width: i
     if carried:
         lines += [f"  For {', '.join(carried)} a stalled update is not lost: Kahan summation keeps it in the",
                   "  compensation buffer, and stochastic rounding moves the weight by it on average."]
-    return "\n".join(lines) if width is None else "\n".join(wrap_line(line, width) for line in lines)
+    return "\n".join(lines) if width is None else "\n".join(wrap_line(part, width) for line in lines
+                                                       for part in split_table_text(line, width).split("\n"))
 
 
 def split_table(cols: list[str], rows: list[list[str]], width: int, right=()) -> list[str]:
@@ -179,11 +181,32 @@ def split_table(cols: list[str], rows: list[list[str]], width: int, right=()) ->
     return out
 
 
+def split_table_text(text: str, width: int) -> str:
+    """``text`` holding one table as :func:`text_table` prints it (optional title lines, a header,
+    a rule of dashes, rows up to the first blank line, anything after passed through), with the
+    table split by columns as :func:`split_table` does when a line passes ``width``; the rule's
+    dashes give each column's span, a right-aligned column stays right-aligned.  Text with no
+    such table, or one that fits, comes back as it was."""
+    lines = text.split("\n")
+    rule = next((i for i, line in enumerate(lines) if line.strip() and set(line) <= {"-", " "}), 0)
+    if rule == 0 or max(map(len, lines)) <= width:
+        return text
+    end = next((i for i in range(rule + 1, len(lines)) if not lines[i].strip()), len(lines))
+    spans = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[rule])]
+    table = [lines[rule - 1], *lines[rule + 1:end]]
+    cells = [[line[a:b] for a, b in spans] for line in table]
+    full = cells[1:]
+    right = [j for j in range(len(spans)) if all(r[j] == r[j].rstrip() for r in full if r[j].strip())
+             and any(r[j][:1] == " " for r in full if r[j].strip())]
+    rows = [[c.strip() for c in row] for row in cells]
+    return "\n".join([*lines[:rule - 1], *split_table(rows[0], rows[1:], width, right), *lines[end:]])
+
+
 def wrap_line(line: str, width: int) -> str:
     """``line`` broken between words onto lines of at most ``width`` characters, each continuation
     indented two spaces past the line's own indent (a word longer than that stays whole); the
-    lines of a table (columns two spaces apart) are left as they are."""
-    if len(line) <= width or "   " in line.strip():
+    lines of a table (columns two spaces apart, its rule of dashes) are left as they are."""
+    if len(line) <= width or "   " in line.strip() or set(line) <= {"-", " "}:
         return line
     indent = line[:len(line) - len(line.lstrip())]
     return "\n".join(textwrap.wrap(line.strip(), width, initial_indent=indent, subsequent_indent=indent + "  ",

@@ -53,7 +53,7 @@ def survival_table(tensors: dict, formats=("float8_e4m3fn", "float8_e5m2")) -> s
     kept with it; and the median relative error of the kept values after :func:`fp8_round_trip`
     (what fp8's few significant bits cost).  Keys may be strings or tuples (joined with '.')."""
     names = [get_format(f).name for f in formats]
-    cols = ["tensor", "format", "kept, no scale", "per-tensor scale", "kept, scaled", "median rel. error"]
+    cols = ["tensor", "format", "kept, no scale", "per-tensor scale", "kept, scaled", "median rel. err"]
     rows = []
     for key, v in tensors.items():
         label = key if isinstance(key, str) else ".".join(str(k) for k in key if k)

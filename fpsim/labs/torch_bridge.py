@@ -25,6 +25,7 @@ from ..experiments import ReferenceTask
 from ..formats import get_format
 from ..optim import Adam
 from ..tensor import tensor
+from .printing import wrapped
 
 __all__ = ["torch_available", "TrainTrace", "Bridge", "fpsim_amp_run", "torch_amp_run", "compare_with_torch"]
 
@@ -184,9 +185,10 @@ class Bridge:
         n = len(rd)
         sk = [i for i, s in enumerate(self.ours.skipped) if s]
         tk = [i for i, s in enumerate(self.torch.skipped) if s]
-        return "\n".join([
+        return wrapped([
             f"{n} steps, autocast {self.dtype}: losses agree to a relative {rd.max():.1e} at worst "
-            f"(median {np.median(rd):.1e}); the first step (same weights, same data) to {rd[0]:.1e}",
+            f"(median {np.median(rd):.1e});",
+            f"  the first step (same weights, same data) to {rd[0]:.1e}",
             f"scale at every step identical: {self.same_scales}; skipped steps fpsim {sk}, PyTorch {tk}",
         ])
 

@@ -161,3 +161,24 @@ def test_wrapped_breaks_sentences_between_words_and_leaves_tables():
     assert all(len(line) <= WIDTH for line in lines if line != table) and table in lines
     assert " ".join(text.split()) == " ".join(f"{note} {note} {table}".split())
     assert str(2.0**-30) in text and lines[1].startswith("  ") and lines[len(lines) // 2].startswith("  ")
+
+
+def test_a_printed_table_is_split_by_its_rule_as_the_cells_would_be():
+    """split_table_text (what wrapped() does to the monitor's and the fp8 scale tables in labs 08
+    and 12) gives the parts split_table makes from the cells themselves, right alignment kept;
+    the title and the text after the table pass through, and a table that fits is left alone."""
+    from fpsim.experiments.report import split_table, split_table_text
+    from fpsim.labs.printing import wrapped
+    from fpsim.textable import text_table
+
+    cols = ["tensor", "format", "scale", "saturated (last step)", "flushed to 0 (last step)", "saturated (all)",
+            "flushed (all)"]
+    rows = [["6.input", "float8_e4m3fn", "2^9", "0", "0", "0", "55 (0.00%)"],
+            ["", "float8_e5m2", "2^33", "12", "0", "1 (0.00%)", "0"]]
+    right = range(2, len(cols))
+    text = "\n".join(["a title", *text_table(cols, rows, right=right), "", "what the columns mean"])
+    assert max(len(line) for line in _lines(text)) > 80
+    split = split_table_text(text, 80)
+    assert _lines(split) == ["a title", *split_table(cols, rows, 80, right=right), "", "what the columns mean"]
+    assert max(len(line) for line in _lines(split)) <= 80 and split_table_text(text, 200) == text
+    assert wrapped(text, 80) == split
