@@ -19,6 +19,10 @@ from fpsim.formats.blockfast import fake_quantize  # noqa: E402
 from fpsim.numerics import compiled  # noqa: E402
 from fpsim.numerics.compiled import use_compiled  # noqa: E402
 
+# FPSIM_NUMBA=0 turns the compiled path off for the process: there is nothing here to compare then
+# (the numpy path these tests compare against is what the rest of the suite runs on)
+pytestmark = pytest.mark.skipif(not compiled.enabled(), reason="the compiled path is off (FPSIM_NUMBA=0)")
+
 CASES = [("mxfp8_e4m3", {}), ("mxfp8_e5m2", {"scale_rounding": "floor"}), ("mxfp6_e2m3", {}), ("mxfp6_e3m2", {}),
          ("mxfp4_e2m1", {}), ("mxfp4_e2m1", {"block": 8}), ("nvfp4", {}), ("nvfp4", {"block": (16, 16)}),
          ("fp8_block", {}), ("fp8_block", {"block": (128, 128), "pow2_scales": True})]

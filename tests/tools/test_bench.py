@@ -211,6 +211,11 @@ def test_kernel_rows_time_each_rounding_on_both_paths(quick):
     assert floor["seconds"] > 0 and floor["peer_seconds"] > 0 and "ns a value" in floor["note"]
     assert [r["name"] for r in rest] == [f"10^4 {label}" for label in KERNEL_CASES]
     assert any("f32_to_f16" in c for c in KERNEL_CASES) and any("nvfp4" in c for c in KERNEL_CASES)
+    from fpsim.numerics import compiled
+
+    if not compiled.enabled():  # FPSIM_NUMBA=0 or no numba: every kernel row says why it is not timed
+        assert all(r["seconds"] is None and "the compiled path is off" in r["skipped"] for r in rest)
+        return
     for r in rest:
         assert r["peer"] == "the same, numpy path" and r["seconds"] > 0 and r["peer_seconds"] > 0, r["name"]
         assert r["target"] == "<= 0.5 ns a value" and r["limit"] is None
