@@ -174,6 +174,34 @@ def test_bench_labs_names_each_failing_lab_and_still_times_the_others(tmp_path):
                     "to be JSON: 'not json')"]
 
 
+def test_bench_labs_unknown_name_is_a_usage_error_naming_it_and_the_labs(capsys):
+    """``bench --labs NOSUCH`` exited 1 after trying to run it; now argparse's code 2, one line, nothing run."""
+    pytest.importorskip("nbclient")
+    pytest.importorskip("nbformat")
+    from fpsim.tools.bench.labtime import lab_paths
+    from fpsim.tools.cli import main
+
+    assert main(["bench", "--labs", "NOSUCH"]) == 2
+    out, err = capsys.readouterr()
+    known = ", ".join(p.stem for p in lab_paths())
+    assert out == "" and err == (f"fpsim bench: error: --labs NOSUCH: no such notebook, nor a lab of that number or "
+                                 f"name; the labs are {known} (name one by number, name or path)\n")
+    assert "01_anatomy_of_a_float" in known
+
+
+def test_bench_labs_names_a_lab_by_number_name_or_file(tmp_path):
+    from fpsim.tools.bench.labtime import resolve_labs
+
+    for n in ("01_a.ipynb", "08_b.ipynb", "notes.ipynb"):
+        (tmp_path / n).write_text("{}")
+    other = tmp_path / "notes.ipynb"
+    assert resolve_labs(["8", "01", "08_b", "01_a.ipynb", other], tmp_path) == [
+        tmp_path / "08_b.ipynb", tmp_path / "01_a.ipynb", tmp_path / "08_b.ipynb", tmp_path / "01_a.ipynb", other]
+    with pytest.raises(ValueError, match=r"^--labs 3: no such notebook, nor a lab of that number or name; the labs are "
+                                         r"01_a, 08_b \(name one by number, name or path\)$"):
+        resolve_labs(["8", "3"], tmp_path)
+
+
 # -- audit: hostile files name the file and the tensor; memory bounded by the declared shapes -----
 
 def _npz_declaring(path, shape, data: bytes):

@@ -447,9 +447,10 @@ def add_arguments(p) -> None:
                    help=f"which sections to run (default all: {' '.join(SECTIONS)})")
     p.add_argument("--repeats", type=int, default=None, help="timed samples per measurement (default 9)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--labs", nargs="*", metavar="NOTEBOOK", default=None,
-                   help="instead of the table: run every lab notebook (or the ones named) in a fresh kernel and "
-                        "print how long each took and its slowest cell (needs nbclient, from [labs] or [test])")
+    p.add_argument("--labs", nargs="*", metavar="LAB", default=None,
+                   help="instead of the table: run every lab notebook (or the ones named: a number, a lab's name or "
+                        "a notebook's path) in a fresh kernel and print how long each took and its slowest cell "
+                        "(needs nbclient, from [labs] or [test])")
     p.add_argument("--profile", action="store_true",
                    help="instead of the table: where one training step's time goes, per recipe (GEMMs, rounding, "
                         "widening, reductions, optimizer, scaler, Python), as shares of the step")

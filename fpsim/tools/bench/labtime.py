@@ -19,7 +19,7 @@ from typing import NamedTuple
 from ... import state
 from ..labs_files import notebook_dir
 
-__all__ = ["LabTime", "CellTime", "LabFailed", "lab_paths", "time_lab", "time_labs", "timing_table",
+__all__ = ["LabTime", "CellTime", "LabFailed", "lab_paths", "resolve_labs", "time_lab", "time_labs", "timing_table",
            "print_lab_times", "kernel_environment"]
 
 
@@ -53,6 +53,33 @@ def lab_paths(directory=None) -> list[Path]:
     has (``fpsim.tools.labs_files.notebook_dir``: a wheel's or a checkout's)."""
     d = Path(directory) if directory is not None else notebook_dir()
     return sorted(d.glob("[0-9][0-9]_*.ipynb"))
+
+
+def resolve_labs(names, directory=None) -> list[Path]:
+    """The notebooks ``fpsim bench --labs NAME ...`` names: a NAME that is a file is that file; any
+    other is one of :func:`lab_paths` by number (``8``, ``08``), by name (``08_fp8_in_miniature``)
+    or by file name (``08_fp8_in_miniature.ipynb``).  A NAME that is neither is a ValueError, before
+    anything runs, naming it and the labs there are."""
+    paths = None
+    out = []
+    for name in names:
+        text = str(name)
+        if Path(text).is_file():
+            out.append(Path(text))
+            continue
+        if paths is None:
+            try:
+                paths = lab_paths(directory)
+            except ValueError:  # this fpsim has no labs: only files can be named
+                paths = []
+        key = text[:-len(".ipynb")] if text.endswith(".ipynb") else text
+        match = [p for p in paths if p.stem == key or (key.isdigit() and int(key) == int(p.name[:2]))]
+        if not match:
+            known = ", ".join(p.stem for p in paths) or "none here"
+            raise ValueError(f"--labs {text}: no such notebook, nor a lab of that number or name; the labs are "
+                             f"{known} (name one by number, name or path)")
+        out.append(match[0])
+    return out
 
 
 def _seconds(meta: dict) -> float | None:
@@ -140,13 +167,14 @@ def timing_table(times) -> str:
 def print_lab_times(paths=None, as_json: bool = False) -> int:
     """``fpsim bench --labs``: time every lab (or ``paths``) and print the table, or strict JSON.
     A lab that fails is one line on stderr naming it and its cell, the others still run; the
-    exit status is then 1."""
+    exit status is then 1.  A name that is no notebook and no lab (:func:`resolve_labs`) is a
+    ValueError before any lab runs (the command's usage error, exit 2)."""
     import sys
 
     from ..jsonout import dumps
 
     _notebook_modules()
-    paths = lab_paths() if paths is None else [Path(p) for p in paths]
+    paths = lab_paths() if paths is None else resolve_labs(paths)
     times, failed = [], []
     for p in paths:
         try:
