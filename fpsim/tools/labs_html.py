@@ -202,13 +202,31 @@ def _index(done: list, failed: list) -> str:
             + (f"<h2>Failed</h2>\n<ul>{bad}</ul>\n" if failed else "") + "</body></html>\n")
 
 
+def _html_folder(out_dir) -> Path:
+    """``--html DIR`` made (if missing) and checked writable before any lab runs; a file there, or a
+    folder that cannot be made or written, is one ValueError saying so."""
+    import tempfile
+
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--html {out_dir}: that is a file; --html wants a folder (made if missing) to write "
+                         "NN_name.html and index.html into")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".fpsim-", suffix=".tmp"):
+            pass  # a file can be made there (and is gone again): the pages will be
+    except OSError as e:
+        raise ValueError(f"--html {out_dir}: cannot write a folder there ({e.strerror or e}); --html wants a "
+                         "folder (made if missing) to write NN_name.html and index.html into") from None
+    return out_dir
+
+
 def write_labs(paths: list[Path], out_dir, err=None) -> int:
     """Run each lab of ``paths``, write its HTML into ``out_dir`` and the index; one line per lab
     on ``err`` (default: stderr).  Returns 0, or 1 if a lab failed (the others are still written)."""
     _modules()
     err = err or sys.stderr
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = _html_folder(out_dir)
     done, failed = [], []
     for k, path in enumerate(paths, 1):
         print(f"[{k}/{len(paths)}] running {path.name}", file=err, flush=True)  # a kernel may write lines too
