@@ -15,11 +15,15 @@ fake_quantize and the block-scaled Linear ask of a format.  The arithmetic of ea
 - :data:`FLOAT32_BLOCK_SCALE` (DeepSeek-V3's fp8 blocks): a float32 scale per block, the element's max
   over the amax, optionally cut to a power of two.
 
-A new rule is a subclass with these methods; a new block format with an existing rule is one
+A new rule subclasses :class:`ScaleRule` (an abstract base class) and defines ``scales`` and
+``decode``; a subclass that lacks either cannot be built (a TypeError naming the missing method).  A new
+block format with an existing rule is one
 ``BlockFormat`` record (docs/pipeline.md, "Adding a format").
 """
 
 from __future__ import annotations
+
+import abc
 
 import numpy as np
 
@@ -35,8 +39,9 @@ SCALE_ROUNDINGS = bs.SCALE_ROUNDINGS
 _U32, _F32 = np.uint32, np.float32
 
 
-class ScaleRule:
+class ScaleRule(abc.ABC):
     """How a block format's scales are found and read; the base takes no ``scale_rounding``.
+    Abstract: a rule defines :meth:`scales` and :meth:`decode`.
 
     Fields: ``name`` (the rule's family name: ``mx``, ``nvfp4``, ``fp8_block``), ``roundings`` (the
     ``scale_rounding`` names it takes; empty: none), ``pow2_scales`` (whether quantize's
@@ -59,19 +64,19 @@ class ScaleRule:
                              "scale rule")
         return None
 
+    @abc.abstractmethod
     def scales(self, elem: Format, amax, scale_rounding, pow2: bool, xb=None, expand=None, axes=None):
         """(stored scales, encode factor, decode factor, the tensor's decode factor or None) per block,
         from the float32 ``amax`` of each block (``xb``: the blocked elements, for rules that look
         at them; ``expand`` broadcasts a per-block array against them, ``axes`` are the block axes)."""
-        raise NotImplementedError
 
     def factors(self, elem: Format, amax, scale_rounding, pow2: bool):
         """(encode factor, decode factor) per block: what fake quantization multiplies by."""
         return self.scales(elem, amax, scale_rounding, pow2)[1:3]
 
+    @abc.abstractmethod
     def decode(self, scales: np.ndarray, tensor_scale) -> np.ndarray:
         """The float32 factor each block's elements are multiplied by, from the stored scales alone."""
-        raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"<scale rule {self.name}>"

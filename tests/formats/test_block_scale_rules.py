@@ -85,3 +85,23 @@ def test_what_a_rule_takes_is_a_field():
         quantize(np.ones(128, np.float32), FP8_BLOCK_E5M2, scale_rounding="floor")
     with pytest.raises(ValueError, match="unknown scale_rounding 'up'; known: floor, ceil"):
         quantize(np.ones(32, np.float32), MXFP8_E3M4, scale_rounding="up")
+
+
+def test_a_rule_that_forgets_a_method_fails_at_construction():
+    class NoDecode(ScaleRule):
+        name = "no_decode"
+
+        def scales(self, elem, amax, scale_rounding, pow2, xb=None, expand=None, axes=None):
+            return amax, amax, amax, None
+
+    class Whole(NoDecode):
+        def decode(self, scales, tensor_scale):
+            return scales
+
+    with pytest.raises(TypeError, match="abstract class NoDecode .*abstract method '?decode"):  # 3.12 quotes it
+        NoDecode()
+    with pytest.raises(TypeError, match="abstract methods '?decode'?, '?scales"):
+        ScaleRule()
+    assert Whole().decode(np.float32([2.0]), None) == np.float32(2.0)
+    assert ScaleRule.__abstractmethods__ == frozenset({"scales", "decode"})
+    assert all(type(r).__abstractmethods__ == frozenset() for r in (E8M0_SCALE, NVFP4_SCALE, FLOAT32_BLOCK_SCALE))
