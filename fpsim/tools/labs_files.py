@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-__all__ = ["notebook_dir", "lab_files", "copy_labs", "LAB_GLOB"]
+__all__ = ["notebook_dir", "lab_files", "copy_labs", "notebook_client", "LAB_GLOB"]
 
 LAB_GLOB = "[0-9][0-9]_*.ipynb"  # a lab is NN_name.ipynb
 
@@ -42,6 +42,24 @@ def lab_files(directory=None) -> list[Path]:
         if not d.is_dir():
             raise ValueError(f"--labs-dir: {d} is not a folder")
     return sorted(d.glob(LAB_GLOB))
+
+
+def notebook_client(nb, **kwargs):
+    """An ``nbclient.NotebookClient`` for ``nb`` (``kwargs`` as nbclient takes them) whose kernel
+    manager gives the kernel CurveZMQ keys where jupyter_client, pyzmq and the kernel support them
+    (``KernelManager.transport_encryption = "auto"``, jupyter_client >= 8.10): its messages are then
+    encrypted, and ipykernel (>= 7.4) does not log "Kernel is running over TCP without encryption"
+    for every lab.  Older versions neither offer the keys nor log the warning: the client is nbclient's
+    own."""
+    import nbclient
+    import zmq
+    from jupyter_client.manager import KernelManager
+    from traitlets.config import Config
+
+    config = Config()
+    if "transport_encryption" in KernelManager.class_trait_names() and zmq.has("curve"):
+        config.KernelManager.transport_encryption = "auto"  # keys only for a kernelspec that declares curve
+    return nbclient.NotebookClient(nb, config=config, **kwargs)
 
 
 def copy_labs(paths: list[Path], target, overwrite: bool = False) -> tuple[list[Path], list[Path]]:

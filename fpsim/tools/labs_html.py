@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import state
-from .labs_files import copy_labs, lab_files
+from .labs_files import copy_labs, lab_files, notebook_client
 
 # add_arguments too, for the CLI's table of tools (as every tool has)
 __all__ = ["main", "lab_files", "select_labs", "run_lab", "title_of", "write_html", "write_labs", "LabError",
@@ -109,14 +109,14 @@ def run_lab(path: Path, kernel_name: str = "python3"):
     """The notebook at ``path``, run top to bottom in a fresh kernel (its folder as working
     directory, matplotlib's Agg, no widgets); a :class:`LabError` naming the lab and the cell
     if one raises, times out or kills the kernel."""
-    nbformat, nbclient, _ = _modules()
+    nbformat, _, _ = _modules()
     try:
         nb = nbformat.read(path, as_version=4)
     except Exception as e:  # missing, not JSON, not a notebook
         raise LabError(f"{path.name}: not a readable notebook ({type(e).__name__}: {str(e).splitlines()[0][:200]})") \
             from None
-    client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name=kernel_name,
-                                     resources={"metadata": {"path": str(path.parent)}})
+    client = notebook_client(nb, timeout=CELL_TIMEOUT, kernel_name=kernel_name,
+                             resources={"metadata": {"path": str(path.parent)}})
     env = {"MPLBACKEND": os.environ.get("MPLBACKEND") or "Agg", "FPSIM_LABS_NO_WIDGETS": "1"}
     with state.environment(env):
         try:

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from fpsim.tools.bench.labtime import kernel_environment
+from fpsim.tools.labs_files import notebook_client
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -141,8 +142,8 @@ def _execute(path: Path) -> LabRun:
     lab = _lab_number(path)
     wrong = _wrong_answers(lab)
     checks = _exercise_of_each_check(nb)
-    client = nbclient.NotebookClient(nb, timeout=240, kernel_name="python3",
-                                     resources={"metadata": {"path": str(path.parent)}})
+    client = notebook_client(nb, timeout=240, kernel_name="python3",
+                             resources={"metadata": {"path": str(path.parent)}})
     with kernel_environment():  # Agg, and no widgets: one would swallow an error the test must see
         return _execute_in_kernel(client, nb, path, lab, wrong, checks)
 
@@ -323,8 +324,8 @@ def test_the_pytorch_labs_skip_cleanly_without_pytorch(tmp_path, lab, exercises)
         pytest.skip(f"no lab {lab}")
     (tmp_path / "sitecustomize.py").write_text(_HIDE_TORCH)
     nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=240, kernel_name="python3",
-                                     resources={"metadata": {"path": str(path.parent)}})
+    client = notebook_client(nb, timeout=240, kernel_name="python3",
+                             resources={"metadata": {"path": str(path.parent)}})
     with kernel_environment(PYTHONPATH=os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)):
         client.execute()
     text = "".join(_outputs_text(c.get("outputs", [])) for c in nb.cells if c.cell_type == "code")

@@ -43,3 +43,25 @@ def test_labs_html_under_a_file_or_in_a_read_only_folder_is_one_line(tmp_path, c
     assert capsys.readouterr().err.startswith(f"fpsim labs: error: --html {ro}: cannot write a folder there "
                                               "(Permission denied)")
     assert list(ro.iterdir()) == []
+
+
+@pytest.mark.parametrize("runner", ["bench --labs", "labs --html"])
+def test_a_lab_kernel_runs_without_the_unencrypted_tcp_warning(tmp_path, capfd, runner):
+    """ipykernel >= 7.4 logged "Kernel is running over TCP without encryption" (on the kernel's
+    stderr, which is ours) for every lab: the kernel manager now provisions CurveZMQ keys."""
+    import nbformat
+
+    from fpsim.tools.bench.labtime import time_lab
+    from fpsim.tools.labs_html import run_lab
+
+    path = tmp_path / "01_one.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("print(6 * 7)")]
+    nbformat.write(nb, path)
+    if runner == "bench --labs":
+        t, cells = time_lab(path)
+        assert t.name == "01_one.ipynb" and len(cells) == 1
+    else:
+        assert run_lab(path).cells[0].outputs[0]["text"] == "42\n"  # the kernel ran, encrypted or not
+    out, err = capfd.readouterr()
+    assert "without encryption" not in err and "WARNING" not in err, err

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ... import state
-from ..labs_files import notebook_dir
+from ..labs_files import notebook_client, notebook_dir
 
 __all__ = ["LabTime", "CellTime", "LabFailed", "lab_paths", "resolve_labs", "time_lab", "time_labs", "timing_table",
            "print_lab_times", "kernel_environment"]
@@ -120,14 +120,14 @@ def time_lab(path, timeout: int = 600, kernel_name: str = "python3") -> tuple[La
     time it.  Returns the :class:`LabTime` and one :class:`CellTime` per code cell.  A notebook
     that cannot be read, or a kernel that does not exist, is a ValueError naming it; a cell that
     raises (or times out, or kills the kernel) is a :class:`LabFailed` naming the lab and cell."""
-    nbclient, nbformat = _notebook_modules()
+    _, nbformat = _notebook_modules()
     path = Path(path)
     try:
         nb = nbformat.read(path, as_version=4)
     except Exception as e:  # missing, not JSON, not a notebook
         raise ValueError(f"{path}: not a readable notebook ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
-    client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, record_timing=True,
-                                     resources={"metadata": {"path": str(path.parent)}})
+    client = notebook_client(nb, timeout=timeout, kernel_name=kernel_name, record_timing=True,
+                             resources={"metadata": {"path": str(path.parent)}})
     with kernel_environment():
         t0 = time.perf_counter()
         try:
