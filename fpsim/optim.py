@@ -49,7 +49,7 @@ from .checks import check_finite, is_integer, is_real
 from .formats import F32, default_rng, get_format
 from .formats.survival import is_float_dtype
 from .numerics.scalars import powi
-from .optim_state import get_state_format
+from .optim_state import STORED_PARTS, Stored, get_state_format, rng_from_words, rng_words, stored_entries, stored_state
 from .statedict import Problems
 from .tensor import Tensor, no_grad, round_result, tensor
 
@@ -172,16 +172,23 @@ class Optimizer:
     # -- state ----------------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
-        """Flat name -> array (storage dtype) map: step count, master weights, per-param state."""
-        if self.state_format is not None:
-            raise NotImplementedError(f"state_dict: state held in state_format {self.state_format.name!r} (codes and "
-                                      "scales) is not saved yet; train without state_format to checkpoint")
+        """Flat name -> array (storage dtype) map: step count, master weights, per-param state.  State
+        held in ``state_format``: its name, and each stored tensor as ``state.i.name.codes`` (and
+        ``.scales`` / ``.k`` where the format keeps them), the codes bit for bit."""
         out = {"optimizer": type(self).__name__, "step_count": self.step_count}
+        if self.state_format is not None:
+            out["state_format"] = self.state_format.name
+        if self._rng is not None and (self.update_rounding == "stochastic" or self.state_format is not None
+                                      and self.state_format.rounding == "stochastic"):
+            out["rng_state"] = rng_words(self._rng)  # the draws a resumed run makes next
         for i, t in enumerate(self.master_params()):
             if self.master is not None:
                 out[f"master.{i}"] = t.numpy().copy()
             for k, v in self.state[i].items():
-                out[f"state.{i}.{k}"] = v.numpy().copy() if isinstance(v, Tensor) else v
+                if isinstance(v, Stored):
+                    out.update(stored_entries(f"state.{i}.{k}", v))
+                else:
+                    out[f"state.{i}.{k}"] = v.numpy().copy() if isinstance(v, Tensor) else v
         return out
 
     def load_state_dict(self, sd: dict) -> None:
@@ -189,14 +196,18 @@ class Optimizer:
         want_master = {f"master.{i}": p.shape for i, p in enumerate(self.params)} if self.master else {}
         problems = Problems("optimizer load_state_dict", "optimizer")
         problems.check_keys(sd, required=["step_count", *want_master],
-                            allowed=lambda k: k.startswith("state.") or k == "optimizer")
+                            allowed=lambda k: k.startswith("state.") or k in ("optimizer", "state_format", "rng_state"))
         for k, s in want_master.items():
             if k in sd:
                 problems.check_shape(k, sd[k], s)
         self._check_kind(sd, problems)
+        stored = stored_state(sd, self.state_format, [p.shape for p in self.params], problems)
+        rng = rng_from_words(sd["rng_state"], "rng_state", problems) if "rng_state" in sd else self._rng
         for k in sd:
             if k.startswith("state."):
                 parts = k.split(".")
+                if len(parts) == 4 and parts[3] in STORED_PARTS and self.state_format is not None:
+                    continue  # checked by stored_state
                 if len(parts) != 3 or not parts[1].isdigit() or int(parts[1]) >= len(self.params):
                     problems.unexpected.append(k)
                 elif isinstance(sd[k], np.ndarray):
@@ -205,16 +216,17 @@ class Optimizer:
         new_state: list[dict] = [{} for _ in self.params]
         targets = self.master_params()
         for k, v in sd.items():
-            if k.startswith("state."):
+            if k.startswith("state.") and k.count(".") == 2:
                 _, i, name = k.split(".")
                 t = targets[int(i)]
                 new_state[int(i)][name] = tensor(v, t.fmt, backend=t.backend) if isinstance(v, np.ndarray) else v
+        for (i, name), st in stored.items():
+            new_state[i][name] = st
         if self.master is not None:
             for i, m in enumerate(self.master):
                 m.data = tensor(sd[f"master.{i}"], F32, backend=m.backend).data
-        self.state = new_state
+        self.state, self._rng = new_state, rng
         self.step_count = int(sd["step_count"])
-
 
     def _check_kind(self, sd: dict, problems: Problems) -> None:
         """The state must be this optimizer's: saved by the same type (where the state dict says),
@@ -229,7 +241,10 @@ class Optimizer:
             i, _, name = k.removeprefix("state.").partition(".")
             if not k.startswith("state."):
                 continue
-            if name == "step" and not (is_integer(v) and v >= 0):
+            name, _, part = name.partition(".")  # a part (codes, scales, k) of a state held in state_format
+            if part:
+                pass  # checked by stored_state
+            elif name == "step" and not (is_integer(v) and v >= 0):
                 problems.add(f"{k} must be an integer >= 0, got {v!r}")
             elif name != "step" and not (isinstance(v, np.ndarray) and is_float_dtype(v.dtype)):
                 problems.add(f"{k} must be an array of floats, got {getattr(v, 'dtype', type(v).__name__)}")

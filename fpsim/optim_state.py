@@ -42,7 +42,8 @@ from .numerics import exp_f32, log_f32
 from .numerics.scalars import log64
 from .tensor import round_result
 
-__all__ = ["STATE_FORMATS", "StateFormat", "Stored", "bytes_per_value", "dynamic_map", "get_state_format"]
+__all__ = ["STATE_FORMATS", "StateFormat", "Stored", "bytes_per_value", "dynamic_map", "get_state_format",
+           "stored_entries", "stored_state", "rng_words", "rng_from_words"]
 
 E4M3 = get_format("float8_e4m3fn")
 BF16 = get_format("bfloat16")
@@ -255,6 +256,95 @@ def get_state_format(name) -> StateFormat | None:
     if name not in STATE_FORMATS:
         raise ValueError(f"unknown state_format {name!r}; known: {', '.join(STATE_FORMATS)}")
     return STATE_FORMATS[name]
+
+
+STORED_PARTS = ("codes", "scales", "k")  # a Stored's arrays, as an optimizer's state dict names them
+
+
+def stored_entries(key: str, st: Stored) -> dict:
+    """``st`` as state-dict entries (copies): ``key.codes``, and ``key.scales`` / ``key.k`` where
+    the format keeps them - the codes in their own dtype (bfloat16, int8, uint8, e4m3), bit for bit."""
+    return {f"{key}.{part}": getattr(st, part).copy() for part in STORED_PARTS if getattr(st, part) is not None}
+
+
+def stored_from_entries(sd: dict, key: str, fmt: StateFormat, shape, signed: bool, problems) -> Stored | None:
+    """The :class:`Stored` that :func:`stored_entries` wrote under ``key``, for a state of ``shape``
+    in ``fmt`` (``signed=False``: the second moment).  Each entry must have the dtype and shape
+    that ``fmt`` stores for such a state (none missing, none extra); what does not is added to
+    ``problems`` (a :class:`fpsim.statedict.Problems`) and None returned."""
+    want = fmt.zeros(shape, signed)
+    ok = True
+    for part in STORED_PARTS:
+        ref, k = getattr(want, part), f"{key}.{part}"
+        v = sd.get(k)
+        if ref is None and v is not None:
+            problems.add(f"{k}: state_format {fmt.name!r} keeps no {part}")
+        elif ref is not None and not (isinstance(v, np.ndarray) and v.dtype == ref.dtype and v.shape == ref.shape):
+            got = "nothing" if v is None else f"{getattr(v, 'dtype', type(v).__name__)} {np.shape(v)}"
+            problems.add(f"{k} must be {ref.dtype} {ref.shape} in state_format {fmt.name!r}, got {got}")
+        else:
+            continue
+        ok = False
+    if not ok:
+        return None
+    parts = {part: None if getattr(want, part) is None else np.array(sd[f"{key}.{part}"]) for part in STORED_PARTS}
+    return Stored(parts["codes"], tuple(shape), parts["scales"], parts["k"], fmt)
+
+
+def stored_state(sd: dict, fmt: StateFormat | None, shapes: list, problems) -> dict:
+    """The state an optimizer's ``state_dict`` holds in ``fmt`` (its ``state_format``; None: none),
+    as ``(i, name) -> Stored`` for parameter ``i`` of shape ``shapes[i]``.  The state dict must name
+    the same ``state_format``; each stored tensor is checked by :func:`stored_from_entries`, and a
+    ``scales`` / ``k`` entry without its codes is a problem."""
+    mine = None if fmt is None else fmt.name
+    saved = sd.get("state_format")
+    if saved != mine:
+        problems.add(f"the state was saved with state_format {saved!r}, this optimizer keeps {mine!r}")
+        return {}
+    out, parts_seen = {}, []
+    for k in sd:
+        parts = k.split(".")
+        if mine is None or len(parts) != 4 or parts[0] != "state" or parts[3] not in STORED_PARTS:
+            continue
+        if not parts[1].isdigit() or int(parts[1]) >= len(shapes):
+            problems.unexpected.append(k)
+        elif parts[3] == "codes":
+            i, name = int(parts[1]), parts[2]
+            out[i, name] = stored_from_entries(sd, f"state.{i}.{name}", fmt, shapes[i], name != "exp_avg_sq",
+                                               problems)
+        else:
+            parts_seen.append((k, (int(parts[1]), parts[2])))
+    for k, at in parts_seen:
+        if at not in out:
+            problems.add(f"{k} has no state.{at[0]}.{at[1]}.codes")
+    return out
+
+
+_W = (1 << 64) - 1
+
+
+def rng_words(rng: np.random.Generator) -> np.ndarray:
+    """A PCG64 generator's state as six uint64 words (state and increment, high word first; the
+    buffered 32 bits and whether one is held): what a state dict saves without pickle."""
+    st = rng.bit_generator.state
+    if st["bit_generator"] != "PCG64":
+        raise ValueError(f"rng_words: the generator must be numpy's PCG64 (default_rng), got {st['bit_generator']}")
+    s, inc = st["state"]["state"], st["state"]["inc"]
+    return np.array([s >> 64, s & _W, inc >> 64, inc & _W, st["has_uint32"], st["uinteger"]], np.uint64)
+
+
+def rng_from_words(words, key: str, problems) -> np.random.Generator | None:
+    """The PCG64 generator :func:`rng_words` saved (None, with a problem added, unless ``words`` is
+    six uint64 words with a valid buffer flag and an odd increment)."""
+    if not (isinstance(words, np.ndarray) and words.dtype == np.uint64 and words.shape == (6,)
+            and words[4] <= 1 and words[5] <= 0xFFFFFFFF and words[3] % 2 == 1):
+        problems.add(f"{key} must be six uint64 words (numpy PCG64's state, as state_dict saves it), got {words!r}")
+        return None
+    w = [int(v) for v in words]
+    rng = np.random.Generator(np.random.PCG64())
+    rng.bit_generator.state = {"bit_generator": "PCG64", "state": {"state": w[0] << 64 | w[1], "inc": w[2] << 64 | w[3]},
+                               "has_uint32": w[4], "uinteger": w[5]}
+    return rng
 
 
 def bytes_per_value(fmt, n: int = 1 << 20, signed: bool = True) -> float:

@@ -3,6 +3,7 @@ dynamic map rebuilt with torch by bitsandbytes' own algorithm, the nearest code 
 all 256, linear codes from float64, COAT's expansion by its defining property - their memory, and
 Adam / Muon reading and writing them (float32 state the same bits as the optimizer's own)."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -138,8 +139,6 @@ def test_adam_keeps_its_moments_in_the_state_format():
     assert st["exp_avg"].codes.dtype == np.int8 and st["exp_avg_sq"].codes.dtype == np.uint8 and st["step"] == 5
     ref = _adam_run(None)[0]
     assert 0 < np.abs(w - ref).max() < 1e-2  # close to float32 state, not equal
-    with pytest.raises(NotImplementedError, match="state_format 'int8-dynamic'"):
-        opt.state_dict()
 
 
 @pytest.mark.parametrize("name", ["int8-linear", "int8-dynamic", "e4m3-coat"])
@@ -157,3 +156,117 @@ def test_a_block_holding_nan_loads_as_nan_and_the_rest_as_before(name):
 def test_a_stored_state_reads_as_float32_like_a_tensor():
     st = STATE_FORMATS["int8-dynamic"].store(_x((100,)))
     assert np.array_equal(st.f32(), STATE_FORMATS["int8-dynamic"].load(st)) and st.f32().dtype == np.float32
+
+
+def _resumed(cls, state_format, update_rounding="nearest", via=None):
+    """(uninterrupted, resumed): two optimizers stepped 3 times on the same gradients, the second
+    built afresh after 3 steps and loaded from the first's state dict, then both 2 more steps."""
+    rng = np.random.default_rng(5)
+    grads = [(rng.standard_normal((32, 16)) * 1e-3).astype(np.float32) for _ in range(5)]
+    w0 = np.random.default_rng(2).standard_normal((32, 16)).astype(np.float32)
+
+    def build(w):
+        p = fpsim.tensor(w, "bfloat16" if update_rounding != "nearest" else "float32", requires_grad=True)
+        return p, cls([p], lr=1e-2, state_format=state_format, update_rounding=update_rounding, seed=0)
+
+    def step(p, opt, g):
+        p.grad = fpsim.tensor(g, p.fmt)
+        opt.step()
+
+    p, opt = build(w0)
+    for g in grads[:3]:
+        step(p, opt, g)
+    sd = via(opt.state_dict()) if via else opt.state_dict()
+    q, fresh = build(np.zeros_like(w0))
+    q.data = p.data.copy()
+    fresh.load_state_dict(sd)
+    for g in grads[3:]:
+        step(p, opt, g)
+        step(q, fresh, g)
+    return (p, opt), (q, fresh)
+
+
+def _bits(opt):
+    return {k: np.atleast_1d(v).view(np.uint8).tobytes() for k, v in opt.state_dict().items() if k != "optimizer"}
+
+
+@pytest.mark.parametrize("cls", [Adam, fpsim.optim.Muon])
+@pytest.mark.parametrize("name", list(STATE_FORMATS))
+def test_state_held_in_a_state_format_round_trips_through_the_state_dict(cls, name):
+    (p, opt), (q, fresh) = _resumed(cls, name)
+    assert np.array_equal(p.numpy().view(np.uint32), q.numpy().view(np.uint32))
+    assert _bits(opt) == _bits(fresh)  # the codes, scales and k of every moment, and the generator
+    sd = opt.state_dict()
+    key = "state.0.exp_avg" if cls is Adam else "state.0.momentum_buffer"
+    st = opt.state[0][key.split(".")[2]]
+    assert sd["state_format"] == name and sd[f"{key}.codes"].dtype == st.codes.dtype
+    assert np.array_equal(sd[f"{key}.codes"].view(np.uint8), st.codes.view(np.uint8))
+    assert (f"{key}.scales" in sd) == (st.scales is not None) and (f"{key}.k" in sd) == (name == "e4m3-coat")
+
+
+def test_a_bfloat16_state_dict_holds_the_moments_as_bfloat16_bits():
+    (p, opt), _ = _resumed(Adam, "bfloat16")
+    sd = opt.state_dict()
+    m = sd["state.0.exp_avg.codes"]
+    assert m.dtype == ml_dtypes.bfloat16 and m.shape == (32, 16) and "state.0.exp_avg.scales" not in sd
+    assert np.array_equal(m.astype(np.float32), opt.state[0]["exp_avg"].f32())
+    assert "rng_state" not in sd  # nearest: no draws to resume
+
+
+@pytest.mark.parametrize("state_format, update_rounding", [("bfloat16-sr", "nearest"), (None, "stochastic")])
+def test_a_stochastic_optimizer_resumes_its_generator(state_format, update_rounding):
+    (p, opt), (q, fresh) = _resumed(Adam, state_format, update_rounding)
+    assert opt.state_dict()["rng_state"].dtype == np.uint64
+    assert p.numpy().dtype == q.numpy().dtype and p.numpy().tobytes() == q.numpy().tobytes()
+    assert _bits(opt) == _bits(fresh)
+    words = opt.state_dict()["rng_state"]
+    assert int(words[2]) << 64 | int(words[3]) == opt._rng.bit_generator.state["state"]["inc"]
+
+
+def test_a_state_format_checkpoint_file_resumes_bit_for_bit(tmp_path):
+    model = fpsim.nn.MLP([8, 16, 4], seed=0)
+    x = fpsim.tensor(np.random.default_rng(1).standard_normal((5, 8)).astype(np.float32))
+
+    def step(m, opt):
+        opt.zero_grad()
+        (m(x) * m(x)).mean().backward()
+        opt.step()
+
+    opt = Adam(model.parameters(), lr=1e-2, state_format="e4m3-coat", seed=0)
+    for _ in range(3):
+        step(model, opt)
+    fpsim.checkpoint.save(tmp_path / "c.npz", model, opt)
+    model2 = fpsim.nn.MLP([8, 16, 4], seed=1)
+    opt2 = Adam(model2.parameters(), lr=1e-2, state_format="e4m3-coat", seed=0)
+    assert fpsim.checkpoint.load(tmp_path / "c.npz", model2, opt2) == {}
+    for _ in range(2):
+        step(model, opt)
+        step(model2, opt2)
+    assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(model.parameters(), model2.parameters()))
+    assert _bits(opt) == _bits(opt2)
+
+
+def test_a_state_dict_that_does_not_fit_the_state_format_is_refused():
+    (_, opt), _ = _resumed(Adam, "int8-linear")
+    sd, before = opt.state_dict(), _bits(opt)
+    rng = np.random.default_rng(2)
+    other = Adam([fpsim.tensor(rng.standard_normal((32, 16)).astype(np.float32), "float32", requires_grad=True)],
+                 state_format="int8-dynamic")
+    with pytest.raises(ValueError, match="saved with state_format 'int8-linear', this optimizer keeps 'int8-dynamic'"):
+        other.load_state_dict(sd)
+    plain = Adam([fpsim.tensor(np.ones((32, 16), np.float32), "float32", requires_grad=True)])
+    with pytest.raises(ValueError, match="saved with state_format 'int8-linear', this optimizer keeps None"):
+        plain.load_state_dict(sd)
+    bad = dict(sd, **{"state.0.exp_avg.codes": sd["state.0.exp_avg.codes"].astype(np.uint8)})
+    with pytest.raises(ValueError, match=r"state.0.exp_avg.codes must be int8 \(512,\) in state_format 'int8-linear', "
+                                         r"got uint8 \(512,\)"):
+        opt.load_state_dict(bad)
+    short = {k: v for k, v in sd.items() if k != "state.0.exp_avg_sq.scales"}
+    with pytest.raises(ValueError, match=r"state.0.exp_avg_sq.scales must be float32 \(1,\) .*got nothing"):
+        opt.load_state_dict(short)
+    orphan = {k: v for k, v in sd.items() if k != "state.0.exp_avg.codes"}
+    with pytest.raises(ValueError, match="state.0.exp_avg.scales has no state.0.exp_avg.codes"):
+        opt.load_state_dict(orphan)
+    with pytest.raises(ValueError, match="rng_state must be six uint64 words"):
+        opt.load_state_dict(dict(sd, rng_state=np.zeros(6, np.int64)))
+    assert _bits(opt) == before  # each refusal changed nothing
