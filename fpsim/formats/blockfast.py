@@ -27,6 +27,12 @@ the element pass (scaled, rounded to nearest or stochastically, decoded) are one
 the blocked layout: the same operations in the same order, the same draws (read where they lie, not
 transposed), the same bits.
 
+:func:`fake_quantize_on_grid` also says what a matrix product may know of the values: where every
+decode factor of a block holding a finite nonzero value is a power of two high enough that no
+value falls below float32's normal range (MX, fp8 blocks with ``pow2_scales``), each value has at
+most the element's mantissa bits + 1 significant bits, and ``matmul_f32`` told so proves most of
+its sums exact by their quanta instead of summing them exactly (the same bits, sooner).
+
 No per-block statistics, no element array in its own dtype.  The MXINT8 format, NVFP4's Four
 Over Six scales and the rounding modes other than ``nearest`` and ``stochastic`` go through
 ``quantize(...).dequantize()`` itself.
@@ -44,13 +50,14 @@ from .block import BlockFormat, _check_padding, _Layout, checked, quantize
 from .kernels import bf16_odd_patterns, fp8_to_f32, narrow_cast, widening_table
 from .table import Format
 
-__all__ = ["fake_quantize"]
+__all__ = ["fake_quantize", "fake_quantize_on_grid"]
 
 _U32 = np.uint32
 _F32 = np.float32
 _ABS = _U32(0x7FFFFFFF)
 _SIGN = _U32(0x80000000)
 _EXP = _U32(0x7F800000)
+_MANT_SIGN = _U32(0x807FFFFF)  # a positive power of two in the normal range has none of these set
 _INV = _U32(254 << 23)  # the bits of 2**-E are (254 << 23) minus those of 2**E
 _CHUNK = 2**15  # elements a pass: the few float32 temporaries stay in L2
 _TABLES: dict[Format, np.ndarray] = {}
@@ -63,11 +70,24 @@ def fake_quantize(x, fmt, axis: int = -1, *, block=None, scale_rounding: str | N
     ``fmt``'s element format (saturating) after the float32 multiply by its block's encode factor,
     then multiplied by the block's float32 decode factor.  Returns a new C-contiguous float32
     array of ``x``'s shape."""
+    return fake_quantize_on_grid(x, fmt, axis, block=block, scale_rounding=scale_rounding, rounding=rounding,
+                                 pow2_scales=pow2_scales, seed=seed, rng=rng)[0]
+
+
+def fake_quantize_on_grid(x, fmt, axis: int = -1, *, block=None, scale_rounding: str | None = None,
+                          rounding: str = "nearest", pow2_scales: bool = False, seed=None,
+                          rng=None) -> tuple[np.ndarray, tuple[int, float] | None]:
+    """(:func:`fake_quantize`'s array, what :func:`fpsim.numerics.matmul_f32` may be told of its
+    values as ``grid_a`` / ``grid_b``): ``(mantissa bits of the element format, 2**-149)`` where
+    every value is an element times a power of two, all in float32's normal range or zero, inf
+    or NaN - so each has at most mantissa bits + 1 significant bits (MX's scales; fp8_block's
+    with ``pow2_scales``); None where that is not known (NVFP4's float32 scales, the paths
+    through ``quantize``).  Only the speed of the product depends on it."""
     bf, arr, axis, block, rule = checked(x, fmt, axis, block, scale_rounding, rounding, pow2_scales, seed, rng)
     if (rounding not in ("nearest", "stochastic") or not bf.element.is_ml_dtype or rule == "four_over_six"
             or not arr.size):
         return quantize(arr, bf, axis, block=block, scale_rounding=rule, rounding=rounding,
-                        pow2_scales=pow2_scales, seed=seed, rng=rng).dequantize()
+                        pow2_scales=pow2_scales, seed=seed, rng=rng).dequantize(), None
     if rounding != "stochastic":
         rng = None  # quantize draws nothing to round to nearest: neither does this
     elif rng is None:
@@ -75,7 +95,8 @@ def fake_quantize(x, fmt, axis: int = -1, *, block=None, scale_rounding: str | N
     lay = _Layout(arr.shape, axis, block, clamp=rounding != "stochastic")
     _check_padding(lay, arr, block)
     blocks = _Blocks(arr, lay)
-    return blocks.result(_encode(bf, blocks, rule, pow2_scales, rng))
+    outb, grid = _encode(bf, blocks, rule, pow2_scales, rng)
+    return blocks.result(outb), grid
 
 
 class _Blocks:
@@ -143,10 +164,10 @@ class _Blocks:
         return outb.reshape(self.shape)
 
 
-def _encode(bf: BlockFormat, blocks: _Blocks, rule, pow2: bool, rng) -> np.ndarray:
-    """The blocked output: scales from the block maxima, then each chunk of rows scaled, rounded
-    into the element format (to nearest even; stochastically from ``rng`` when one is given) and
-    multiplied by its decode factor."""
+def _encode(bf: BlockFormat, blocks: _Blocks, rule, pow2: bool, rng):
+    """(the blocked output, its grid as :func:`fake_quantize_on_grid` gives it): scales from the
+    block maxima, then each chunk of rows scaled, rounded into the element format (to nearest even;
+    stochastically from ``rng`` when one is given) and multiplied by its decode factor."""
     slices = blocks.slices()
     amax = blocks.amax(slices)
     elem = bf.element
@@ -158,7 +179,26 @@ def _encode(bf: BlockFormat, blocks: _Blocks, rule, pow2: bool, rng) -> np.ndarr
     if amax.size and amax.view(_U32).max() >= _EXP:  # a block holding inf or NaN
         bad = ~np.isfinite(amax)
         outb[np.broadcast_to(ex(bad), outb.shape)] = _nan_block_value(elem, dec[bad][:1])
-    return outb
+    return outb, _grid(elem, amax, dec)
+
+
+def _grid(elem: Format, amax: np.ndarray, dec: np.ndarray) -> tuple[int, float] | None:
+    """(elem's mantissa bits, 2**-149) where every block holding a finite nonzero value has a
+    decode factor that is a power of two in float32's normal range, large enough that elem's
+    smallest nonzero magnitude (2**(emin - mantissa bits), or above without subnormals) times it
+    is normal too: then every value of the block is an element times that power of two, exactly.
+    Blocks of zeros hold zeros whatever their factor; a block holding inf or NaN is all NaN (or
+    zeros): they are left out.  None otherwise."""
+    if dec.dtype != np.float32:
+        return None
+    a = amax.view(_U32)
+    d = dec.view(_U32)
+    live = (a != 0) & (a < _EXP)
+    d = d[live] if not live.all() else d.reshape(-1)
+    if d.size and (np.bitwise_and(d, _MANT_SIGN).any()
+                   or int(d.min() >> 23) - 127 < -126 - elem.emin + elem.mantissa_bits):
+        return None
+    return elem.mantissa_bits, 2.0**-149
 
 
 def _chunks(blocks: _Blocks, slices, elem: Format, factor: np.ndarray, dec: np.ndarray, rng) -> np.ndarray:

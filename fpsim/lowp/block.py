@@ -16,8 +16,9 @@ tiles (NVFP4's 16x16, DeepSeek-V3's 128x128) are the same along either axis, so 
 serves the forward and dgrad GEMMs.
 
 Each operand is quantized, then dequantized to float32 (exact for MX's power-of-two scales);
-the products are exact in float32 and are accumulated in float32 (BLAS), or, with
-``accumulate``, in a narrower format promoted into a float32 sum every ``promote_every``
+each GEMM is the exact sum of the exact products rounded once to float32
+(:func:`fpsim.numerics.matmul_f32`, told the operands' grid where the scales are powers of two:
+``blockfast.fake_quantize_on_grid``), or, with ``accumulate``, accumulated in a narrower format promoted into a float32 sum every ``promote_every``
 elements along K (DeepSeek-V3, section 3.3.2: the H800's fp8 GEMMs keep about 14 bits, and
 promotion every N_c = 128 restores the accuracy).  The 4-bit recipes' gradient options:
 stochastic rounding of dY (NVIDIA's NVFP4 recipe, arXiv 2509.25149; Tseng et al. 2025, arXiv
@@ -29,6 +30,7 @@ cancels exactly in dY^T H^T H X).  The bias gradient is summed in float32 from t
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from dataclasses import dataclass, replace
 
@@ -38,8 +40,8 @@ from .. import nn, state, tensorcore
 from ..backend import get_backend
 from ..checks import is_integer
 from ..formats import SCALE_ROUNDINGS, Format, get_block_format, get_format, quantize
-from ..formats.blockfast import fake_quantize
-from ..numerics import matmul_f32
+from ..formats.blockfast import fake_quantize_on_grid
+from ..numerics import compiled, matmul_f32
 from ..tensor import Tensor, make_node, promote, round_result
 from ..tensorcore import instruction
 from .handlers import LAYER_HANDLERS
@@ -96,15 +98,20 @@ class BlockScaling:
         ``axis`` (its K) in the recipe's format (dY's with ``grad``), returned as the float32 values
         it stands for - or, with ``tensor_core``, the pair (fp8 elements, float32 decode factor of
         each element)."""
+        return self._quantized(a32, axis, grad, block)[0]
+
+    def _quantized(self, a32: np.ndarray, axis: int, grad: bool = False, block=None):
+        """(:meth:`quantize_operand`'s result, the grid :func:`fpsim.numerics.matmul_f32` may be
+        told its values lie on, or None: ``blockfast.fake_quantize_on_grid``'s)."""
         fmt = get_block_format(self.grad_format if grad and self.grad_format else self.format)
         block = block if block is not None else self.block if self.block is not None else fmt.block
         kw = dict(block=block, scale_rounding=_scale_rule(self, fmt),
                   pow2_scales=self.pow2_scales and fmt.scale_rule.pow2_scales,
                   rounding=self.grad_rounding if grad else "nearest")
         if self.tensor_core is None:
-            return fake_quantize(a32, fmt, axis, **kw)  # quantize(...).dequantize(), bit for bit
+            return fake_quantize_on_grid(a32, fmt, axis, **kw)  # quantize(...).dequantize(), bit for bit
         q = quantize(a32, fmt, axis, **kw)
-        return q.elements, replace(q, elements=np.ones_like(q.elements)).dequantize()
+        return (q.elements, replace(q, elements=np.ones_like(q.elements)).dequantize()), None
 
     def q(self, a32: np.ndarray, axis: int, *, grad: bool = False, block=None):
         """Deprecated (removed 2027-06-01): :meth:`quantize_operand`."""
@@ -225,12 +232,49 @@ def hadamard_transform(a32: np.ndarray, h: np.ndarray) -> np.ndarray:
     axis), zero-padding the last group: float32 in and out, each output the exact sum of
     +-a/sqrt(size) rounded once to float32 (:func:`fpsim.numerics.matmul_f32`; h's entries are
     one power of two in magnitude, so every float64 sum whose magnitudes span under
-    2**(29 - log2 size) is exact and needs no check)."""
+    2**(29 - log2 size) is exact and needs no check).  Where the compiled path runs and ``h`` is a
+    signed Hadamard matrix (:func:`hadamard_matrix`, or its transpose), one compiled pass (the
+    fast Walsh-Hadamard transform in float64, exact where its quanta prove it) gives the same
+    bits, the few sums it cannot prove exact summed exactly by ``matmul_f32``."""
     n = h.shape[0]
     t, c = a32.shape
     pad = -t % n
     a32 = (np.pad(a32, [(0, pad), (0, 0)]) if pad else np.ascontiguousarray(a32)).reshape(-1, n, c)
-    return matmul_f32(h, a32).reshape(t + pad, c)
+    fast = compiled.rounding("block_hadamard", a32, np.float32)
+    form = _signed_hadamard(h) if fast is not None else None
+    if form is None:
+        return matmul_f32(h, a32).reshape(t + pad, c)
+    out, left = fast(a32, *form)
+    if left.any():
+        g, j = np.nonzero(left)
+        out[g, :, j] = matmul_f32(h, np.ascontiguousarray(a32[g, :, j].T)).T
+    return out.reshape(t + pad, c)
+
+
+@functools.lru_cache(maxsize=16)
+def _sylvester(n: int) -> np.ndarray:
+    h = np.ones((1, 1))
+    while h.shape[0] < n:
+        h = np.block([[h, h], [h, -h]])
+    h.setflags(write=False)
+    return h
+
+
+def _signed_hadamard(h) -> tuple[np.ndarray, np.ndarray] | None:
+    """(column signs s, row factors c r) where float32 ``h`` is exactly c diag(r) H diag(s) - H the
+    Sylvester Hadamard matrix of h's size (a power of two), r and s signs, c a power of two - else
+    None."""
+    n = h.shape[0] if getattr(h, "ndim", 0) == 2 else 0
+    if h.dtype != np.float32 or h.shape != (n, n) or n < 2 or n & (n - 1):
+        return None
+    c = abs(float(h[0, 0]))
+    if not (math.isfinite(c) and c > 0 and math.frexp(c)[0] == 0.5):
+        return None
+    r = np.where(h[:, 0] < 0, -1.0, 1.0)
+    s = np.where(h[0] < 0, -1.0, 1.0) * r[0]
+    if not np.array_equal(h, (c * r[:, None] * _sylvester(n) * s).astype(np.float32)):
+        return None
+    return s, c * r
 
 
 # --------------------------------------------------------------------------------------------
@@ -238,9 +282,10 @@ def hadamard_transform(a32: np.ndarray, h: np.ndarray) -> np.ndarray:
 
 
 def gemm(a: np.ndarray, b: np.ndarray, accumulate=None, promote_every: int | None = None, *,
-         direction: str = "forward") -> np.ndarray:
+         direction: str = "forward", grids=(None, None)) -> np.ndarray:
     """float32 ``a @ b``: exact products, their exact sum rounded once to float32
-    (:func:`fpsim.numerics.matmul_f32`), or accumulated in
+    (:func:`fpsim.numerics.matmul_f32`, told ``grids``: what is known of a's and b's values - only
+    its speed depends on them), or accumulated in
     ``accumulate`` (a format name, or mantissa bits with float32's range: :func:`accumulator_format`)
     one product at a time along K, the partial sum added into a float32 total every ``promote_every``
     products.  Each partial sum is rounded into the accumulator by :func:`fpsim.tensor.round_result`
@@ -248,7 +293,7 @@ def gemm(a: np.ndarray, b: np.ndarray, accumulate=None, promote_every: int | Non
     ``acc=`` accumulators are: the monitor counts what it flushes and overflows, NaN stays NaN, and
     inside ``fpsim.rounding_mode`` it rounds in the engine's mode."""
     if accumulate is None:
-        return matmul_f32(a, b)
+        return matmul_f32(a, b, *grids)
     fmt = accumulator_format(accumulate)
     k = a.shape[1]
     total = np.zeros((a.shape[0], b.shape[1]), np.float32)
@@ -313,10 +358,10 @@ def _t(q, contiguous: bool):
     return np.ascontiguousarray(q.T) if contiguous else q.T
 
 
-def _gemm(r: BlockScaling, a, b, be, direction: str) -> np.ndarray:
+def _gemm(r: BlockScaling, a, b, be, direction: str, grids=(None, None)) -> np.ndarray:
     if r.tensor_core is not None:
         return gemm_tensor_core(a, b, r.tensor_core, r.k_block(), be, direction)
-    return gemm(a, b, r.accumulate, r.promote_every, direction=direction)
+    return gemm(a, b, r.accumulate, r.promote_every, direction=direction, grids=grids)
 
 
 # --------------------------------------------------------------------------------------------
@@ -336,29 +381,33 @@ def block_linear(x: Tensor, weight: Tensor, bias: Tensor | None, recipe: BlockSc
     x32 = be.to_numpy(x.f32()).reshape(-1, x.shape[-1]).astype(np.float32, copy=False)
     w32 = be.to_numpy(weight.f32()).astype(np.float32, copy=False)
     tiled = isinstance(r.weight_block, tuple)
-    xq = r.quantize_operand(x32, -1)
-    wq = r.quantize_operand(w32, -1, block=r.weight_block)
-    out32 = _gemm(r, xq, _t(wq, False), be, "forward")
+    xq, x_grid = r._quantized(x32, -1)
+    wq, w_grid = r._quantized(w32, -1, block=r.weight_block)
+    out32 = _gemm(r, xq, _t(wq, False), be, "forward", (x_grid, w_grid))
     if bias is not None:
         out32 += be.to_numpy(bias.f32())
     out32 = be.asarray(out32.reshape(*x.shape[:-1], weight.shape[0]))
 
     def backward(g, out):
         g2 = be.to_numpy(g).reshape(-1, g.shape[-1]).astype(np.float32, copy=False)
-        gq = r.quantize_operand(g2, -1, grad=True)  # along out-features: dgrad's K
-        wq_d = wq if tiled or r.reuse_forward_blocks else r.quantize_operand(w32, 0, block=r.weight_block)  # column-wise
+        gq, g_grid = r._quantized(g2, -1, grad=True)  # along out-features: dgrad's K
+        if tiled or r.reuse_forward_blocks:
+            wq_d, wd_grid = wq, w_grid
+        else:
+            wq_d, wd_grid = r._quantized(w32, 0, block=r.weight_block)  # column-wise
         gx = None
         if x.requires_grad:
-            gx = be.asarray(_gemm(r, gq, wq_d, be, "backward").reshape(x.shape))
+            gx = be.asarray(_gemm(r, gq, wq_d, be, "backward", (g_grid, wd_grid)).reshape(x.shape))
         if r.reuse_forward_blocks:
-            g_w, x_w = gq, xq
+            (g_w, gw_grid), (x_w, xw_grid) = (gq, g_grid), (xq, x_grid)
         else:
             g_in, x_in = g2, x32
             if r.hadamard:
                 h = _hadamard(r.hadamard_seed, RHT_SIZE)
                 g_in, x_in = hadamard_transform(g2, h), hadamard_transform(x32, h)
-            g_w, x_w = r.quantize_operand(g_in, 0, grad=True), r.quantize_operand(x_in, 0)  # along tokens: wgrad's K
-        gw = be.asarray(_gemm(r, _t(g_w, True), x_w, be, "backward"))
+            g_w, gw_grid = r._quantized(g_in, 0, grad=True)  # along tokens: wgrad's K
+            x_w, xw_grid = r._quantized(x_in, 0)
+        gw = be.asarray(_gemm(r, _t(g_w, True), x_w, be, "backward", (gw_grid, xw_grid)))
         gb = be.asarray(be.sum(g2, 0)) if bias is not None else None
         return (gx, gw) if bias is None else (gx, gw, gb)
 

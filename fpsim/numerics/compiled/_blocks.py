@@ -6,10 +6,17 @@ decode factor - the numpy path's three operations and its look-up, value by valu
 the written order (the same bits); stochastic rounding likewise, with the numpy path's uniforms in
 ``quantize``'s order; and the block maxima before it, in one pass.  The scales themselves stay the
 scale rule's (numpy, once per block); blocks holding an inf or NaN are set afterwards by the caller,
-as on the numpy path.
+as on the numpy path.  The element step is one inlined function (:func:`_element`) that every
+layout's loop calls.
+
+Besides: the random Hadamard transform of ``lowp.block.hadamard_transform`` (:func:`block_hadamard`),
+the fast Walsh-Hadamard transform of each group in float64 where every partial sum is proven exact,
+so that one float32 rounding of it is the exact sum rounded once, as ``matmul_f32`` defines it.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -21,20 +28,6 @@ __all__ = ["BLOCKS"]
 _F32 = np.float32
 _U32 = np.uint32
 _INV = _U32(254 << 23)  # the bits of 2**-E are (254 << 23) minus those of 2**E
-
-
-@jit()
-def _tiles(xb, factor, dec, table, out):
-    """xb (R, r, Nb, c) float32, block (i, m) its elements [i, :, m, :]; factor / dec (R, Nb)."""
-    rows, r, nb, c = xb.shape
-    for i in range(rows):
-        for j in range(r):
-            for m in range(nb):
-                f = factor[i, m]
-                d = dec[i, m]
-                for k in range(c):
-                    s = _F32(xb[i, j, m, k] * f)
-                    out[i, j, m, k] = _F32(table[_odd(s.view(np.uint32))] * d)
 
 
 @jit()
@@ -112,9 +105,22 @@ def _sr(v, f, d, u, qmin, man_field, fmax):
     return _F32(_U32(r.view(np.uint32) | _U32(b & _U32(0x80000000))).view(np.float32) * d)
 
 
+@jit(inline=True)
+def _element(v, f, d, table, u, qmin, man_field, fmax, sr):
+    """One element of a block, times its encode factor f, rounded into the element format - to
+    nearest by the table, or with ``sr`` stochastically with the uniform u (:func:`_sr`) - times
+    its decode factor d: the one element step every kernel here shares."""
+    if sr:
+        return _sr(v, f, d, u, qmin, man_field, fmax)
+    s = _F32(v * f)
+    return _F32(table[_odd(s.view(np.uint32))] * d)
+
+
 @jit()
-def _tiles_sr(xb, factor, dec, u, qmin, man_field, fmax, out):
-    """:func:`_tiles` rounding stochastically, with the uniforms ``u`` (float64, xb's shape)."""
+def _tiles(xb, factor, dec, table, u, qmin, man_field, fmax, sr, out):
+    """xb (R, r, Nb, c) float32, block (i, m) its elements [i, :, m, :]; factor / dec (R, Nb); to
+    nearest by ``table`` or, with ``sr``, stochastically with the uniforms ``u`` (float64, xb's
+    shape; unread to nearest)."""
     rows, r, nb, c = xb.shape
     for i in range(rows):
         for j in range(r):
@@ -122,7 +128,8 @@ def _tiles_sr(xb, factor, dec, u, qmin, man_field, fmax, out):
                 f = factor[i, m]
                 d = dec[i, m]
                 for k in range(c):
-                    out[i, j, m, k] = _sr(xb[i, j, m, k], f, d, u[i, j, m, k], qmin, man_field, fmax)
+                    out[i, j, m, k] = _element(xb[i, j, m, k], f, d, table, u[i, j, m, k] if sr else 0.0, qmin,
+                                               man_field, fmax, sr)
 
 
 @jit()
@@ -143,6 +150,21 @@ def _columns_sr(xb, factor, dec, u, qmin, man_field, fmax, out):
                 out[i, j, b] = _sr(xb[i, j, b], f, d, u[lead, b, off + j], qmin, man_field, fmax)
 
 
+def _as_tiles(xb, factor, dec, *more):
+    """Rows of blocks (R, k) with their per-block arrays (R,) as 2-D tiles (R, 1, 1, k) / (R, 1), the
+    one layout :func:`_tiles` loops over; 2-D tiles (R, r, Nb, c) as they are.  ``more``: arrays of
+    xb's shape (the uniforms, the output), reshaped alike."""
+    if xb.ndim == 4:
+        return (xb, factor, dec, *more)
+    shape4 = (xb.shape[0], 1, 1, xb.shape[1])
+    return (xb.reshape(shape4), factor.reshape(-1, 1), dec.reshape(-1, 1), *(m.reshape(shape4) for m in more))
+
+
+_NO_TABLE = np.zeros(1, np.float32)  # the arguments a pass does not read: to nearest no uniforms,
+_NO_DRAWS = np.zeros((1, 1, 1, 1))  # stochastically no table
+_NEAREST = (_U32(0), _U32(0), _F32(0.0), False)
+
+
 def block_stochastic(xb: np.ndarray, factor: np.ndarray, dec: np.ndarray, u: np.ndarray, emin: int, mantissa_bits: int,
                      fmax) -> np.ndarray:
     """:func:`block_nearest` rounding stochastically into an element format of ``emin``,
@@ -154,10 +176,8 @@ def block_stochastic(xb: np.ndarray, factor: np.ndarray, dec: np.ndarray, u: np.
     if xb.ndim == 3:
         _columns_sr(xb, factor, dec, u, *args, out)
     else:
-        shape4 = (xb.shape[0], 1, 1, xb.shape[1]) if xb.ndim == 2 else xb.shape
-        per = (-1, 1) if xb.ndim == 2 else factor.shape
-        _tiles_sr(xb.reshape(shape4), factor.reshape(per), dec.reshape(per), u.reshape(shape4), *args,
-                  out.reshape(shape4))
+        x4, f4, d4, u4, o4 = _as_tiles(xb, factor, dec, u.reshape(xb.shape), out)
+        _tiles(x4, f4, d4, _NO_TABLE, u4, *args, True, o4)
     return out
 
 
@@ -169,13 +189,67 @@ def block_nearest(xb: np.ndarray, factor: np.ndarray, dec: np.ndarray, table: np
     out = np.empty(xb.shape, np.float32)
     if xb.ndim == 3:
         _columns(xb, factor, dec, table, out)
-    elif xb.ndim == 2:
-        _tiles(xb.reshape(xb.shape[0], 1, 1, xb.shape[1]), factor.reshape(-1, 1), dec.reshape(-1, 1), table,
-               out.reshape(xb.shape[0], 1, 1, xb.shape[1]))
     else:
-        _tiles(xb, factor, dec, table, out)
+        x4, f4, d4, o4 = _as_tiles(xb, factor, dec, out)
+        _tiles(x4, f4, d4, table, _NO_DRAWS, *_NEAREST, o4)
     return out
 
 
+@jit()
+def _hadamard_groups(x, bits, col_signs, row_scale, out, open_):
+    """out[g] = diag(row_scale) H diag(col_signs) x[g] for each group g of x (G, n, C) float32 (H the
+    Sylvester Hadamard matrix of size n, a power of two), each entry the exact sum rounded once to
+    float32 where the group's column is proven exact in float64, else ``open_[g, c]`` set (the caller
+    sums it exactly).  H x by the fast Walsh-Hadamard transform in float64: each butterfly a sum of
+    +-x values, exact in any order where every value is a multiple of q (the spacing of the column's
+    smallest nonzero magnitude, 2**-149 at least) and n max|x| < 2**53 q; row_scale (+-a power of
+    two) then scales exactly, + 0.0 makes an exact zero +0, and the float32 cast rounds once."""
+    ng, n, nc = x.shape
+    buf = np.empty((n, nc))
+    lo = np.empty(nc, np.uint32)
+    hi = np.empty(nc, np.uint32)
+    for g in range(ng):
+        lo[:] = 0xFFFFFFFF
+        hi[:] = 0
+        for k in range(n):
+            s = col_signs[k]
+            for j in range(nc):
+                b = _U32(bits[g, k, j] & _U32(0x7FFFFFFF))
+                hi[j] = max(hi[j], b)
+                lo[j] = min(lo[j], b if b != 0 else _U32(0xFFFFFFFF))
+                buf[k, j] = s * np.float64(x[g, k, j])
+        h = 1
+        while h < n:
+            for i0 in range(0, n, 2 * h):
+                for k in range(i0, i0 + h):
+                    for j in range(nc):
+                        p = buf[k, j]
+                        q = buf[k + h, j]
+                        buf[k, j] = p + q
+                        buf[k + h, j] = p - q
+            h *= 2
+        for j in range(nc):
+            exact = hi[j] < _U32(0x7F800000)
+            if exact and lo[j] != _U32(0xFFFFFFFF):
+                e = max(np.int64(lo[j] >> _U32(23)), 1) - 127
+                exact = n * np.float64(_U32(hi[j]).view(np.float32)) < math.ldexp(1.0, e - 23 + 53)
+            open_[g, j] = not exact
+        for k in range(n):
+            r = row_scale[k]
+            for j in range(nc):
+                out[g, k, j] = np.float32(buf[k, j] * r + 0.0)
+
+
+def block_hadamard(x: np.ndarray, col_signs: np.ndarray, row_scale: np.ndarray):
+    """(out, open): :func:`_hadamard_groups` of C-contiguous float32 ``x`` (G, n, C) - ``open`` (G, C)
+    bool marks the columns of groups whose float64 sums were not proven exact (their ``out`` is
+    to be replaced by the exact sums)."""
+    out = np.empty(x.shape, np.float32)
+    open_ = np.empty((x.shape[0], x.shape[2]), np.bool_)
+    _hadamard_groups(x, x.view(np.uint32), np.asarray(col_signs, np.float64), np.asarray(row_scale, np.float64),
+                     out, open_)
+    return out, open_
+
+
 # name -> function, beside the roundings in :func:`fpsim.numerics.compiled.rounding`'s table
-BLOCKS = {f.__name__: f for f in (block_amax, block_nearest, block_stochastic)}
+BLOCKS = {f.__name__: f for f in (block_amax, block_nearest, block_stochastic, block_hadamard)}
