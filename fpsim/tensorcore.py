@@ -42,6 +42,7 @@ import numpy as np
 
 from . import state, tensorcore_fp8
 from .formats.bitviews import bits_view
+from .numerics import compiled
 
 # ``matmul`` is called by its module's name, fpsim.tensorcore.matmul, beside fpsim.ops.matmul: the
 # one name is shared on purpose (both are a @ b; this one accumulates as a tensor core), so it
@@ -176,20 +177,28 @@ def _prepare(a, b, ins: Instruction, fa, fb):
         vb, eb = (np.pad(x, [(0, 0)] * (x.ndim - 2) + [(0, pad), (0, 0)]) for x in (vb, eb))
         ea[..., k:] = sentinel
         eb[..., k:, :] = sentinel
-    pmin = min(fa[2], fb[2]) * 2 - 2  # below every product's exponent
-    vdt = np.float32 if _terms_fit_float32(ea, eb, sentinel, ins.fraction_bits) else np.float64
-    if vdt == np.float32:
-        pmin = max(pmin, ins.fraction_bits - 127)  # the alignment scale 2^(F - e_max) stays a float32
+    vdt, pmin = _work_dtype(_exponent_range(ea, sentinel), _exponent_range(eb, sentinel), fa, fb, ins.fraction_bits)
     return np.swapaxes(va, -1, -2).astype(vdt), np.swapaxes(ea, -1, -2), vb.astype(vdt), eb, pmin, vdt
 
 
-def _terms_fit_float32(ea, eb, sentinel: int, F: int) -> bool:
-    """Whether every product, and every product times its alignment scale 2^(F - e_max), is
-    exact in float32: products of at most 24 bits (always) whose exponents are at least
-    F - 127 (so the scale is at most 2^127 and no product is subnormal).  The sums of the
-    truncated terms are then taken in float64 (float32 when F = 13: below 2^21)."""
-    lowest = [int(e[e != sentinel].min()) for e in (ea, eb) if (e != sentinel).any()]
-    return len(lowest) < 2 or sum(lowest) >= F - 127
+def _exponent_range(e: np.ndarray, sentinel: int):
+    """(smallest, largest) exponent of an operand's nonzero finite values, or None for none."""
+    real = e[e != sentinel]
+    return (int(real.min()), int(real.max())) if real.size else None
+
+
+def _work_dtype(ra, rb, fa, fb, F: int):
+    """The dtype the products are formed and aligned in, and pmin, the least alignment exponent of
+    the products' scale (below every nonzero product's exponent), from the operands' exponent
+    ranges ``ra``, ``rb`` (:func:`_exponent_range`).  float32 where every product, and every
+    product times its alignment scale 2^(F - e_max), is exact in float32: products of at most 22
+    bits whose exponents lie in [F - 127, 126] (so the scale is at most 2^127, no product is
+    subnormal and none reaches 2^128); else float64.  The sums of the truncated terms are then
+    taken in float64 (float32 when F = 13: below 2^21)."""
+    pmin = min(fa[2], fb[2]) * 2 - 2
+    if ra is None or rb is None or (ra[0] + rb[0] >= F - 127 and ra[1] + rb[1] <= 126):
+        return np.float32, max(pmin, F - 127)  # the alignment scale 2^(F - e_max) stays a float32
+    return np.float64, pmin
 
 
 # ------------------------------------------------------------------------------ rounding
@@ -285,7 +294,16 @@ def _row_block(r: int, n: int, L: int, batch: int) -> int:
     return max(1, min(r, (1 << 19) // max(1, batch * L * n)))
 
 
+# products (M N K) from which the compiled chain runs where it is on: below, the numpy steps cost
+# less than importing numba (about 0.3 s, once), so a lab's or a docstring's small product never does
+COMPILED_MIN_PRODUCTS = 1 << 18
+
+
 def _chain(a, b, c, ins: Instruction, fa, fb) -> np.ndarray:
+    if a.size and b.size and a.shape[-2] * a.shape[-1] * b.shape[-1] * a.shape[0] >= COMPILED_MIN_PRODUCTS:
+        k = compiled.kernels()
+        if k is not None:
+            return _chain_compiled(k.tensorcore, a, b, c, ins, fa, fb)
     if ins.rounding == "rz-e8m13" and ins.fraction_bits == 13 and tensorcore_fp8.accumulator_fits(c):
         return _canonical(tensorcore_fp8.chain(a, b, c, ins.slice_length, fa[2], fb[2]))
     return _chain_any(a, b, c, ins, fa, fb)
@@ -300,6 +318,71 @@ def _chain_any(a, b, c, ins: Instruction, fa, fb) -> np.ndarray:
         rows = slice(r0, r0 + step)
         out[:, rows] = _block(aT[..., rows], ea[..., rows], bv, eb, c[:, rows], ins, pmin, vdt)
     return _canonical(out)
+
+
+_ROUNDINGS = {"rz-float32": 0, "rz-e8m13": 1, "rne-float16": 2}  # _tensorcore's ROUND_RZ32, ROUND_RZ13, ROUND_RNE16
+
+
+def _values32(x: np.ndarray, tf32: bool, k_padded: int, axis: int) -> np.ndarray:
+    """An operand's values as float32 (tf32: its top 19 bits), K (``axis``) padded with zeros."""
+    v = np.asarray(x, np.float32)
+    if tf32:
+        v = (v.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+    if v.shape[axis] != k_padded:
+        width = [(0, 0)] * v.ndim
+        width[axis] = (0, k_padded - v.shape[axis])
+        v = np.pad(v, width)
+    return v
+
+
+def _chain_compiled(kern, a, b, c, ins: Instruction, fa, fb) -> np.ndarray:
+    """:func:`_chain_any`'s chain (and the FP8 path's, which is the same) by the compiled loops
+    (``fpsim.numerics.compiled._tensorcore``): the same steps, the same bits.  The output's longer
+    side is worked innermost (C^T = B^T A^T has the same terms, the same products)."""
+    F, L = ins.fraction_bits, ins.slice_length
+    k = a.shape[-1] + (-a.shape[-1] % L)
+    va = _values32(a, fa[0] == "tf32", k, -1)
+    vb = _values32(b, fb[0] == "tf32", k, -2)
+    swap = a.shape[-2] > b.shape[-1]
+    if swap:  # rows of the left operand (N, K), columns of the right one (K, M)
+        (va, ea_sub), (vb, eb_sub) = (np.swapaxes(vb, -1, -2), fb[2]), (np.swapaxes(va, -1, -2), fa[2])
+        cv = np.swapaxes(c, -1, -2).astype(np.float64, order="C")
+    else:
+        ea_sub, eb_sub = fa[2], fb[2]
+        cv = c.astype(np.float64, order="C")
+    va, vb = np.ascontiguousarray(va), np.ascontiguousarray(vb)
+    ea, eb = np.empty(va.shape, np.int32), np.empty(vb.shape, np.int32)
+    ra = kern.exponents(va.reshape(-1), ea_sub, ea.reshape(-1))
+    rb = kern.exponents(vb.reshape(-1), eb_sub, eb.reshape(-1))
+    ra, rb = (None if r[1] == kern.LOW else r for r in (ra, rb))
+    vdt, pmin = _work_dtype(ra, rb, fa, fb, F)
+    zeros = ins.rounding == "rne-float16" or pmin < -126  # as _block decides it
+    half = c.dtype == np.float16
+    c_min = -14 if half else -126
+    assert ins.zero_exponent < c_min  # what lets the loops leave zero products out of e_max
+    if vdt == np.float64:
+        va, vb, pmin = va.astype(np.float64), vb.astype(np.float64), -(1 << 16)  # every e_max is above it
+    nb, m, n = cv.shape
+    tiles = -(-n // kern.COLUMNS)
+    w = -(-n // tiles)
+    vb, eb, cv = (_tiles(x, tiles, w, fill) for x, fill in ((vb, 0), (eb, kern.LOW), (cv, 0)))
+    vb, eb = (x.reshape(nb, tiles, k // L, L, w) for x in (vb, eb))
+    acc = np.empty(cv.shape, np.float32 if vdt == np.float32 and (L + 1) << (F + 2) <= 1 << 24 else np.float64)
+    kern.chain(va, ea, vb, eb, cv, F, pmin, ins.zero_exponent if zeros else c_min, c_min, 16 if half else 128,
+               _ROUNDINGS[ins.rounding], acc)
+    out = np.swapaxes(cv, 1, 2).reshape(nb, m, tiles * w)[..., :n].astype(c.dtype)  # exact: values of c's format
+    if swap:
+        out = np.swapaxes(out, -1, -2)
+    return _canonical(np.ascontiguousarray(out))
+
+
+def _tiles(x: np.ndarray, tiles: int, w: int, fill) -> np.ndarray:
+    """(B, R, N) as (B, tiles, R, w), C-contiguous, N padded with ``fill`` to tiles x w."""
+    if tiles * w != x.shape[-1]:
+        x = np.pad(x, [(0, 0), (0, 0), (0, tiles * w - x.shape[-1])], constant_values=fill)
+    if tiles == 1:
+        return np.ascontiguousarray(x)[:, None]
+    return np.ascontiguousarray(x.reshape(x.shape[0], x.shape[1], tiles, w).transpose(0, 2, 1, 3))
 
 
 def _stored(x):

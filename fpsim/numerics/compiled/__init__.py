@@ -95,7 +95,7 @@ def rounding(name: str, x, dtype=None):
 
 def _load():
     try:
-        from . import _blocks, _casts, _counts, _elementary, _matmul, _sums
+        from . import _blocks, _casts, _counts, _elementary, _matmul, _sums, _tensorcore
     except Exception as e:  # no numba: the numpy path, silently; a broken numba: the same, said once
         _STATE["failed"] = True
         if numba_installed():
@@ -103,4 +103,5 @@ def _load():
                           stacklevel=3)
         return None
     return types.SimpleNamespace(matmul=_matmul.fused_matmul, sum=_sums.fused_sum, elementary=_elementary.fused_elementary,
+                                 tensorcore=_tensorcore,
                                  roundings={**_casts.ROUNDINGS, **_counts.COUNTS, **_blocks.BLOCKS})
