@@ -323,66 +323,43 @@ def _chain_any(a, b, c, ins: Instruction, fa, fb) -> np.ndarray:
 _ROUNDINGS = {"rz-float32": 0, "rz-e8m13": 1, "rne-float16": 2}  # _tensorcore's ROUND_RZ32, ROUND_RZ13, ROUND_RNE16
 
 
-def _values32(x: np.ndarray, tf32: bool, k_padded: int, axis: int) -> np.ndarray:
-    """An operand's values as float32 (tf32: its top 19 bits), K (``axis``) padded with zeros."""
-    v = np.asarray(x, np.float32)
-    if tf32:
-        v = (v.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
-    if v.shape[axis] != k_padded:
-        width = [(0, 0)] * v.ndim
-        width[axis] = (0, k_padded - v.shape[axis])
-        v = np.pad(v, width)
-    return v
-
-
 def _chain_compiled(kern, a, b, c, ins: Instruction, fa, fb) -> np.ndarray:
     """:func:`_chain_any`'s chain (and the FP8 path's, which is the same) by the compiled loops
     (``fpsim.numerics.compiled._tensorcore``): the same steps, the same bits.  The output's longer
     side is worked innermost (C^T = B^T A^T has the same terms, the same products)."""
     F, L = ins.fraction_bits, ins.slice_length
+    nb, m, n = c.shape
     k = a.shape[-1] + (-a.shape[-1] % L)
-    va = _values32(a, fa[0] == "tf32", k, -1)
-    vb = _values32(b, fb[0] == "tf32", k, -2)
-    swap = a.shape[-2] > b.shape[-1]
-    if swap:  # rows of the left operand (N, K), columns of the right one (K, M)
-        (va, ea_sub), (vb, eb_sub) = (np.swapaxes(vb, -1, -2), fb[2]), (np.swapaxes(va, -1, -2), fa[2])
-        cv = np.swapaxes(c, -1, -2).astype(np.float64, order="C")
-    else:
-        ea_sub, eb_sub = fa[2], fb[2]
-        cv = c.astype(np.float64, order="C")
-    va, vb = np.ascontiguousarray(va), np.ascontiguousarray(vb)
-    ea, eb = np.empty(va.shape, np.int32), np.empty(vb.shape, np.int32)
-    ra = kern.exponents(va.reshape(-1), ea_sub, ea.reshape(-1))
-    rb = kern.exponents(vb.reshape(-1), eb_sub, eb.reshape(-1))
-    ra, rb = (None if r[1] == kern.LOW else r for r in (ra, rb))
-    vdt, pmin = _work_dtype(ra, rb, fa, fb, F)
+    # exact: every input is a float32 value (a read-only array copied: the loops are compiled for writable ones)
+    x, y = (np.ascontiguousarray(v, np.float32) for v in (a, b))
+    x, y = (v if v.flags.writeable else v.copy() for v in (x, y))
+    swap = m > n
+    r, cols = (n, m) if swap else (m, n)
+    tiles = -(-cols // max(1, kern.COLUMN_BYTES // (8 * L)))
+    w = -(-cols // tiles)
+    va, ea = np.empty((nb, r, k), np.float32), np.empty((nb, r, k), np.int16)
+    vb, eb = np.empty((nb, tiles, k // L, L, w), np.float32), np.empty((nb, tiles, k // L, L, w), np.int16)
+    (left, fl), (right, fr) = ((y, fb), (x, fa)) if swap else ((x, fa), (y, fb))
+    ra = kern.rows(left, swap, fl[0] == "tf32", fl[2], va, ea)
+    rb = kern.cols(right, swap, fr[0] == "tf32", fr[2], vb, eb)
+    vdt, pmin = _work_dtype(*(None if e[1] == kern.LOW else e for e in (ra, rb)), fa, fb, F)
     zeros = ins.rounding == "rne-float16" or pmin < -126  # as _block decides it
     half = c.dtype == np.float16
     c_min = -14 if half else -126
     assert ins.zero_exponent < c_min  # what lets the loops leave zero products out of e_max
     if vdt == np.float64:
         va, vb, pmin = va.astype(np.float64), vb.astype(np.float64), -(1 << 16)  # every e_max is above it
-    nb, m, n = cv.shape
-    tiles = -(-n // kern.COLUMNS)
-    w = -(-n // tiles)
-    vb, eb, cv = (_tiles(x, tiles, w, fill) for x, fill in ((vb, 0), (eb, kern.LOW), (cv, 0)))
-    vb, eb = (x.reshape(nb, tiles, k // L, L, w) for x in (vb, eb))
+    cv = np.empty((nb, tiles, r, w))
+    kern.pack(c.astype(np.float32) if half else c, swap, cv)
     acc = np.empty(cv.shape, np.float32 if vdt == np.float32 and (L + 1) << (F + 2) <= 1 << 24 else np.float64)
     kern.chain(va, ea, vb, eb, cv, F, pmin, ins.zero_exponent if zeros else c_min, c_min, 16 if half else 128,
                _ROUNDINGS[ins.rounding], acc)
-    out = np.swapaxes(cv, 1, 2).reshape(nb, m, tiles * w)[..., :n].astype(c.dtype)  # exact: values of c's format
-    if swap:
-        out = np.swapaxes(out, -1, -2)
-    return _canonical(np.ascontiguousarray(out))
-
-
-def _tiles(x: np.ndarray, tiles: int, w: int, fill) -> np.ndarray:
-    """(B, R, N) as (B, tiles, R, w), C-contiguous, N padded with ``fill`` to tiles x w."""
-    if tiles * w != x.shape[-1]:
-        x = np.pad(x, [(0, 0), (0, 0), (0, tiles * w - x.shape[-1])], constant_values=fill)
-    if tiles == 1:
-        return np.ascontiguousarray(x)[:, None]
-    return np.ascontiguousarray(x.reshape(x.shape[0], x.shape[1], tiles, w).transpose(0, 2, 1, 3))
+    if half:  # exact: every value is a float16 value
+        out = np.swapaxes(cv, 1, 2).reshape(nb, r, tiles * w)[..., :cols].astype(np.float16)
+        return _canonical(np.ascontiguousarray(np.swapaxes(out, -1, -2) if swap else out))
+    out = np.empty(c.shape, np.float32)
+    kern.unpack(cv, swap, out)
+    return out
 
 
 def _stored(x):

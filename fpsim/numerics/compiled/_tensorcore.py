@@ -24,10 +24,10 @@ import numpy as np
 
 from ._exact import jit
 
-__all__ = ["LOW", "COLUMNS", "exponents", "chain", "ROUND_RZ32", "ROUND_RZ13", "ROUND_RNE16"]
+__all__ = ["LOW", "COLUMN_BYTES", "rows", "cols", "pack", "unpack", "chain", "ROUND_RZ32", "ROUND_RZ13", "ROUND_RNE16"]
 
-LOW = -(1 << 20)  # the exponent given to a zero or non-finite element: any sum with it is below every real one
-COLUMNS = 256  # columns of a tile at most: a slice of b and its exponents (L x 256 x 8 bytes) in L1 for L <= 16
+LOW = -(1 << 14)  # the exponent given to a zero or non-finite element: any sum with it is below every real one, in int16
+COLUMN_BYTES = 1 << 15  # a slice of a tile of b with its exponents (L x W x 8 bytes) at most: in L1
 _TILE = 1 << 17  # bytes of a block of rows' accumulator and sums (rows x columns x (8 + 4))
 ROUND_RZ32, ROUND_RZ13, ROUND_RNE16 = 0, 1, 2
 _SIGN64 = np.int64(-0x8000000000000000)
@@ -43,23 +43,122 @@ _KEEP10 = ~((np.int64(1) << 42) - 1)
 _HALF42 = (np.int64(1) << 41) - 1
 
 
+@jit(inline=True)
+def _exponent(bits, e_sub):
+    """MMA-Sim's exponent of the float32 with the int32 ``bits``: floor(log2 |x|), at least
+    ``e_sub`` (a subnormal's); :data:`LOW` for a zero or a non-finite value."""
+    f = (bits >> 23) & 0xFF
+    e = max(max(f, 1) - 127, e_sub)
+    return np.int16(LOW) if ((bits & 0x7FFFFFFF) == 0) | (f == 255) else np.int16(e)
+
+
 @jit()
-def exponents(x, e_sub, out):
-    """MMA-Sim's exponents of the float32 values ``x`` (1-D): floor(log2 |x|), at least ``e_sub``
-    (a subnormal's); :data:`LOW` for a zero or a non-finite value.  Into int32 ``out``; returns
-    the smallest and largest of the others (LOW, LOW where there are none)."""
-    bits = x.view(np.int32)
-    lo, hi = np.int32(1 << 20), np.int32(LOW)
-    for t in range(bits.shape[0]):
-        f = (bits[t] >> 23) & 0xFF
+def _values(xr, mask, e_sub, vr, er, lo, hi):
+    """The bits of xr (int32, 1-D) under ``mask`` into vr and their exponents into er (int16):
+    MMA-Sim's, floor(log2 |x|) but at least ``e_sub`` (a subnormal's), :data:`LOW` for a zero or a
+    non-finite value; returns the running smallest and largest exponent of a nonzero finite
+    value.  (A function of its own, called row by row: the loop vectorizes.)"""
+    for t in range(xr.shape[0]):
+        bits = xr[t] & mask
+        f = (bits >> 23) & 0xFF
         e = max(max(f, 1) - 127, e_sub)
-        if (bits[t] & 0x7FFFFFFF) == 0 or f == 255:
-            out[t] = LOW
-        else:
-            out[t] = e
-            lo = min(lo, e)
-            hi = max(hi, e)
-    return (lo if hi > LOW else np.int32(LOW)), hi
+        er[t] = np.int16(LOW) if ((bits & 0x7FFFFFFF) == 0) | (f == 255) else np.int16(e)
+        vr[t] = bits
+    for t in range(xr.shape[0]):
+        e = er[t]
+        hi = max(hi, e)
+        lo = min(lo, e if e != LOW else np.int16(-LOW))
+    return lo, hi
+
+
+@jit()
+def rows(x, tr, tf32, e_sub, va, ea):
+    """The left operand of :func:`chain`: va (B, M, Kp) float32 and its exponents ea (int16) from
+    the float32 x (B, M, K), or with ``tr`` x (B, K, M) (C-contiguous), K padded with zeros;
+    ``tf32``: the top 19 bits of each value (the tensor core's read).  Returns the smallest and
+    largest exponent of a nonzero finite value (LOW, LOW for none)."""
+    nb, m, kp = va.shape
+    xt = np.ascontiguousarray(np.swapaxes(x, 1, 2)) if tr else x
+    k = xt.shape[2]
+    xb, vb = xt.view(np.int32), va.view(np.int32)
+    mask = np.int32(-8192) if tf32 else np.int32(-1)  # 0xFFFFE000
+    lo, hi = np.int16(-LOW), np.int16(LOW)
+    for q in range(nb):
+        for i in range(m):
+            lo, hi = _values(xb[q, i], mask, e_sub, vb[q, i, :k], ea[q, i, :k], lo, hi)
+            vb[q, i, k:] = 0
+            ea[q, i, k:] = LOW
+    return (lo if hi > LOW else np.int16(LOW)), hi
+
+
+@jit()
+def cols(x, tr, tf32, e_sub, vb, eb):
+    """The right operand of :func:`chain`: vb (B, T, Kp / L, L, W) float32, its N columns in T
+    tiles of W, and its exponents eb (int16) from the float32 x (B, K, N), or with ``tr`` x (B, N,
+    K) (C-contiguous), K and the last tile padded with zeros; ``tf32`` and the result as
+    :func:`rows`."""
+    nb, nt, ns, L, w = vb.shape
+    xt = np.ascontiguousarray(np.swapaxes(x, 1, 2)) if tr else x
+    k, n = xt.shape[1], xt.shape[2]
+    xb, vbb = xt.view(np.int32), vb.view(np.int32)
+    mask = np.int32(-8192) if tf32 else np.int32(-1)
+    lo, hi = np.int16(-LOW), np.int16(LOW)
+    for q in range(nb):
+        for tile in range(nt):
+            c0 = tile * w
+            cw = min(w, n - c0)
+            for s in range(ns):
+                for t in range(L):
+                    kk = s * L + t
+                    if kk < k:
+                        lo, hi = _values(xb[q, kk, c0:c0 + cw], mask, e_sub, vbb[q, tile, s, t, :cw],
+                                         eb[q, tile, s, t, :cw], lo, hi)
+                        vbb[q, tile, s, t, cw:] = 0
+                        eb[q, tile, s, t, cw:] = LOW
+                    else:
+                        vbb[q, tile, s, t] = 0
+                        eb[q, tile, s, t] = LOW
+    return (lo if hi > LOW else np.int16(LOW)), hi
+
+
+@jit()
+def pack(c, tr, cv):
+    """The accumulator of :func:`chain`: cv (B, T, R, W) float64 from the float32 c (B, R, N), or
+    with ``tr`` c (B, N, R), its N columns in T tiles of W, the last padded with zeros."""
+    nb, nt, r, w = cv.shape
+    n = c.shape[1] if tr else c.shape[2]
+    for q in range(nb):
+        for tile in range(nt):
+            for i in range(r):
+                for j in range(w):
+                    col = tile * w + j
+                    v = 0.0
+                    if col < n:
+                        v = np.float64(c[q, col, i] if tr else c[q, i, col])
+                    cv[q, tile, i, j] = v
+
+
+@jit()
+def unpack(cv, tr, out):
+    """The float32 result out (B, R, N), or with ``tr`` (B, N, R), from :func:`chain`'s cv (whose
+    values are float32 values): a zero as +0, a NaN as 0x7FFFFFFF (MMA-Sim's)."""
+    nb, nt, r, w = cv.shape
+    n = out.shape[1] if tr else out.shape[2]
+    ob = out.view(np.int32)
+    for q in range(nb):
+        for tile in range(nt):
+            for i in range(r):
+                for j in range(min(w, n - tile * w)):
+                    col = tile * w + j
+                    v = cv[q, tile, i, j]
+                    if tr:
+                        out[q, col, i] = np.float32(v + 0.0)
+                        if v != v:
+                            ob[q, col, i] = 0x7FFFFFFF
+                    else:
+                        out[q, i, col] = np.float32(v + 0.0)
+                        if v != v:
+                            ob[q, i, col] = 0x7FFFFFFF
 
 
 @jit(inline=True)
@@ -122,7 +221,7 @@ def chain(a, ea, b, eb, cv, F, pmin, c_zero, c_min, c_inf, mode, acc):
     nb, m, k = a.shape
     nt, ns, L, w = b.shape[1], b.shape[2], b.shape[3], b.shape[4]
     rt = max(1, _TILE // (12 * w))
-    e = np.empty(w, np.int32)
+    e = np.empty(w, np.int16)
     sp = np.empty(w, a.dtype)  # 2^(F - max(e_max, pmin)): the products' scale
     pw = np.empty(w, np.int64)  # as float64 bits
     pwf = pw.view(np.float64)
@@ -145,8 +244,8 @@ def chain(a, ea, b, eb, cv, F, pmin, c_zero, c_min, c_inf, mode, acc):
                         for t in range(0, L, 4):  # the products' exponents (int32 sums: numba's are int64)
                             x0, x1, x2, x3 = ea[q, i, k0 + t], ea[q, i, k0 + t + 1], ea[q, i, k0 + t + 2], ea[q, i, k0 + t + 3]
                             for j in range(w):
-                                u = max(max(np.int32(x0 + es[t, j]), np.int32(x1 + es[t + 1, j])),
-                                        max(np.int32(x2 + es[t + 2, j]), np.int32(x3 + es[t + 3, j])))
+                                u = max(max(np.int16(x0 + es[t, j]), np.int16(x1 + es[t + 1, j])),
+                                        max(np.int16(x2 + es[t + 2, j]), np.int16(x3 + es[t + 3, j])))
                                 e[j] = max(e[j], u)
                         for j in range(w):
                             pw[j] = np.int64(F - max(e[j], pmin) + 1023) << 52
