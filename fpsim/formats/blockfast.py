@@ -25,7 +25,8 @@ from the same generator, NaN blocks the same NaN), in fewer numpy passes:
 Where the compiled path runs (``fpsim.numerics.compiled``, ``_blocks.py``), the block maxima and
 the element pass (scaled, rounded to nearest or stochastically, decoded) are one numba loop each over
 the blocked layout: the same operations in the same order, the same draws (read where they lie, not
-transposed), the same bits.
+transposed), the same bits - rounding to nearest by the float32 adder onto the element's grid, not
+by the table: the same value for every float32 (both are the correctly rounded one).
 
 :func:`fake_quantize_on_grid` also says what a matrix product may know of the values: where every
 decode factor of a block holding a finite nonzero value is a power of two high enough that no
@@ -220,7 +221,7 @@ def _chunks(blocks: _Blocks, slices, elem: Format, factor: np.ndarray, dec: np.n
 
 
 def _compiled_elements(blocks: _Blocks, elem: Format, factor: np.ndarray, dec: np.ndarray, rng) -> np.ndarray | None:
-    """The blocked output by the compiled path's one loop (scaled, rounded - by the table to nearest,
+    """The blocked output by the compiled path's one loop (scaled, rounded - to nearest,
     or stochastically with ``rng``'s uniforms drawn in ``quantize``'s order, as :func:`_chunks` draws
     them - and decoded: the same operations in the same order), or None where it does not run
     (numba missing or off, a small array, scales not float32, a layout that is not C-contiguous)."""
@@ -231,13 +232,21 @@ def _compiled_elements(blocks: _Blocks, elem: Format, factor: np.ndarray, dec: n
     if fast is None:
         return None
     factor, dec = np.ascontiguousarray(factor), np.ascontiguousarray(dec)
+    args = _kernel_args(elem)
     if rng is None:
-        return fast(xb, factor, dec, _nearest_table(elem))
+        return fast(xb, factor, dec, args)
     u = rng.random(xb.size)  # draws()'s, or each chunk's in turn on the numpy path: the same stream
     if xb.ndim == 3:  # as drawn, (lead, trail, n): the kernel reads them where they lie (draws() transposes)
         ax = blocks.lay.axis
         u = u.reshape(math.prod(blocks.shape[:ax]), xb.shape[2], blocks.shape[ax])
-    return fast(xb, factor, dec, u.reshape(xb.shape) if xb.ndim != 3 else u, elem.emin, elem.mantissa_bits, elem.max)
+    return fast(xb, factor, dec, u.reshape(xb.shape) if xb.ndim != 3 else u, args)
+
+
+def _kernel_args(elem: Format) -> tuple:
+    """The element format as the compiled kernels take it: the bits of 2**emin (its smallest normal),
+    its mantissa bits as an exponent field, 2**(emax + 1) and its max, as float32."""
+    return (_U32((elem.emin + 127) << 23), _U32(elem.mantissa_bits << 23), _F32(2.0 ** (elem.emax + 1)),
+            _F32(elem.max))
 
 
 def _nearest_table(elem: Format) -> np.ndarray:

@@ -96,3 +96,38 @@ def test_small_blocks_keep_the_numpy_path(monkeypatch):
     want = quantize(x, "nvfp4", rounding="stochastic", seed=3).dequantize()
     assert np.array_equal(bits(got), bits(want))
     assert calls.get("block_nearest", 0) == calls.get("block_stochastic", 0) == 0
+
+
+ELEMENTS = ["float8_e4m3fn", "float8_e5m2", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"]
+
+
+def _patterns() -> np.ndarray:
+    """float32 patterns: every exponent with every top 10 mantissa bits, each with six endings of the
+    low 13 (exact, just above, below and at the halfway point of a 10-bit grid, ...), signs
+    alternating; NaN left out (the caller sets NaN blocks)."""
+    top = np.arange(2**18, dtype=np.uint32) << np.uint32(13)
+    low = np.array([0, 1, 0x0FFF, 0x1000, 0x1001, 0x1FFF], np.uint32)
+    p = (top[:, None] | low).reshape(-1)
+    p[1::2] |= np.uint32(0x80000000)
+    p = p[(p & np.uint32(0x7FFFFFFF)) <= 0x7F800000]
+    return p[: p.size // 32 * 32].view(np.float32).reshape(-1, 32)
+
+
+@pytest.mark.parametrize("name", ELEMENTS)
+def test_the_compiled_rounding_to_nearest_is_the_saturating_cast(name):
+    """The compiled element pass rounds by the float32 adder, the numpy path by its table: both the
+    saturating round-to-nearest-even cast (ml_dtypes' cast of the value clipped to +-max), on 1.5
+    million patterns per format - every exponent and leading mantissa, ties, sticky bits, subnormals,
+    +-inf - with encode and decode factors of 1."""
+    from fpsim.formats import get_format
+    from fpsim.formats.blockfast import _kernel_args, _nearest_table
+    from fpsim.formats.kernels import bf16_odd_patterns
+
+    elem = get_format(name)
+    x = _patterns()
+    one = np.ones(x.shape[0], np.float32)
+    got = compiled.kernels().roundings["block_nearest"](x, one, one, _kernel_args(elem))
+    with np.errstate(invalid="ignore"):
+        want = np.clip(x, -elem.max, elem.max).astype(elem.dtype).astype(np.float32)
+    assert np.array_equal(bits(got), bits(want))
+    assert np.array_equal(bits(got), bits(_nearest_table(elem).take(bf16_odd_patterns(x))))

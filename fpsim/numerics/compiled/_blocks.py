@@ -1,13 +1,15 @@
 """The compiled path of block quantization's element pass (``fpsim/formats/blockfast.py``): each
-element times its block's float32 encode factor, rounded to nearest even into the element format
-by the saturating narrowing table (indexed by the product rounded to odd onto bfloat16, as
-``kernels.narrow_cast`` indexes it, the table already widened to float32), times the block's float32
-decode factor - the numpy path's three operations and its look-up, value by value in one loop, in
-the written order (the same bits); stochastic rounding likewise, with the numpy path's uniforms in
-``quantize``'s order; and the block maxima before it, in one pass.  The scales themselves stay the
-scale rule's (numpy, once per block); blocks holding an inf or NaN are set afterwards by the caller,
-as on the numpy path.  The element step is one inlined function (:func:`_element`) that every
-layout's loop calls.
+element times its block's float32 encode factor, rounded into the element format, times the block's
+float32 decode factor - the numpy path's operations in the written order, value by value in one loop;
+and the block maxima before it, in one pass.  Rounding to nearest even is arithmetic here
+(:func:`_nearest`: the float32 adder rounds onto the element's grid), where the numpy path looks the
+value up in the saturating narrowing table by the product rounded to odd onto bfloat16: two correct
+roundings of the same float32 value, the same value for every float32 pattern but NaN (checked on
+all of them), and no gather in the loop.  Stochastic rounding is ``blockfast._stochastic``'s exact
+kernel with the numpy path's uniforms in ``quantize``'s order.  The scales themselves stay the scale
+rule's (numpy, once per block); blocks holding an inf or NaN are set afterwards by the caller, as on
+the numpy path.  The element step is one inlined function (:func:`_element`) that every layout's loop
+calls.
 
 Besides: the random Hadamard transform of ``lowp.block.hadamard_transform`` (:func:`block_hadamard`),
 the fast Walsh-Hadamard transform of each group in float64 where every partial sum is proven exact,
@@ -21,25 +23,12 @@ import math
 import numpy as np
 
 from ._exact import jit
-from ._round import _odd
 
 __all__ = ["BLOCKS"]
 
 _F32 = np.float32
 _U32 = np.uint32
 _INV = _U32(254 << 23)  # the bits of 2**-E are (254 << 23) minus those of 2**E
-
-
-@jit()
-def _columns(xb, factor, dec, table, out):
-    """xb (R, k, B) float32, blocks along the middle axis: block (i, b) its elements [i, :, b];
-    factor / dec (R, B) - the inner loop runs along b, over contiguous memory."""
-    rows, k, nb = xb.shape
-    for i in range(rows):
-        for j in range(k):
-            for b in range(nb):
-                s = _F32(xb[i, j, b] * factor[i, b])
-                out[i, j, b] = _F32(table[_odd(s.view(np.uint32))] * dec[i, b])
 
 
 @jit()
@@ -70,6 +59,19 @@ def _amax_columns(xb, out):
                 out[i, b] = max(out[i, b], np.uint32(xb[i, j, b] & np.uint32(0x7FFFFFFF)))
 
 
+@jit()
+def _amax_rows(xb, out):
+    """Into uint32 ``out`` (R,): the largest magnitude pattern of each row of xb (R, k) - the 1-D
+    blocks along the last axis (a loop of its own: the tiles' four indices keep the short row's
+    maximum from vectorising)."""
+    rows, k = xb.shape
+    for i in range(rows):
+        hi = np.uint32(0)
+        for j in range(k):
+            hi = max(hi, np.uint32(xb[i, j] & np.uint32(0x7FFFFFFF)))
+        out[i] = hi
+
+
 def block_amax(xb: np.ndarray) -> np.ndarray:
     """float32 max |x| of each block of C-contiguous float32 ``xb`` (the layouts of
     :func:`block_nearest`: (R,), (R, B) or (R, Nb)), taken on the bit patterns as
@@ -79,9 +81,8 @@ def block_amax(xb: np.ndarray) -> np.ndarray:
         out = np.empty((xb.shape[0], xb.shape[2]), np.uint32)
         _amax_columns(bits, out)
     elif xb.ndim == 2:
-        out = np.empty((xb.shape[0], 1), np.uint32)
-        _amax_tiles(bits.reshape(xb.shape[0], 1, 1, xb.shape[1]), out)
-        out = out.reshape(-1)
+        out = np.empty(xb.shape[0], np.uint32)
+        _amax_rows(bits, out)
     else:
         out = np.empty((xb.shape[0], xb.shape[2]), np.uint32)
         _amax_tiles(bits, out)
@@ -89,10 +90,26 @@ def block_amax(xb: np.ndarray) -> np.ndarray:
 
 
 @jit(inline=True)
-def _sr(v, f, d, u, qmin, man_field, fmax):
-    """``blockfast._stochastic`` of one element v times f, then times d: |v f| / ulp (exact), its
-    floor, up by one where the uniform u lies below the fraction, times the ulp, min(., max), the sign."""
-    s = _F32(v * f)
+def _nearest(s, qmin, man_field, top, fmax):
+    """float32 s rounded to nearest even into the element format, saturating: |s| (clamped to
+    ``top`` = 2**(emax + 1), beyond which everything ends at max) plus 2**23 times its ulp in the
+    element (q: the binade's spacing, the subnormals' below the smallest normal) - the float32 adder
+    rounds onto the multiples of q, ties to even - minus the same, then min(., max) and s's sign.
+    The same value as the numpy path's table look-up (``blockfast._nearest_table`` of the product
+    rounded to odd onto bfloat16) for every float32 but NaN (a NaN block is set by the caller)."""
+    b = s.view(np.uint32)
+    a = _F32(min(_U32(b & _U32(0x7FFFFFFF)).view(np.float32), top))
+    q = _U32(max(_U32(a.view(np.uint32) & _U32(0x7F800000)), qmin) - man_field)
+    m = _U32(q + _U32(23 << 23)).view(np.float32)
+    r = _F32(_F32(a + m) - m)
+    r = _F32(min(r, fmax))
+    return _U32(r.view(np.uint32) | _U32(b & _U32(0x80000000))).view(np.float32)
+
+
+@jit(inline=True)
+def _stochastic(s, u, qmin, man_field, fmax):
+    """``blockfast._stochastic`` of one float32 s: |s| / ulp (exact), its floor, up by one where
+    the uniform u lies below the fraction, times the ulp, min(., max), s's sign."""
     b = s.view(np.uint32)
     a = _U32(b & _U32(0x7FFFFFFF))
     q = _U32(max(_U32(a & _U32(0x7F800000)), qmin) - man_field)
@@ -102,25 +119,24 @@ def _sr(v, f, d, u, qmin, man_field, fmax):
     r = _F32(r + _F32(1.0 if u < frac else 0.0))
     r = _F32(r * q.view(np.float32))
     r = _F32(min(r, fmax))
-    return _F32(_U32(r.view(np.uint32) | _U32(b & _U32(0x80000000))).view(np.float32) * d)
+    return _U32(r.view(np.uint32) | _U32(b & _U32(0x80000000))).view(np.float32)
 
 
 @jit(inline=True)
-def _element(v, f, d, table, u, qmin, man_field, fmax, sr):
-    """One element of a block, times its encode factor f, rounded into the element format - to
-    nearest by the table, or with ``sr`` stochastically with the uniform u (:func:`_sr`) - times
-    its decode factor d: the one element step every kernel here shares."""
-    if sr:
-        return _sr(v, f, d, u, qmin, man_field, fmax)
+def _element(v, f, d, u, qmin, man_field, top, fmax, sr):
+    """One element v of a block: times its encode factor f (float32), rounded into the element
+    format - to nearest even, or with ``sr`` stochastically with the uniform u - times its decode
+    factor d (float32): the element step every kernel here shares, in the numpy path's order."""
     s = _F32(v * f)
-    return _F32(table[_odd(s.view(np.uint32))] * d)
+    r = _stochastic(s, u, qmin, man_field, fmax) if sr else _nearest(s, qmin, man_field, top, fmax)
+    return _F32(r * d)
 
 
 @jit()
-def _tiles(xb, factor, dec, table, u, qmin, man_field, fmax, sr, out):
+def _tiles(xb, factor, dec, u, qmin, man_field, top, fmax, sr, out):
     """xb (R, r, Nb, c) float32, block (i, m) its elements [i, :, m, :]; factor / dec (R, Nb); to
-    nearest by ``table`` or, with ``sr``, stochastically with the uniforms ``u`` (float64, xb's
-    shape; unread to nearest)."""
+    nearest or, with ``sr``, stochastically with the uniforms ``u`` (float64, xb's shape; unread to
+    nearest)."""
     rows, r, nb, c = xb.shape
     for i in range(rows):
         for j in range(r):
@@ -128,12 +144,23 @@ def _tiles(xb, factor, dec, table, u, qmin, man_field, fmax, sr, out):
                 f = factor[i, m]
                 d = dec[i, m]
                 for k in range(c):
-                    out[i, j, m, k] = _element(xb[i, j, m, k], f, d, table, u[i, j, m, k] if sr else 0.0, qmin,
-                                               man_field, fmax, sr)
+                    out[i, j, m, k] = _element(xb[i, j, m, k], f, d, u[i, j, m, k] if sr else 0.0, qmin, man_field,
+                                               top, fmax, sr)
 
 
 @jit()
-def _columns_sr(xb, factor, dec, u, qmin, man_field, fmax, out):
+def _columns(xb, factor, dec, qmin, man_field, top, fmax, out):
+    """xb (R, k, B) float32, blocks along the middle axis: block (i, b) its elements [i, :, b];
+    factor / dec (R, B); to nearest - the inner loop runs along b, over contiguous memory."""
+    rows, k, nb = xb.shape
+    for i in range(rows):
+        for j in range(k):
+            for b in range(nb):
+                out[i, j, b] = _element(xb[i, j, b], factor[i, b], dec[i, b], 0.0, qmin, man_field, top, fmax, False)
+
+
+@jit()
+def _columns_sr(xb, factor, dec, u, qmin, man_field, top, fmax, out):
     """:func:`_columns` rounding stochastically, with the uniforms ``u`` (lead, B, n) in
     ``quantize``'s order (the block axis last: n = blocks along it times k), read where they lie -
     no transposed copy: block i is block i % (n / k) of leading index i // (n / k), its element j
@@ -147,7 +174,7 @@ def _columns_sr(xb, factor, dec, u, qmin, man_field, fmax, out):
             f = factor[i, b]
             d = dec[i, b]
             for j in range(k):
-                out[i, j, b] = _sr(xb[i, j, b], f, d, u[lead, b, off + j], qmin, man_field, fmax)
+                out[i, j, b] = _element(xb[i, j, b], f, d, u[lead, b, off + j], qmin, man_field, top, fmax, True)
 
 
 def _as_tiles(xb, factor, dec, *more):
@@ -160,38 +187,35 @@ def _as_tiles(xb, factor, dec, *more):
     return (xb.reshape(shape4), factor.reshape(-1, 1), dec.reshape(-1, 1), *(m.reshape(shape4) for m in more))
 
 
-_NO_TABLE = np.zeros(1, np.float32)  # the arguments a pass does not read: to nearest no uniforms,
-_NO_DRAWS = np.zeros((1, 1, 1, 1))  # stochastically no table
-_NEAREST = (_U32(0), _U32(0), _F32(0.0), False)
+_NO_DRAWS = np.zeros((1, 1, 1, 1))  # to nearest: no uniforms (never read)
 
 
-def block_stochastic(xb: np.ndarray, factor: np.ndarray, dec: np.ndarray, u: np.ndarray, emin: int, mantissa_bits: int,
-                     fmax) -> np.ndarray:
-    """:func:`block_nearest` rounding stochastically into an element format of ``emin``,
-    ``mantissa_bits`` and ``fmax`` (saturating), each element up where its uniform lies below its
-    fraction: ``u`` (float64, C-contiguous) the draws in ``quantize``'s order - xb's shape, or for
-    (R, k, B) blocks along an earlier axis as drawn, (lead, B, n) (see :func:`_columns_sr`)."""
+def block_stochastic(xb: np.ndarray, factor: np.ndarray, dec: np.ndarray, u: np.ndarray, elem: tuple) -> np.ndarray:
+    """:func:`block_nearest` rounding stochastically (saturating), each element up where its uniform
+    lies below its fraction: ``u`` (float64, C-contiguous) the draws in ``quantize``'s order - xb's
+    shape, or for (R, k, B) blocks along an earlier axis as drawn, (lead, B, n) (see
+    :func:`_columns_sr`)."""
     out = np.empty(xb.shape, np.float32)
-    args = (_U32((emin + 127) << 23), _U32(mantissa_bits << 23), _F32(fmax))
     if xb.ndim == 3:
-        _columns_sr(xb, factor, dec, u, *args, out)
+        _columns_sr(xb, factor, dec, u, *elem, out)
     else:
         x4, f4, d4, u4, o4 = _as_tiles(xb, factor, dec, u.reshape(xb.shape), out)
-        _tiles(x4, f4, d4, _NO_TABLE, u4, *args, True, o4)
+        _tiles(x4, f4, d4, u4, *elem, True, o4)
     return out
 
 
-def block_nearest(xb: np.ndarray, factor: np.ndarray, dec: np.ndarray, table: np.ndarray) -> np.ndarray:
+def block_nearest(xb: np.ndarray, factor: np.ndarray, dec: np.ndarray, elem: tuple) -> np.ndarray:
     """The blocked float32 output of ``blockfast._encode`` to nearest: ``xb`` (R, k) blocks as rows
     (``factor`` / ``dec`` (R,)), (R, k, B) blocks along the middle axis ((R, B)) or (R, r, Nb, c)
-    2-D tiles ((R, Nb)), C-contiguous float32; ``table``: the element's widened saturating
-    narrowing table (65,536 float32)."""
+    2-D tiles ((R, Nb)), C-contiguous float32; ``elem``: the element format as the kernels take it
+    (``blockfast._kernel_args``: the bits of 2**emin, the mantissa bits as an exponent field,
+    2**(emax + 1) and max as float32)."""
     out = np.empty(xb.shape, np.float32)
     if xb.ndim == 3:
-        _columns(xb, factor, dec, table, out)
+        _columns(xb, factor, dec, *elem, out)
     else:
         x4, f4, d4, o4 = _as_tiles(xb, factor, dec, out)
-        _tiles(x4, f4, d4, table, _NO_DRAWS, *_NEAREST, o4)
+        _tiles(x4, f4, d4, _NO_DRAWS, *elem, False, o4)
     return out
 
 
