@@ -26,7 +26,10 @@ The arithmetic is exact: a product of two inputs has at most 22 significant bits
 alignment is a multiplication by a power of two, both exact in float32 where the exponents allow
 (else in float64); a truncated term is an integer below 2^(F+2) in units of 2^(e_max-F), so L of
 them and c add exactly in float64 (in float32 when F = 13).  The work is vectorized over the
-output and the slice, and loops only over the K slices.
+output and the slice, and loops only over the K slices.  Where the compiled path is on (numba
+installed, ``FPSIM_NUMBA`` not ``0``; :mod:`fpsim.numerics.compiled`), a product of
+:data:`COMPILED_MIN_PRODUCTS` multiply-adds or more runs the same steps as compiled loops
+(``fpsim/numerics/compiled/_tensorcore.py``), with the same bits.
 
 :func:`emulate` makes the engine's matmul and linear accumulate this way (``fpsim.ops``); the fp8
 and block-scaled Linears take ``tensor_core=`` in their recipes (``fpsim.lowp``).

@@ -162,9 +162,9 @@ def unpack(cv, tr, out):
 
 
 @jit(inline=True)
-def _finish(cv, cb, q, tile, i, w, mode):
-    """``cv[q, tile, i, :w]`` (``cb``: cv as int64 bits), exact float64 sums, rounded in place
-    by the instruction's output rounding: toward zero to 24 (ROUND_RZ32) or 14 (ROUND_RZ13)
+def _finish(acc, back, cv, cb, q, tile, i, w, mode):
+    """Into ``cv[q, tile, i, :w]`` (``cb``: cv as int64 bits): the exact sums acc[q, tile, i, :w]
+    times ``back`` (2^(e_max - F)), rounded by the instruction's output rounding: toward zero to 24 (ROUND_RZ32) or 14 (ROUND_RZ13)
     significant bits with float32's exponent range (subnormals on the grid 2^(-126 - fraction
     bits), +-inf at or beyond 2^128), or to nearest even into float16 (ROUND_RNE16), the results
     float64s.  A NaN stays a NaN, a zero keeps its sign (the caller settles both).  Two loops
@@ -172,7 +172,7 @@ def _finish(cv, cb, q, tile, i, w, mode):
     other (the overlap would make each loop run scalar): they vectorize."""
     if mode == ROUND_RNE16:
         for j in range(w):  # float16 subnormals: the grid 2^-24 (to nearest even; 2^-14 is exact below)
-            v = cv[q, tile, i, j]
+            v = np.float64(acc[q, tile, i, j]) * back[j]  # exact
             cv[q, tile, i, j] = np.rint(v * 2.0**24) * 2.0**-24 if abs(v) < 2.0**-14 else v
         for j in range(w):  # 10 fraction bits: the pattern rounded to nearest even at bit 42 (a carry is exact)
             vb = cb[q, tile, i, j]
@@ -186,7 +186,7 @@ def _finish(cv, cb, q, tile, i, w, mode):
     keep = _KEEP23 if mode == ROUND_RZ32 else _KEEP13
     up, down = 2.0 ** (126 + fb), 2.0 ** -(126 + fb)
     for j in range(w):  # float32 subnormals: the grid 2^(-126 - fraction bits)
-        v = cv[q, tile, i, j]
+        v = np.float64(acc[q, tile, i, j]) * back[j]  # exact
         cv[q, tile, i, j] = np.trunc(v * up) * down if abs(v) < 2.0**-126 else v
     for j in range(w):  # normals: the low fraction bits cleared; at or beyond 2^128: inf
         vb = cb[q, tile, i, j]
@@ -225,8 +225,10 @@ def chain(a, ea, b, eb, cv, F, pmin, c_zero, c_min, c_inf, mode, acc):
     sp = np.empty(w, a.dtype)  # 2^(F - max(e_max, pmin)): the products' scale
     pw = np.empty(w, np.int64)  # as float64 bits
     pwf = pw.view(np.float64)
-    sc = np.empty(w, np.int64)  # the accumulator's scale 2^(F - e_max), then 2^(e_max - F), as bits
+    sc = np.empty(w, np.int64)  # the accumulator's scale 2^(F - e_max), as bits
     scf = sc.view(np.float64)
+    bk = np.empty(w, np.int64)  # 2^(e_max - F), as bits
+    bkf = bk.view(np.float64)
     cb = cv.view(np.int64)
     for q in range(nb):
         for tile in range(nt):
@@ -250,10 +252,10 @@ def chain(a, ea, b, eb, cv, F, pmin, c_zero, c_min, c_inf, mode, acc):
                         for j in range(w):
                             pw[j] = np.int64(F - max(e[j], pmin) + 1023) << 52
                             sc[j] = np.int64(F - e[j] + 1023) << 52
-                        for j in range(w):
+                            bk[j] = np.int64(e[j] - F + 1023) << 52
+                        for j in range(w):  # the accumulator, aligned and truncated
                             sp[j] = pwf[j]
-                        for j in range(w):
-                            acc[q, tile, i, j] = np.trunc(cv[q, tile, i, j] * scf[j])  # the accumulator, aligned and truncated
+                            acc[q, tile, i, j] = np.trunc(cv[q, tile, i, j] * scf[j])
                         for t in range(0, L, 4):
                             x0, x1, x2, x3 = a[q, i, k0 + t], a[q, i, k0 + t + 1], a[q, i, k0 + t + 2], a[q, i, k0 + t + 3]
                             for j in range(w):  # each term in acc's dtype: exact sums
@@ -262,8 +264,4 @@ def chain(a, ea, b, eb, cv, F, pmin, c_zero, c_min, c_inf, mode, acc):
                                 v = v + np.trunc((x1 * bs[t + 1, j]) * f)
                                 v = v + np.trunc((x2 * bs[t + 2, j]) * f)
                                 acc[q, tile, i, j] = v + np.trunc((x3 * bs[t + 3, j]) * f)
-                        for j in range(w):
-                            sc[j] = np.int64(e[j] - F + 1023) << 52
-                        for j in range(w):
-                            cv[q, tile, i, j] = np.float64(acc[q, tile, i, j]) * scf[j]  # exact
-                        _finish(cv, cb, q, tile, i, w, mode)
+                        _finish(acc, bkf, cv, cb, q, tile, i, w, mode)
