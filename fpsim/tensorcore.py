@@ -333,18 +333,18 @@ def _chain_compiled(kern, a, b, c, ins: Instruction, fa, fb) -> np.ndarray:
     F, L = ins.fraction_bits, ins.slice_length
     nb, m, n = c.shape
     k = a.shape[-1] + (-a.shape[-1] % L)
-    # exact: every input is a float32 value (a read-only array copied: the loops are compiled for writable ones)
-    x, y = (np.ascontiguousarray(v, np.float32) for v in (a, b))
-    x, y = (v if v.flags.writeable else v.copy() for v in (x, y))
     swap = m > n
+    (x, fl), (y, fr) = ((np.swapaxes(b, -1, -2), fb), (np.swapaxes(a, -1, -2), fa)) if swap else ((a, fa), (b, fb))
+    # exact: every input is a float32 value (a read-only array copied: the loops are compiled for writable ones)
+    x, y = (np.ascontiguousarray(v, np.float32) for v in (x, y))
+    x, y = (v if v.flags.writeable else v.copy() for v in (x, y))
     r, cols = (n, m) if swap else (m, n)
     tiles = -(-cols // max(1, kern.COLUMN_BYTES // (8 * L)))
     w = -(-cols // tiles)
     va, ea = np.empty((nb, r, k), np.float32), np.empty((nb, r, k), np.int16)
     vb, eb = np.empty((nb, tiles, k // L, L, w), np.float32), np.empty((nb, tiles, k // L, L, w), np.int16)
-    (left, fl), (right, fr) = ((y, fb), (x, fa)) if swap else ((x, fa), (y, fb))
-    ra = kern.rows(left, swap, fl[0] == "tf32", fl[2], va, ea)
-    rb = kern.cols(right, swap, fr[0] == "tf32", fr[2], vb, eb)
+    ra = kern.rows(x, fl[0] == "tf32", fl[2], va, ea)
+    rb = kern.cols(y, fr[0] == "tf32", fr[2], vb, eb)
     vdt, pmin = _work_dtype(*(None if e[1] == kern.LOW else e for e in (ra, rb)), fa, fb, F)
     zeros = ins.rounding == "rne-float16" or pmin < -126  # as _block decides it
     half = c.dtype == np.float16

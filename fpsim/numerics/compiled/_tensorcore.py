@@ -72,15 +72,14 @@ def _values(xr, mask, e_sub, vr, er, lo, hi):
 
 
 @jit()
-def rows(x, tr, tf32, e_sub, va, ea):
+def rows(x, tf32, e_sub, va, ea):
     """The left operand of :func:`chain`: va (B, M, Kp) float32 and its exponents ea (int16) from
-    the float32 x (B, M, K), or with ``tr`` x (B, K, M) (C-contiguous), K padded with zeros;
+    the float32 x (B, M, K) (C-contiguous), K padded with zeros;
     ``tf32``: the top 19 bits of each value (the tensor core's read).  Returns the smallest and
     largest exponent of a nonzero finite value (LOW, LOW for none)."""
     nb, m, kp = va.shape
-    xt = np.ascontiguousarray(np.swapaxes(x, 1, 2)) if tr else x
-    k = xt.shape[2]
-    xb, vb = xt.view(np.int32), va.view(np.int32)
+    k = x.shape[2]
+    xb, vb = x.view(np.int32), va.view(np.int32)
     mask = np.int32(-8192) if tf32 else np.int32(-1)  # 0xFFFFE000
     lo, hi = np.int16(-LOW), np.int16(LOW)
     for q in range(nb):
@@ -92,15 +91,14 @@ def rows(x, tr, tf32, e_sub, va, ea):
 
 
 @jit()
-def cols(x, tr, tf32, e_sub, vb, eb):
+def cols(x, tf32, e_sub, vb, eb):
     """The right operand of :func:`chain`: vb (B, T, Kp / L, L, W) float32, its N columns in T
-    tiles of W, and its exponents eb (int16) from the float32 x (B, K, N), or with ``tr`` x (B, N,
-    K) (C-contiguous), K and the last tile padded with zeros; ``tf32`` and the result as
-    :func:`rows`."""
+    tiles of W, and its exponents eb (int16) from the float32 x (B, K, N) (C-contiguous), K and
+    the last tile padded with zeros; ``tf32`` and the result as :func:`rows`.  (A transposed
+    operand is copied by numpy first: numba's transposed copy takes seconds to compile.)"""
     nb, nt, ns, L, w = vb.shape
-    xt = np.ascontiguousarray(np.swapaxes(x, 1, 2)) if tr else x
-    k, n = xt.shape[1], xt.shape[2]
-    xb, vbb = xt.view(np.int32), vb.view(np.int32)
+    k, n = x.shape[1], x.shape[2]
+    xb, vbb = x.view(np.int32), vb.view(np.int32)
     mask = np.int32(-8192) if tf32 else np.int32(-1)
     lo, hi = np.int16(-LOW), np.int16(LOW)
     for q in range(nb):
