@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..numerics import compiled
 from .kernels import fp8_to_f32, narrow_cast
 from .table import Format, get_format
 
@@ -141,11 +142,16 @@ def nvfp4_scales(amax: np.ndarray, s_enc: np.float32, top: float = 6.0):
     ``S_dec_b_fp32 == 0 ? 0``: the block's elements become 0 and count as underflowed, as they
     decode); the decode factor s * S_dec.
     """
+    s_dec = _F32(1) / s_enc
+    mult = s_enc * (_F32(1) / _F32(top))  # top: the element value the block's amax maps to (6; 4 in 4/6)
+    fast = compiled.rounding("nvfp4_scales", amax, np.float32)
+    if fast is not None and amax.flags.c_contiguous and np.isfinite(mult) and np.isfinite(s_dec):
+        # the same steps, block by block in one loop (S_enc is finite and nonzero: nvfp4_tensor_scale's)
+        codes, enc, dec = fast(amax, mult, s_dec)
+        return codes.view(_E4M3.dtype), enc, dec
     bad = ~np.isfinite(amax)
     a = np.array(amax, np.float32)
     a[bad] = 0
-    s_dec = _F32(1) / s_enc
-    mult = s_enc * (_F32(1) / _F32(top))  # top: the element value the block's amax maps to (6; 4 in 4/6)
     with np.errstate(over="ignore", divide="ignore"):
         d = a
         d *= mult

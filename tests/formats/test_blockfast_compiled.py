@@ -131,3 +131,44 @@ def test_the_compiled_rounding_to_nearest_is_the_saturating_cast(name):
         want = np.clip(x, -elem.max, elem.max).astype(elem.dtype).astype(np.float32)
     assert np.array_equal(bits(got), bits(want))
     assert np.array_equal(bits(got), bits(_nearest_table(elem).take(bf16_odd_patterns(x))))
+
+
+def _amaxes(rng) -> np.ndarray:
+    """float32 block maxima: every exponent field (subnormals, inf and NaN included) with 40
+    mantissas each (0, 1, all ones, the e4m3 halfway bits, random)."""
+    mant = np.concatenate([np.uint32([0, 1, 0x7FFFFF, 0x080000, 0x180000, 0x0FFFFF]),
+                           rng.integers(0, 2**23, 34).astype(np.uint32)])
+    return ((np.arange(256, dtype=np.uint32)[:, None] << np.uint32(23)) | mant).reshape(-1).view(np.float32)
+
+
+@pytest.mark.parametrize("top", [6.0, 4.0])
+def test_nvfp4_scales_on_both_paths_and_the_reference(top, monkeypatch):
+    """The compiled NVFP4 scales (e4m3 codes, encode and decode factors) are the numpy path's bits
+    for every exponent of amax under tensor scales from 2**-149 to float32's max (and inf, which
+    nvfp4_tensor_scale never gives: the numpy path's, whichever runs), and the reference's
+    (tests/support/block_reference.py, fractions) on a sample."""
+    from fractions import Fraction as Q
+
+    from support.block_reference import f32, nvfp4_block
+
+    from fpsim.formats import block_scales as bs
+
+    rng = np.random.default_rng(int(top))
+    amax = _amaxes(rng)
+    ran = []
+    fn = compiled.kernels().roundings["nvfp4_scales"]
+    monkeypatch.setitem(compiled.kernels().roundings, "nvfp4_scales", lambda *a: ran.append(1) or fn(*a))
+    for s_enc in np.float32([1.0, 2688.0 / 3.0, 3.4e38, 2.0**-126, 7.3e-21, 1e-45, np.inf]):
+        with use_compiled(True), np.errstate(all="ignore"):
+            got = bs.nvfp4_scales(amax, s_enc, top)
+        with use_compiled(False), np.errstate(all="ignore"):
+            want = bs.nvfp4_scales(amax, s_enc, top)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and np.array_equal(g.view(np.uint8), w.view(np.uint8)), s_enc
+        if top != 6.0 or not 2.0**-126 <= s_enc < np.inf:  # the reference's rule: amax to 6, a finite 1 / S_enc
+            continue
+        s_dec = f32(1 / Q(float(s_enc)))
+        for i in rng.choice(np.flatnonzero(np.isfinite(amax)), 40, replace=False):
+            s = nvfp4_block([float(amax[i])], Q(float(s_enc))).scale
+            assert got[0][i].astype(np.float32) == float(s) and got[2][i] == float(f32(s * s_dec)), (amax[i], s_enc)
+    assert len(ran) == 5  # the kernel ran for every finite S_enc with a finite 1 / S_enc

@@ -6,9 +6,10 @@ and the block maxima before it, in one pass.  Rounding to nearest even is arithm
 value up in the saturating narrowing table by the product rounded to odd onto bfloat16: two correct
 roundings of the same float32 value, the same value for every float32 pattern but NaN (checked on
 all of them), and no gather in the loop.  Stochastic rounding is ``blockfast._stochastic``'s exact
-kernel with the numpy path's uniforms in ``quantize``'s order.  The scales themselves stay the scale
-rule's (numpy, once per block); blocks holding an inf or NaN are set afterwards by the caller, as on
-the numpy path.  The element step is one inlined function (:func:`_element`) that every layout's loop
+kernel with the numpy path's uniforms in ``quantize``'s order.  The scales stay the scale rule's
+(numpy, once per block) but NVFP4's, whose float32 steps run block by block in one loop too
+(:func:`nvfp4_scales`); blocks holding an inf or NaN are set afterwards by the caller, as on the
+numpy path.  The element step is one inlined function (:func:`_element`) that every layout's loop
 calls.
 
 Besides: the random Hadamard transform of ``lowp.block.hadamard_transform`` (:func:`block_hadamard`),
@@ -149,32 +150,28 @@ def _tiles(xb, factor, dec, u, qmin, man_field, top, fmax, sr, out):
 
 
 @jit()
-def _columns(xb, factor, dec, qmin, man_field, top, fmax, out):
+def _columns(xb, factor, dec, u, qmin, man_field, top, fmax, sr, out):
     """xb (R, k, B) float32, blocks along the middle axis: block (i, b) its elements [i, :, b];
-    factor / dec (R, B); to nearest - the inner loop runs along b, over contiguous memory."""
+    factor / dec (R, B); the inner loop runs along b, over contiguous memory.  To nearest, or with
+    ``sr`` stochastically with the uniforms ``u`` (lead, B, n) in ``quantize``'s order (the block
+    axis last: n = blocks along it times k) - block i is block i % (n / k) of leading index
+    i // (n / k), its element j the uniform at position (i % (n / k)) k + j: each row of blocks'
+    uniforms are first copied into a (k, B) tile in the elements' order (a small transposed copy,
+    in cache; read in place, the element loop could not run along contiguous memory)."""
     rows, k, nb = xb.shape
+    nblk = u.shape[2] // k if sr else 1
+    ut = np.zeros((k, nb))
     for i in range(rows):
+        if sr:
+            lead = i // nblk
+            off = (i % nblk) * k
+            for b in range(nb):
+                for j in range(k):
+                    ut[j, b] = u[lead, b, off + j]
         for j in range(k):
             for b in range(nb):
-                out[i, j, b] = _element(xb[i, j, b], factor[i, b], dec[i, b], 0.0, qmin, man_field, top, fmax, False)
-
-
-@jit()
-def _columns_sr(xb, factor, dec, u, qmin, man_field, top, fmax, out):
-    """:func:`_columns` rounding stochastically, with the uniforms ``u`` (lead, B, n) in
-    ``quantize``'s order (the block axis last: n = blocks along it times k), read where they lie -
-    no transposed copy: block i is block i % (n / k) of leading index i // (n / k), its element j
-    the uniform at position (i % (n / k)) k + j.  The loop runs along the block (contiguous uniforms)."""
-    rows, k, nb = xb.shape
-    nblk = u.shape[2] // k
-    for i in range(rows):
-        lead = i // nblk
-        off = (i % nblk) * k
-        for b in range(nb):
-            f = factor[i, b]
-            d = dec[i, b]
-            for j in range(k):
-                out[i, j, b] = _element(xb[i, j, b], f, d, u[lead, b, off + j], qmin, man_field, top, fmax, True)
+                out[i, j, b] = _element(xb[i, j, b], factor[i, b], dec[i, b], ut[j, b], qmin, man_field, top, fmax,
+                                        sr)
 
 
 def _as_tiles(xb, factor, dec, *more):
@@ -188,16 +185,17 @@ def _as_tiles(xb, factor, dec, *more):
 
 
 _NO_DRAWS = np.zeros((1, 1, 1, 1))  # to nearest: no uniforms (never read)
+_NO_DRAWS3 = np.zeros((1, 1, 1))
 
 
 def block_stochastic(xb: np.ndarray, factor: np.ndarray, dec: np.ndarray, u: np.ndarray, elem: tuple) -> np.ndarray:
     """:func:`block_nearest` rounding stochastically (saturating), each element up where its uniform
     lies below its fraction: ``u`` (float64, C-contiguous) the draws in ``quantize``'s order - xb's
     shape, or for (R, k, B) blocks along an earlier axis as drawn, (lead, B, n) (see
-    :func:`_columns_sr`)."""
+    :func:`_columns`)."""
     out = np.empty(xb.shape, np.float32)
     if xb.ndim == 3:
-        _columns_sr(xb, factor, dec, u, *elem, out)
+        _columns(xb, factor, dec, u, *elem, True, out)
     else:
         x4, f4, d4, u4, o4 = _as_tiles(xb, factor, dec, u.reshape(xb.shape), out)
         _tiles(x4, f4, d4, u4, *elem, True, o4)
@@ -212,11 +210,55 @@ def block_nearest(xb: np.ndarray, factor: np.ndarray, dec: np.ndarray, elem: tup
     2**(emax + 1) and max as float32)."""
     out = np.empty(xb.shape, np.float32)
     if xb.ndim == 3:
-        _columns(xb, factor, dec, *elem, out)
+        _columns(xb, factor, dec, _NO_DRAWS3, *elem, False, out)
     else:
         x4, f4, d4, o4 = _as_tiles(xb, factor, dec, out)
         _tiles(x4, f4, d4, _NO_DRAWS, *elem, False, o4)
     return out
+
+
+_E4M3_MIN, _E4M3_MAN, _E4M3_TOP, _E4M3_MAX = _U32((-6 + 127) << 23), _U32(3 << 23), _F32(512.0), _F32(448.0)
+_F32_MAX = _F32(np.finfo(np.float32).max)
+
+
+@jit()
+def _nvfp4_scales(amax, mult, s_dec, codes, enc, dec):
+    """Per block, ``block_scales.nvfp4_scales``' steps in its order, in float32: d = min(amax * mult,
+    448) rounded to e4m3 (nearest even; :func:`_nearest`, d >= 0) is the scale s, its e4m3 code
+    from its bits; dec = s * s_dec; enc = min(1 / dec, max) (1 / 0 is inf, so max), 0 where s is 0;
+    a block whose amax is inf or NaN gets the NaN code 0x7F and NaN factors."""
+    for i in range(amax.shape[0]):
+        a = _F32(amax[i])
+        if _U32(a.view(np.uint32) & _U32(0x7F800000)) == _U32(0x7F800000):
+            codes[i] = 0x7F
+            enc[i] = np.nan
+            dec[i] = np.nan
+            continue
+        d = _F32(min(_F32(a * mult), _E4M3_MAX))
+        sc = _F32(_nearest(d, _E4M3_MIN, _E4M3_MAN, _E4M3_TOP, _E4M3_MAX))
+        sb = _U32(sc.view(np.uint32))
+        e = np.int64(sb >> _U32(23)) - 127
+        if sb == 0:
+            codes[i] = 0
+        elif e < -6:  # a subnormal e4m3, m 2**-9 (m = 1..7): the code is m
+            codes[i] = np.uint8(np.int64(sc * _F32(512.0)))
+        else:
+            codes[i] = np.uint8(((e + 7) << 3) | np.int64((sb >> _U32(20)) & _U32(7)))
+        de = _F32(sc * s_dec)
+        dec[i] = de
+        en = _F32(min(_F32(_F32(1.0) / de), _F32_MAX)) if de != 0 else _F32_MAX
+        enc[i] = _F32(0.0) if sb == 0 else en
+
+
+def nvfp4_scales(amax: np.ndarray, mult, s_dec):
+    """(e4m3 codes as uint8, encode factors, decode factors) of each block from C-contiguous float32
+    ``amax`` (any shape; >= 0 or inf / NaN), with the float32 ``mult`` = S_enc * (1 / top) and
+    ``s_dec`` = 1 / S_enc (:func:`fpsim.formats.block_scales.nvfp4_scales`)."""
+    codes = np.empty(amax.shape, np.uint8)
+    enc = np.empty(amax.shape, np.float32)
+    dec = np.empty(amax.shape, np.float32)
+    _nvfp4_scales(amax.reshape(-1), _F32(mult), _F32(s_dec), codes.reshape(-1), enc.reshape(-1), dec.reshape(-1))
+    return codes, enc, dec
 
 
 @jit()
@@ -276,4 +318,4 @@ def block_hadamard(x: np.ndarray, col_signs: np.ndarray, row_scale: np.ndarray):
 
 
 # name -> function, beside the roundings in :func:`fpsim.numerics.compiled.rounding`'s table
-BLOCKS = {f.__name__: f for f in (block_amax, block_nearest, block_stochastic, block_hadamard)}
+BLOCKS = {f.__name__: f for f in (block_amax, block_nearest, block_stochastic, block_hadamard, nvfp4_scales)}
