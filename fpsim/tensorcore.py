@@ -46,6 +46,9 @@ import numpy as np
 from . import state, tensorcore_fp8
 from .formats.bitviews import bits_view
 from .numerics import compiled
+from .tensorcore_compiled import canonical as _canonical
+from .tensorcore_compiled import chain_compiled as _chain_compiled
+from .tensorcore_compiled import work_dtype as _work_dtype
 
 # ``matmul`` is called by its module's name, fpsim.tensorcore.matmul, beside fpsim.ops.matmul: the
 # one name is shared on purpose (both are a @ b; this one accumulates as a tensor core), so it
@@ -190,20 +193,6 @@ def _exponent_range(e: np.ndarray, sentinel: int):
     return (int(real.min()), int(real.max())) if real.size else None
 
 
-def _work_dtype(ra, rb, fa, fb, F: int):
-    """The dtype the products are formed and aligned in, and pmin, the least alignment exponent of
-    the products' scale (below every nonzero product's exponent), from the operands' exponent
-    ranges ``ra``, ``rb`` (:func:`_exponent_range`).  float32 where every product, and every
-    product times its alignment scale 2^(F - e_max), is exact in float32: products of at most 22
-    bits whose exponents lie in [F - 127, 126] (so the scale is at most 2^127, no product is
-    subnormal and none reaches 2^128); else float64.  The sums of the truncated terms are then
-    taken in float64 (float32 when F = 13: below 2^21)."""
-    pmin = min(fa[2], fb[2]) * 2 - 2
-    if ra is None or rb is None or (ra[0] + rb[0] >= F - 127 and ra[1] + rb[1] <= 126):
-        return np.float32, max(pmin, F - 127)  # the alignment scale 2^(F - e_max) stays a float32
-    return np.float64, pmin
-
-
 # ------------------------------------------------------------------------------ rounding
 
 
@@ -235,14 +224,6 @@ def _finish(v: np.ndarray, rounding: str) -> np.ndarray:
     if rounding == "rne-float16":
         return v.astype(np.float16)  # float64 -> float16 rounds once, to nearest even
     return round_rz(v, 23 if rounding == "rz-float32" else 13)
-
-
-def _canonical(out: np.ndarray) -> np.ndarray:
-    """What MMA-Sim returns for zeros and NaNs: +0, and the NaN 0x7FFF / 0x7FFFFFFF."""
-    out = out + out.dtype.type(0)
-    bits = out.view(bits_view(out))
-    bits[np.isnan(out)] = 0x7FFF if out.dtype == np.float16 else 0x7FFFFFFF
-    return out
 
 
 # ------------------------------------------------------------------------------ the chain
@@ -321,48 +302,6 @@ def _chain_any(a, b, c, ins: Instruction, fa, fb) -> np.ndarray:
         rows = slice(r0, r0 + step)
         out[:, rows] = _block(aT[..., rows], ea[..., rows], bv, eb, c[:, rows], ins, pmin, vdt)
     return _canonical(out)
-
-
-_ROUNDINGS = {"rz-float32": 0, "rz-e8m13": 1, "rne-float16": 2}  # _tensorcore's ROUND_RZ32, ROUND_RZ13, ROUND_RNE16
-
-
-def _chain_compiled(kern, a, b, c, ins: Instruction, fa, fb) -> np.ndarray:
-    """:func:`_chain_any`'s chain (and the FP8 path's, which is the same) by the compiled loops
-    (``fpsim.numerics.compiled._tensorcore``): the same steps, the same bits.  The output's longer
-    side is worked innermost (C^T = B^T A^T has the same terms, the same products)."""
-    F, L = ins.fraction_bits, ins.slice_length
-    nb, m, n = c.shape
-    k = a.shape[-1] + (-a.shape[-1] % L)
-    swap = m > n
-    (x, fl), (y, fr) = ((np.swapaxes(b, -1, -2), fb), (np.swapaxes(a, -1, -2), fa)) if swap else ((a, fa), (b, fb))
-    # exact: every input is a float32 value (a read-only array copied: the loops are compiled for writable ones)
-    x, y = (np.ascontiguousarray(v, np.float32) for v in (x, y))
-    x, y = (v if v.flags.writeable else v.copy() for v in (x, y))
-    r, cols = (n, m) if swap else (m, n)
-    tiles = -(-cols // max(1, kern.COLUMN_BYTES // (8 * L)))
-    w = -(-cols // tiles)
-    va, ea = np.empty((nb, r, k), np.float32), np.empty((nb, r, k), np.int16)
-    vb, eb = np.empty((nb, tiles, k // L, L, w), np.float32), np.empty((nb, tiles, k // L, L, w), np.int16)
-    ra = kern.rows(x, fl[0] == "tf32", fl[2], va, ea)
-    rb = kern.cols(y, fr[0] == "tf32", fr[2], vb, eb)
-    vdt, pmin = _work_dtype(*(None if e[1] == kern.LOW else e for e in (ra, rb)), fa, fb, F)
-    zeros = ins.rounding == "rne-float16" or pmin < -126  # as _block decides it
-    half = c.dtype == np.float16
-    c_min = -14 if half else -126
-    assert ins.zero_exponent < c_min  # what lets the loops leave zero products out of e_max
-    if vdt == np.float64:
-        va, vb, pmin = va.astype(np.float64), vb.astype(np.float64), -(1 << 16)  # every e_max is above it
-    cv = np.empty((nb, tiles, r, w))
-    kern.pack(c.astype(np.float32) if half else c, swap, cv)
-    acc = np.empty(cv.shape, np.float32 if vdt == np.float32 and (L + 1) << (F + 2) <= 1 << 24 else np.float64)
-    kern.chain(va, ea, vb, eb, cv, F, pmin, ins.zero_exponent if zeros else c_min, c_min, 16 if half else 128,
-               _ROUNDINGS[ins.rounding], acc)
-    if half:  # exact: every value is a float16 value
-        out = np.swapaxes(cv, 1, 2).reshape(nb, r, tiles * w)[..., :cols].astype(np.float16)
-        return _canonical(np.ascontiguousarray(np.swapaxes(out, -1, -2) if swap else out))
-    out = np.empty(c.shape, np.float32)
-    kern.unpack(cv, swap, out)
-    return out
 
 
 def _stored(x):

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent / "fpsim"
 # own layer and the ones below, never a higher one.
 LAYERS = [
     ("ground", ["fpsim.state", "fpsim.numerics", "fpsim.formats", "fpsim.textable", "fpsim.checks", "fpsim.tensorcore",
-                "fpsim.tensorcore_fp8", "fpsim.registry"]),
+                "fpsim.tensorcore_fp8", "fpsim.tensorcore_compiled", "fpsim.registry"]),
     ("core", ["fpsim.backend", "fpsim.tensor", "fpsim.ops"]),
     ("modules", ["fpsim.statedict", "fpsim.nn", "fpsim.optim", "fpsim.optim_state", "fpsim.amp", "fpsim.checkpoint"]),
     ("low-precision recipes", ["fpsim.lowp", "fpsim.fp8"]),

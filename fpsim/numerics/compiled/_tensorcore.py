@@ -24,7 +24,7 @@ import numpy as np
 
 from ._exact import jit
 
-__all__ = ["LOW", "COLUMN_BYTES", "rows", "cols", "pack", "unpack", "chain", "ROUND_RZ32", "ROUND_RZ13", "ROUND_RNE16"]
+__all__ = ["LOW", "COLUMN_BYTES", "rows", "cols", "pack", "unpack", "steps", "ROUND_RZ32", "ROUND_RZ13", "ROUND_RNE16"]
 
 LOW = -(1 << 14)  # the exponent given to a zero or non-finite element: any sum with it is below every real one, in int16
 COLUMN_BYTES = 1 << 15  # a slice of a tile of b with its exponents (L x W x 8 bytes) at most: in L1
@@ -73,7 +73,7 @@ def _values(xr, mask, e_sub, vr, er, lo, hi):
 
 @jit()
 def rows(x, tf32, e_sub, va, ea):
-    """The left operand of :func:`chain`: va (B, M, Kp) float32 and its exponents ea (int16) from
+    """The left operand of :func:`steps`: va (B, M, Kp) float32 and its exponents ea (int16) from
     the float32 x (B, M, K) (C-contiguous), K padded with zeros;
     ``tf32``: the top 19 bits of each value (the tensor core's read).  Returns the smallest and
     largest exponent of a nonzero finite value (LOW, LOW for none)."""
@@ -92,7 +92,7 @@ def rows(x, tf32, e_sub, va, ea):
 
 @jit()
 def cols(x, tf32, e_sub, vb, eb):
-    """The right operand of :func:`chain`: vb (B, T, Kp / L, L, W) float32, its N columns in T
+    """The right operand of :func:`steps`: vb (B, T, Kp / L, L, W) float32, its N columns in T
     tiles of W, and its exponents eb (int16) from the float32 x (B, K, N) (C-contiguous), K and
     the last tile padded with zeros; ``tf32`` and the result as :func:`rows`.  (A transposed
     operand is copied by numpy first: numba's transposed copy takes seconds to compile.)"""
@@ -121,7 +121,7 @@ def cols(x, tf32, e_sub, vb, eb):
 
 @jit()
 def pack(c, tr, cv):
-    """The accumulator of :func:`chain`: cv (B, T, R, W) float64 from the float32 c (B, R, N), or
+    """The accumulator of :func:`steps`: cv (B, T, R, W) float64 from the float32 c (B, R, N), or
     with ``tr`` c (B, N, R), its N columns in T tiles of W, the last padded with zeros."""
     nb, nt, r, w = cv.shape
     n = c.shape[1] if tr else c.shape[2]
@@ -138,7 +138,7 @@ def pack(c, tr, cv):
 
 @jit()
 def unpack(cv, tr, out):
-    """The float32 result out (B, R, N), or with ``tr`` (B, N, R), from :func:`chain`'s cv (whose
+    """The float32 result out (B, R, N), or with ``tr`` (B, N, R), from :func:`steps`'s cv (whose
     values are float32 values): a zero as +0, a NaN as 0x7FFFFFFF (MMA-Sim's)."""
     nb, nt, r, w = cv.shape
     n = out.shape[1] if tr else out.shape[2]
@@ -193,8 +193,32 @@ def _finish(acc, back, cv, cb, q, tile, i, w, mode):
         cb[q, tile, i, j] = vb if (mag < _F32_NORMAL) | (mag >= _INF64) else r
 
 
+@jit(inline=True)
+def _exponents(cb, ea, es, e, pw, sc, bk, q, tile, i, k0, L, w, F, pmin, c_zero, c_min, c_inf):
+    """One row's step of :func:`steps`: e_max of each output into ``e`` (the accumulator's exponent
+    from its bits ``cb``, then the products' ea + es), and from it the products' scale
+    2^(F - max(e_max, pmin)) into ``pw``, the accumulator's 2^(F - e_max) into ``sc`` and the way
+    back 2^(e_max - F) into ``bk``, each as float64 bits."""
+    for j in range(w):  # the accumulator's exponent
+        mag = cb[q, tile, i, j] & _MAG64
+        f = np.int32(mag >> 52)
+        ce = max(f - 1023, c_min)
+        ce = c_zero if mag == 0 else ce
+        e[j] = c_inf if f == 0x7FF else ce
+    for t in range(0, L, 4):  # the products' exponents (int32 sums: numba's are int64)
+        x0, x1, x2, x3 = ea[q, i, k0 + t], ea[q, i, k0 + t + 1], ea[q, i, k0 + t + 2], ea[q, i, k0 + t + 3]
+        for j in range(w):
+            u = max(max(np.int16(x0 + es[t, j]), np.int16(x1 + es[t + 1, j])),
+                    max(np.int16(x2 + es[t + 2, j]), np.int16(x3 + es[t + 3, j])))
+            e[j] = max(e[j], u)
+    for j in range(w):
+        pw[j] = np.int64(F - max(e[j], pmin) + 1023) << 52
+        sc[j] = np.int64(F - e[j] + 1023) << 52
+        bk[j] = np.int64(e[j] - F + 1023) << 52
+
+
 @jit()
-def chain(a, ea, b, eb, cv, F, pmin, c_zero, c_min, c_inf, mode, acc):
+def steps(a, ea, b, eb, cv, F, pmin, c_zero, c_min, c_inf, mode, acc):
     """``cv <- a @ b + cv`` as the chain of steps along K, in place, in tiles of columns.
 
     a (B, M, K): the left operand's values in the work dtype (float32 or float64), K a whole
@@ -235,22 +259,7 @@ def chain(a, ea, b, eb, cv, F, pmin, c_zero, c_min, c_inf, mode, acc):
                     bs, es = b[q, tile, s], eb[q, tile, s]
                     k0 = s * L
                     for i in range(i0, min(m, i0 + rt)):
-                        for j in range(w):  # the accumulator's exponent
-                            mag = cb[q, tile, i, j] & _MAG64
-                            f = np.int32(mag >> 52)
-                            ce = max(f - 1023, c_min)
-                            ce = c_zero if mag == 0 else ce
-                            e[j] = c_inf if f == 0x7FF else ce
-                        for t in range(0, L, 4):  # the products' exponents (int32 sums: numba's are int64)
-                            x0, x1, x2, x3 = ea[q, i, k0 + t], ea[q, i, k0 + t + 1], ea[q, i, k0 + t + 2], ea[q, i, k0 + t + 3]
-                            for j in range(w):
-                                u = max(max(np.int16(x0 + es[t, j]), np.int16(x1 + es[t + 1, j])),
-                                        max(np.int16(x2 + es[t + 2, j]), np.int16(x3 + es[t + 3, j])))
-                                e[j] = max(e[j], u)
-                        for j in range(w):
-                            pw[j] = np.int64(F - max(e[j], pmin) + 1023) << 52
-                            sc[j] = np.int64(F - e[j] + 1023) << 52
-                            bk[j] = np.int64(e[j] - F + 1023) << 52
+                        _exponents(cb, ea, es, e, pw, sc, bk, q, tile, i, k0, L, w, F, pmin, c_zero, c_min, c_inf)
                         for j in range(w):  # the accumulator, aligned and truncated
                             sp[j] = pwf[j]
                             acc[q, tile, i, j] = np.trunc(cv[q, tile, i, j] * scf[j])

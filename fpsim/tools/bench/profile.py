@@ -90,7 +90,7 @@ def _code_categories() -> dict:
             if fn is not None and not (be_cls is _backend.NumpyF32Backend and name == "to_f32"):  # a no-op
                 cats[fn.__code__] = cat
     cats[_round_special.__code__] = "rounding"
-    for fn in (_block.quantize, _block.BlockQuantized.dequantize, _blockfast.fake_quantize,
+    for fn in (_block.quantize, _block.BlockQuantized.dequantize, _blockfast.fake_quantize, _blockfast.fake_quantize_on_grid,
                _lowp_block.hadamard_transform, _quant.quantize_fp8, _scaling.ScalingState._cast):
         cats[inspect.unwrap(fn).__code__] = "quantize"  # unwrapped: a decorator's wrapper code is shared
     cats[optim.Optimizer.step.__code__] = "optimizer"
