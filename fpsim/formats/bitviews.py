@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..checks import check_integer
+
 __all__ = ["UINT_VIEWS", "bits_view", "uint_for_bits"]
 
 # bytes -> the unsigned integer dtype of that size
@@ -36,6 +38,5 @@ def bits_view(x) -> np.dtype:
 def uint_for_bits(bits: int) -> np.dtype:
     """The narrowest unsigned integer dtype holding ``bits``-bit patterns (1..64): the code points of
     a format of that width (uint8 up to 8 bits, fp6 / fp4 in the low bits), k random bits."""
-    if isinstance(bits, bool) or not isinstance(bits, int | np.integer) or not 1 <= bits <= 64:
-        raise ValueError(f"uint_for_bits: bits must be an integer in 1..64, got {bits!r}")
+    check_integer(bits, "uint_for_bits: bits", 1, 64)
     return next(v for n, v in UINT_VIEWS.items() if bits <= 8 * n)

@@ -18,12 +18,13 @@ import ml_dtypes
 import numpy as np
 
 from .. import state
-from ..checks import is_integer
+from ..checks import check_seed
 from ..state import default_rng, manual_seed
 from .kernels import f16_to_f32, f32_to_bf16, f32_to_f16, fp8_to_f32, narrow_cast
 from .modekernels import round_magnitudes_f32, supports
 from .modes import ROUNDING_MODES, finish, round_magnitudes
-from .sr import check_sr, draw_bits
+from .names import mode_name
+from .sr import SR_VARIANTS, check_sr, draw_bits
 from .table import ALL_FORMATS, ELEMENT_FORMATS, Format, get_format
 
 __all__ = ["ROUNDING_MODES", "CATEGORIES", "cast", "round_to", "rounding_mode", "ulp", "classify", "Classification",
@@ -162,9 +163,7 @@ def _f64_to_bf16(x64: np.ndarray) -> np.ndarray:
 
 
 def _check_mode(rounding: str) -> str:
-    if rounding not in ROUNDING_MODES:
-        raise ValueError(f"unknown rounding mode {rounding!r}; known: {', '.join(ROUNDING_MODES)}")
-    return rounding
+    return mode_name(rounding, ROUNDING_MODES, "rounding mode")
 
 
 def cast(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=None, rng=None, sr_bits=None,
@@ -210,9 +209,9 @@ def cast(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=None
     0-d / numpy scalar input, whatever the rounding mode (``float(...)`` or ``.item()`` gives the number).
     """
     f = get_format(fmt)
-    _check_mode(rounding)
-    if seed is not None and not (is_integer(seed) and seed >= 0):
-        raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}")
+    rounding = _check_mode(rounding)
+    sr_variant = mode_name(sr_variant, SR_VARIANTS, "sr_variant")
+    check_seed(seed)
     if rng is not None and not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy Generator (np.random.default_rng(...)) or None, got {type(rng).__name__}")
     arr = _as_float_array(x)
@@ -371,10 +370,10 @@ def rounding_mode(mode: str = "nearest", *, sr_bits=None, sr_variant: str = "rne
 
     Nested blocks: the innermost wins.  Arguments are checked here, before anything runs.
     """
-    mode = _check_mode(mode.lower() if isinstance(mode, str) else mode)  # "NEAREST" as format names are
+    mode = _check_mode(mode)  # "NEAREST" as format names are
+    sr_variant = mode_name(sr_variant, SR_VARIANTS, "sr_variant")
     check_sr(mode, sr_bits, None, sr_variant, ())
-    if seed is not None and not (is_integer(seed) and seed >= 0):
-        raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}")
+    check_seed(seed)
     if rng is not None and not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy Generator (np.random.default_rng(...)) or None, got {type(rng).__name__}")
     if seed is not None:

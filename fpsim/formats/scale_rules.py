@@ -30,6 +30,7 @@ import numpy as np
 from . import block_scales as bs
 from . import fouroversix as fos
 from .kernels import fp8_to_f32
+from .names import mode_name
 from .table import Format
 
 __all__ = ["ScaleRule", "E8M0Scale", "NVFP4Scale", "Float32BlockScale", "E8M0_SCALE", "NVFP4_SCALE",
@@ -90,10 +91,7 @@ class E8M0Scale(ScaleRule):
     roundings = SCALE_ROUNDINGS
 
     def rounding(self, scale_rounding, format_name: str):
-        scale_rounding = "floor" if scale_rounding is None else scale_rounding
-        if scale_rounding not in SCALE_ROUNDINGS:
-            raise ValueError(f"unknown scale_rounding {scale_rounding!r}; known: {', '.join(SCALE_ROUNDINGS)}")
-        return scale_rounding
+        return "floor" if scale_rounding is None else mode_name(scale_rounding, SCALE_ROUNDINGS, "scale_rounding")
 
     def scales(self, elem, amax, scale_rounding, pow2, xb=None, expand=None, axes=None):
         codes, inv, dec = bs.mx_scales(amax, elem, scale_rounding)
@@ -123,11 +121,12 @@ class NVFP4Scale(ScaleRule):
     def rounding(self, scale_rounding, format_name: str):
         if scale_rounding is None:
             return None
-        scale_rounding = "four_over_six" if scale_rounding == "4/6" else scale_rounding
-        if scale_rounding not in fos.NVFP4_SCALE_RULES:
+        key = scale_rounding.strip().lower() if isinstance(scale_rounding, str) else None
+        key = "four_over_six" if key == "4/6" else key
+        if key not in fos.NVFP4_SCALE_RULES:
             raise ValueError(f"unknown scale_rounding {scale_rounding!r} for {format_name}; known: "
                              f"{', '.join(fos.NVFP4_SCALE_RULES)} (alias 4/6)")
-        return None if scale_rounding == "six" else scale_rounding
+        return None if key == "six" else key
 
     def scales(self, elem, amax, scale_rounding, pow2, xb=None, expand=None, axes=None):
         finite = amax[np.isfinite(amax)]

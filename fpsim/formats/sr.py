@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..checks import is_integer
+from ..checks import check_integer
 from .bitviews import uint_for_bits
+from .names import mode_name
 
 __all__ = ["SR_VARIANTS", "SR_MAX_BITS", "check_sr", "draw_bits", "round_up_fewbit"]
 
@@ -37,8 +38,7 @@ SR_MAX_BITS = 32
 def check_sr(rounding: str, sr_bits, sr_random, sr_variant, shape) -> np.ndarray | None:
     """Validate the few-bit SR arguments (ValueError / TypeError naming the argument); return
     ``sr_random`` broadcast to ``shape`` (a view: its own integer dtype), or None."""
-    if sr_variant not in SR_VARIANTS:
-        raise ValueError(f"unknown sr_variant {sr_variant!r}; known: {', '.join(SR_VARIANTS)}")
+    sr_variant = mode_name(sr_variant, SR_VARIANTS, "sr_variant")  # any case, as cast has normalized it
     if sr_bits is None:
         if sr_random is not None:
             raise ValueError("sr_random needs sr_bits: the number of random bits each value is rounded with")
@@ -47,8 +47,7 @@ def check_sr(rounding: str, sr_bits, sr_random, sr_variant, shape) -> np.ndarray
         return None
     if rounding != "stochastic":
         raise ValueError(f"sr_bits applies to rounding='stochastic' only, not {rounding!r}")
-    if not (is_integer(sr_bits) and 1 <= sr_bits <= SR_MAX_BITS):
-        raise ValueError(f"sr_bits must be an integer 1..{SR_MAX_BITS} or None, got {sr_bits!r}")
+    check_integer(sr_bits, "sr_bits", 1, SR_MAX_BITS, none=True)
     if sr_random is None:
         return None
     r = np.asarray(sr_random)

@@ -169,7 +169,7 @@ def test_float32_kernel_equals_the_float64_path(name, mode):
 @pytest.mark.parametrize("kw, msg", [
     ({"rounding": "up"}, "unknown rounding mode 'up'"),
     ({"rounding": "nearest", "sr_bits": 4}, "sr_bits applies to rounding='stochastic' only"),
-    ({"sr_bits": 0}, "sr_bits must be an integer 1..32"),
+    ({"sr_bits": 0}, r"sr_bits must be an integer in \[1, 32\] or None, got"),
     ({"sr_bits": 2.0}, "sr_bits must be an integer"),
     ({"sr_random": [1, 2]}, "sr_random needs sr_bits"),
     ({"sr_variant": "fast"}, "sr_variant='fast' needs sr_bits"),
@@ -233,3 +233,58 @@ def test_few_bit_sr_at_the_edge_of_the_normal_range(name, variant):
         bits = np.full(x.shape, r)
         got = round_to(x, name, "stochastic", sr_bits=k, sr_random=bits, sr_variant=variant)
         assert_same(got, round_ref(fi, x.astype(np.float64), GSR[variant], False, bits, k), x)
+
+
+# -- mode names in any case, as format names are ------------------------------------------------
+
+@pytest.mark.parametrize("mode", list(GMODE))
+def test_rounding_mode_names_in_any_case_round_as_gfloat(mode):
+    """``cast(..., "TOWARD_ZERO")`` was "unknown rounding mode"; format names were case-free already."""
+    fi, v = _inputs("bfloat16", "float64")
+    for spelled in (mode.upper(), f" {mode.title()} "):
+        assert_same(round_to(v, "BFloat16", spelled), round_ref(fi, v, GMODE[mode], False), v)
+
+
+@pytest.mark.parametrize("variant", list(GSR))
+def test_sr_variant_names_in_any_case_round_as_gfloat(variant):
+    fi = info("float8_e4m3fn")
+    v = as_float32_exact(probes(fi, np.random.default_rng(5)))
+    v = v[np.isfinite(v)]
+    bits = np.random.default_rng(6).integers(0, 16, v.shape)
+    got = round_to(v, "E4M3", "Stochastic", sr_bits=4, sr_random=bits, sr_variant=variant.upper())
+    assert_same(got, round_ref(fi, v, GSR[variant], False, bits.astype(np.int64), 4), v)
+
+
+def test_the_engine_mode_in_capitals():
+    """bfloat16 1 + 2**-20 rounds to 1 to nearest, to 1 + 2**-7 = 1.0078125 toward +inf."""
+    one = fpsim.tensor([1.0], "bfloat16")
+    tiny = fpsim.tensor([2.0**-20], "bfloat16")
+    with fpsim.rounding_mode("TOWARD_POSITIVE"):
+        assert (one + tiny).numpy().tolist() == [1.0078125]
+    with fpsim.rounding_mode("Nearest"):
+        assert (one + tiny).numpy().tolist() == [1.0]
+
+
+def test_scale_rounding_names_in_any_case():
+    """MX: amax 500 in e4m3 blocks (max 448): floor gives the scale 2**(8 - 8) = 1, ceil 2**1 (OCP MX v1.0)."""
+    x = np.full(32, 500.0, np.float32)
+    assert fpsim.quantize(x, "mxfp8_e4m3", scale_rounding="FLOOR").stats.scale.tolist() == [1.0]
+    assert fpsim.quantize(x, "mxfp8_e4m3", scale_rounding=" Ceil").stats.scale.tolist() == [2.0]
+    assert fpsim.quantize(x[:16], "nvfp4", scale_rounding="Four_Over_Six").scale_rounding == "four_over_six"
+
+
+@pytest.mark.parametrize("call, msg", [
+    (lambda: cast([1.0], "fp16", "NEAREST_EVEN"), "unknown rounding mode 'NEAREST_EVEN'; known: nearest, nearest_away, "
+                                                   "toward_zero, toward_positive, toward_negative, to_odd, stochastic"),
+    (lambda: cast([1.0], "fp16", None), "unknown rounding mode None; known: nearest, "),
+    (lambda: fpsim.rounding_mode("UP"), "unknown rounding mode 'UP'; known: nearest, "),
+    (lambda: cast([1.0], "fp16", "stochastic", sr_bits=2, sr_variant="SLOW"),
+     "unknown sr_variant 'SLOW'; known: rne, rto, fast, fastest"),
+    (lambda: fpsim.quantize(np.ones(32, np.float32), "mxfp8", scale_rounding="Round"),
+     "unknown scale_rounding 'Round'; known: floor, ceil, even, rceil, bump"),
+    (lambda: fpsim.quantize(np.ones(16, np.float32), "nvfp4", scale_rounding="SEVEN"),
+     r"unknown scale_rounding 'SEVEN' for nvfp4; known: six, four_over_six \(alias 4/6\)"),
+])
+def test_unknown_mode_names_list_the_known_ones(call, msg):
+    with pytest.raises(ValueError, match="^" + msg.replace("(", r"\(").replace(")", r"\)") if "\\(" not in msg else msg):
+        call()
