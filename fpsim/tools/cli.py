@@ -192,6 +192,9 @@ def _save_figure(fig, path) -> None:
         tmp.unlink(missing_ok=True)
         raise OSError(f"--figure {path}: the figure could not be written ({e.strerror or e}); "
                       "the results above are complete") from None
+    except BaseException:  # a signal while writing: no temporary left behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _compare_figure(by_seed, seeds, task, steps, path) -> None:
@@ -248,6 +251,26 @@ def _compare_task(args):
 
 
 def cmd_compare(args) -> int:
+    """``fpsim compare``.  SIGINT and SIGTERM stop it cleanly from start to end (as ``fpsim
+    reproduce``: :func:`.catalogue.stop_on_signals`, a signal inside a finaliser or numba raised
+    once out of it): during the runs the finished runs' table and one line; before the runs, or
+    after them while the results or the figure are written, one line saying what was complete;
+    the exit status 128 + the signal."""
+    import signal
+
+    from .catalogue import stop_on_signals, stopped_by
+
+    stage = ["before any run finished"]  # what a signal stops, as _compare gets on
+    with stop_on_signals():
+        try:
+            return _compare(args, stage)
+        except KeyboardInterrupt as e:  # catalogue.Signalled: SIGINT or SIGTERM outside the runs
+            signum = stopped_by(e)
+            print(f"fpsim compare: stopped by {signal.Signals(signum).name} {stage[0]}", file=sys.stderr, flush=True)
+            return 128 + signum
+
+
+def _compare(args, stage: list) -> int:
     from ..experiments import compare_seeds, format_seed_table, format_table
     from .jsonout import dumps
 
@@ -282,6 +305,8 @@ def cmd_compare(args) -> int:
             raise
         print(f"fpsim compare: error: --scheduler {args.scheduler}: {e}", file=sys.stderr)
         return 2
+    n_runs = len(seeds) * len(recipes)
+    stage[0] = f"after all {n_runs} runs, while the results were printed"
     results = by_seed[seeds[0]]
     baseline = recipes[0] if "fp32" not in recipes else "fp32"
     if args.json:
@@ -295,6 +320,8 @@ def cmd_compare(args) -> int:
     else:
         print(format_seed_table(by_seed, baseline=baseline))
     if figure is not None:
+        sys.stdout.flush()
+        stage[0] = f"after all {n_runs} runs, while the figure was written: the results above are complete, no figure"
         try:
             _compare_figure(by_seed, seeds, task, steps, figure)
         except OSError as e:  # the table (or JSON) is out already: say that only the figure is missing
