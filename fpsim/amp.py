@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from . import ops, state
-from .checks import is_integer, is_real
+from .checks import check_integer, is_real
 from .formats import F32, Format, tensor_format
 from .state import autocast_format
 from .statedict import Problems
@@ -98,9 +98,7 @@ def _check_backoff(backoff_factor) -> float:
 
 
 def _check_interval(growth_interval) -> int:
-    if not is_integer(growth_interval) or growth_interval < 1:
-        raise ValueError(f"growth_interval must be an integer >= 1, got {growth_interval!r}")
-    return int(growth_interval)
+    return check_integer(growth_interval, "growth_interval", 1)
 
 
 def _iterable(x) -> bool:
@@ -423,8 +421,7 @@ class GradScaler:
                 raise ValueError(f"scale {scale!r} is below this scaler's min_scale {self.min_scale!r} "
                                  "(construct it with min_scale=0.0 to load it)")
             tracker = sd["_growth_tracker"]
-            if not is_integer(tracker) or tracker < 0:
-                raise ValueError(f"_growth_tracker must be an integer >= 0, got {tracker!r}")
+            check_integer(tracker, "_growth_tracker", 0)
             return {"scale": float(scale), "_growth_tracker": int(tracker),
                     "growth_factor": _check_growth(sd["growth_factor"]),
                     "backoff_factor": _check_backoff(sd["backoff_factor"]),

@@ -45,7 +45,7 @@ import math
 
 import numpy as np
 
-from .checks import check_finite, is_integer, is_real
+from .checks import check_finite, check_integer, check_seed, is_integer, is_real
 from .formats import F32, default_rng, get_format
 from .formats.survival import is_float_dtype
 from .numerics.scalars import powi
@@ -84,8 +84,7 @@ class Optimizer:
         if update_rounding != "nearest" and self.master_weights:
             raise ValueError(f"update_rounding={update_rounding!r} rounds the update into the parameter's own "
                              "format; with master_weights=True the update lands in float32 instead")
-        if seed is not None and (not is_integer(seed) or seed < 0):
-            raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}")
+        check_seed(seed)
         self.update_rounding = update_rounding
         self.seed = seed
         # None: formats' module generator (fpsim.manual_seed), as fpsim.cast uses without a seed.
@@ -454,8 +453,7 @@ class Muon(Optimizer):
             raise ValueError(f"Muon: params must be 2-D matrices; {', '.join(bad[:4])} are not (give them to AdamW)")
         if adjust_lr_fn not in (None, "original", "match_rms_adamw"):
             raise ValueError(f"Muon: adjust_lr_fn must be None, 'original' or 'match_rms_adamw', got {adjust_lr_fn!r}")
-        if not (is_integer(ns_steps) and 0 <= ns_steps < 100):
-            raise ValueError(f"Muon: ns_steps must be an integer in [0, 100), got {ns_steps!r}")
+        check_integer(ns_steps, "Muon: ns_steps", 0, 99)
         if len(tuple(ns_coefficients)) != 3:
             raise ValueError(f"Muon: ns_coefficients must be three numbers (a, b, c), got {ns_coefficients!r}")
         self.weight_decay, self.momentum = check_finite(weight_decay, "weight_decay", 0), check_finite(momentum,

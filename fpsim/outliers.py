@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .checks import check_integer
 from .formats import f32_to_fp8, fp8_to_f32, get_format
 from .lowp.recipes import compute_scale
 from .numerics import fsum64, mean64
@@ -132,9 +133,7 @@ class OutlierMonitor:
         if not callable(getattr(model, "named_modules", None)) or not callable(getattr(model, "forward", None)):
             raise TypeError(f"OutlierMonitor: model must be an fpsim Module (fpsim.nn.Module), "
                             f"got {type(model).__name__}")
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ValueError(f"OutlierMonitor: every must be an integer >= 1, got {every!r}")
-        self.every = every
+        self.every = check_integer(every, "OutlierMonitor: every", 1)
         named = dict(model.named_modules())
         if modules is None:
             paths = [p for p in named if p]

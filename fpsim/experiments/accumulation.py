@@ -20,6 +20,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import tensorcore
+from ..checks import check_integer
 from ..numerics import fsum64, matmul_f32, mean64
 from ..numerics.random import normal
 from ..textable import text_table
@@ -77,8 +78,7 @@ def _check(k, n, data) -> None:
     if data not in DATA:
         raise ValueError(f"unknown data {data!r}; known: {', '.join(DATA)}")
     for name, v in (("k", k), ("n", n)):
-        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        check_integer(v, name, 1)
 
 
 def _inputs(fmt: str, data: str, x: np.ndarray) -> tuple:

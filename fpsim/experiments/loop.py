@@ -18,7 +18,7 @@ import time
 import warnings
 
 from .. import state
-from ..checks import check_at_least, check_positive, is_integer
+from ..checks import check_integer, check_positive
 from ..trace import FORWARD, NonFiniteTracer
 from .measure import FlushCounter, diagnose, measured_steps
 from .recipes import get_recipe
@@ -47,13 +47,9 @@ def train(task, recipe="fp32", seed: int = 0, *, steps: int | None = None, lr: f
     task = get_task(task)
     steps = task.steps if steps is None else steps
     lr = task.lr if lr is None else lr
-    if not is_integer(steps):  # 2.7 steps is no number of steps (int() would run 2)
-        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
-    check_at_least(steps, 1, "steps")
+    steps = check_integer(steps, "steps", 1)  # 2.7 steps is no number of steps (int() would run 2)
     check_positive(lr, "learning rate")
-    if not (is_integer(seed) and seed >= 0):
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-    steps = int(steps)
+    check_integer(seed, "seed", 0)
     measure = measured_steps(task.measure_at if measure_at is None else measure_at, steps)
     run = r.prepare(task.model(seed), lr=lr, seed=seed, optimizer=task.optimizer, backend=backend)
     batch_at = task.batches(r, backend)

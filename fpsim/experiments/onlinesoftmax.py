@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..checks import check_integer
 from ..formats import cast, get_format
 from ..numerics import exp_f32, matmul_f32, sum_f32
 
@@ -33,8 +34,7 @@ def _check(q, k, v, block: int, order: str, p_scale: float) -> None:
     if q.ndim != 2 or k.ndim != 2 or v.ndim != 2 or q.shape[1] != k.shape[1] or k.shape[0] != v.shape[0]:
         raise ValueError(f"online_attention: shapes q {q.shape}, k {k.shape}, v {v.shape} do not fit "
                          "(tq, d), (tk, d), (tk, dv)")
-    if not isinstance(block, int) or block < 1:
-        raise ValueError(f"online_attention: block must be a positive integer, got {block!r}")
+    check_integer(block, "online_attention: block", 1)
     if order not in KV_ORDERS:
         raise ValueError(f"online_attention: order must be one of {', '.join(KV_ORDERS)}, got {order!r}")
     if not (p_scale > 0 and np.isfinite(p_scale)):

@@ -7,6 +7,7 @@ import math
 import re
 import textwrap
 
+from ..checks import check_integer
 from ..lowp import format_scaling_table
 from ..numerics import mean64
 from ..textable import percent, text_table
@@ -132,8 +133,7 @@ def format_table(results: dict[str, RunResult], baseline: str = "fp32", width: i
     wrap a longer line mid-number): the table split by columns into parts that each start with the
     recipe, the notes and legend wrapped between words, the same cells and words.  None, the
     default and ``fpsim compare``'s, is the one wide table."""
-    if width is not None and (not isinstance(width, int) or width < 40):
-        raise ValueError(f"width must be an int of at least 40 characters or None, got {width!r}")
+    check_integer(width, "width (characters)", 40, none=True)
     base = results.get(baseline)
     columns = _columns(results)
     cols = ["recipe", "final loss", f"vs {baseline}", *(c.title for c in columns if c.place == "quality"),

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .. import nn, ops, state
-from ..checks import check_finite, check_positive, is_integer, is_real
+from ..checks import check_finite, check_integer, check_positive, is_real
 from ..numerics.scalars import cos64
 from ..ops.norm import check_acc
 from ..tensor import Tensor, tensor
@@ -111,13 +111,9 @@ class TinyGPTTask(Task):
         """Every field checked now, naming it: a negative warm-up would train with a negative
         learning rate, a fractional step count would be cut short."""
         for name in ("n_digits", "batch", "steps", "d_model", "n_layers", "n_heads", "mlp_ratio", "eval_size"):
-            v = getattr(self, name)
-            if not (is_integer(v) and v >= 1):
-                raise ValueError(f"TinyGPTTask: {name} must be an integer >= 1, got {v!r}")
-        if not (is_integer(self.warmup) and self.warmup >= 0):
-            raise ValueError(f"TinyGPTTask: warmup must be an integer >= 0, got {self.warmup!r}")
-        if not (is_integer(self.data_seed) and self.data_seed >= 0):
-            raise ValueError(f"TinyGPTTask: data_seed must be an integer >= 0, got {self.data_seed!r}")
+            check_integer(getattr(self, name), f"TinyGPTTask: {name}", 1)
+        check_integer(self.warmup, "TinyGPTTask: warmup", 0)
+        check_integer(self.data_seed, "TinyGPTTask: data_seed", 0)
         check_positive(self.lr, "TinyGPTTask: lr")
         check_finite(self.z_loss, "TinyGPTTask: z_loss", minimum=0)
         for name in ("record_logits", "bos"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..checks import check_integer
 from ..formats import get_format, round_to
 
 __all__ = ["accumulate", "METHODS"]
@@ -34,8 +35,7 @@ def accumulate(w0, update, steps: int, fmt="bfloat16", method: str = "nearest", 
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    if not isinstance(steps, int | np.integer) or steps < 0:
-        raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
+    check_integer(steps, "steps", 0)
     f = get_format("float32" if method == "float32" else fmt)
     rng = np.random.default_rng(seed)
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..checks import check_integer
 from ..formats import FORMATS, UINT_VIEWS, Format, cast, classify, get_format
 
 __all__ = ["FloatBits", "fields", "from_fields", "show", "bit_figure"]
@@ -146,8 +147,7 @@ def from_fields(sign: int, exponent: int, mantissa: int, fmt) -> float:
     f = get_format(fmt)
     for name, v, width in (("sign", sign, 1), ("exponent", exponent, f.exponent_bits),
                            ("mantissa", mantissa, f.mantissa_bits)):
-        if isinstance(v, bool) or not isinstance(v, int | np.integer) or not 0 <= v < 2**width:
-            raise ValueError(f"{name} field of {f.name} must be an integer in [0, {2**width - 1}], got {v!r}")
+        check_integer(v, f"{name} field of {f.name}", 0, 2**width - 1)
     bits = (int(sign) << (f.bits - 1)) | (int(exponent) << f.mantissa_bits) | int(mantissa)
     return float(np.array(bits, dtype=_UINT[f.bits]).view(f.dtype).astype(np.float64))
 

@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..checks import check_integer
 from ..textable import text_table
 
 __all__ = ["CheckFailed", "expect", "forbid", "fail", "describe", "Verdict", "judge", "last_verdict", "verdicts",
@@ -357,8 +358,7 @@ def summary(lab: int) -> None:
     run (its check cell never ran) - and a count of those passed.  Every line fits in
     :data:`WIDTH` characters.  Returns nothing, so a cell ending in ``summary(12)`` shows the table
     once, not again as an escaped string."""
-    if isinstance(lab, bool) or not isinstance(lab, int) or lab < 1:
-        raise ValueError(f"lab must be a lab's number (an int >= 1), got {lab!r}")
+    check_integer(lab, "lab (a lab's number)", 1)
     found = verdicts(lab)
     names = [f"Try it {i}" for i in range(1, _exercise_count(lab) + 1)]
     names += [n for n in found if n not in names]

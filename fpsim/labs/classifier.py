@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import nn
+from ..checks import check_integer
 from ..data import classification_blobs
 from ..experiments import RunResult, Task, get_recipe, train
 from ..tensor import tensor
@@ -64,6 +65,5 @@ def train_classifier(recipe="fp32", steps: int = 100, *, n: int = 1024, lr: floa
         raise ValueError(f"train_classifier runs the float16 / bfloat16 recipes, not {r.name}")
     if optimizer not in ("sgd", "adam"):
         raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    check_integer(steps, "steps", 1)
     return train(BlobClassifier(n=n, lr=lr, optimizer=optimizer, data_seed=seed), r, seed, steps=steps)

@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from ..checks import check_integer
 from ..formats import FORMATS, UINT_VIEWS, cast, get_format, ulp
 
 __all__ = ["BitExplorer", "explore", "EXPLORER_FORMATS"]
@@ -49,16 +50,13 @@ class BitExplorer:
 
     def set_bits(self, bits: int) -> BitExplorer:
         """Take the pattern ``bits`` (an integer with at most ``format.bits`` bits)."""
-        if isinstance(bits, bool) or not isinstance(bits, int | np.integer) or not 0 <= bits < 2**self.format.bits:
-            raise ValueError(f"a {self.format.name} pattern is an integer in [0, {2**self.format.bits - 1}], got {bits!r}")
-        self.bits = int(bits)
+        self.bits = check_integer(bits, f"a {self.format.name} pattern", 0, 2**self.format.bits - 1)
         return self
 
     def toggle(self, i: int) -> BitExplorer:
         """Flip bit ``i`` (0 = the sign bit, counting to the right)."""
         n = self.format.bits
-        if isinstance(i, bool) or not isinstance(i, int | np.integer) or not 0 <= i < n:
-            raise ValueError(f"bit index must be in [0, {n - 1}] for {self.format.name}, got {i!r}")
+        check_integer(i, f"the bit index of a {self.format.name} pattern", 0, n - 1)
         self.bits ^= 1 << (n - 1 - int(i))
         return self
 

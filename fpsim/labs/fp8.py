@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from ..checks import check_integer
 from ..formats import cast, get_format
 from ..formats.survival import survival
 from ..lowp import compute_scale
@@ -28,8 +29,7 @@ def per_tensor_scale(x, fmt, margin: int = 0) -> float:
     :func:`fpsim.lowp.compute_scale` applied to this tensor's own amax (its largest finite |x|)
     instead of an amax history.  An all-zero (or empty) tensor gets 1.0.  A Python float;
     multiplying by it is exact as long as nothing over- or underflows."""
-    if isinstance(margin, bool) or not isinstance(margin, int | np.integer) or margin < 0:
-        raise ValueError(f"margin must be an integer >= 0, got {margin!r}")
+    check_integer(margin, "margin", 0)
     a = np.abs(np.asarray(x, dtype=np.float64).ravel())
     a = a[np.isfinite(a)]
     amax = float(a.max()) if a.size else 0.0

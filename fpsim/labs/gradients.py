@@ -13,6 +13,7 @@ import copy
 import numpy as np
 
 from .. import ops
+from ..checks import check_integer
 from ..experiments import ReferenceTask
 from ..numerics.scalars import log2_64
 from ..optim import SGD, Adam
@@ -63,8 +64,7 @@ def fit(model, loss_fn, x, *targets, steps: int = 20, lr: float = 1e-2, optimize
     """
     if optimizer not in ("adam", "sgd"):
         raise ValueError(f"optimizer must be 'adam' or 'sgd', got {optimizer!r}")
-    if not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
+    check_integer(steps, "steps", 0)
     params = model.parameters()
     xt = _as_input(x, params[0].fmt)
     ts = [_as_target(t) for t in targets]

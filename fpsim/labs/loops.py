@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import ops
+from ..checks import check_integer
 from ..formats import get_format
 from ..monitor import monitor
 from ..optim import SGD, Adam
@@ -50,8 +51,7 @@ def one_weight(w0: float = 1.0, grad: float = 0.01, lr: float = 0.01, steps: int
     of w); with ``master=True`` it lands on a float32 copy and the parameter is a fresh
     rounding of that copy after every step.
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
+    check_integer(steps, "steps", 0)
     f = get_format(fmt)
     w = tensor([w0], f, requires_grad=True, name="weight")
     opt = SGD([w], lr=lr, master_weights=master)
@@ -98,8 +98,7 @@ def scaler_run(scaler, task=None, *, steps: int = 40, loss_format="float32", see
     from ..experiments import ReferenceTask
 
     task = task or ReferenceTask(n=1024)
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    check_integer(steps, "steps", 1)
     lf = get_format(loss_format).name
     if lf not in ("float16", "float32"):
         raise ValueError(f"loss_format must be float16 or float32, got {loss_format!r}")

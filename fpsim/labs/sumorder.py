@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..checks import check_integer
+
 __all__ = ["sequential_sum", "pairwise_sum", "blocked_sum", "probe_order", "order_tree", "PROBE_BIG"]
 
 PROBE_BIG = 2.0**30  # float32 swallows any count of ones below 64 added to it: its ulp there is 128
@@ -64,8 +66,7 @@ def blocked_sum(x, block: int) -> np.float32:
     """A BLAS-style blocked sum: each run of ``block`` consecutive values summed left to right,
     then the partial sums left to right."""
     x = _f32(x)
-    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
-        raise ValueError(f"block must be an integer >= 1, got {block!r}")
+    check_integer(block, "block", 1)
     partials = np.array([sequential_sum(x[i:i + block]) for i in range(0, len(x), block)], np.float32)
     return sequential_sum(partials)
 
@@ -75,8 +76,7 @@ def probe_order(sum_fn, n: int) -> np.ndarray:
     L[i, j] is the number of inputs in the smallest subtree of its addition tree that holds both i
     and j, read from one call with ``PROBE_BIG`` at i, ``-PROBE_BIG`` at j and ones elsewhere (the
     ones that meet a big value first are swallowed; the rest are counted): L = n - sum.  L[i, i] = 1."""
-    if isinstance(n, bool) or not isinstance(n, int) or not 2 <= n < 64:
-        raise ValueError(f"n must be an integer from 2 to 63, got {n!r}")
+    check_integer(n, "n", 2, 63)
     out = np.ones((n, n), dtype=np.int64)
     for i in range(n):
         for j in range(i + 1, n):

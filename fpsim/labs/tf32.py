@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import nn, tensorcore
+from ..checks import check_integer
 from ..formats import Format
 from ..lowp.swap import check_linear_args, linears_to_swap, share_linear
 from ..numerics import fsum64, matmul_f32
@@ -118,8 +119,7 @@ def dot_errors(k: int, *, n: int = 64, positive: bool = False, rounding: str | N
     operands by :func:`tf32_matmul` (``rounding``, ``arch``), or with ``rounding=None`` as fpsim's
     float32 matmul (the exact sum rounded once), each against the exact dot product of the float32
     inputs (:func:`fpsim.numerics.fsum64` of the float64 products, which are exact)."""
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    check_integer(k, "k", 1)
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((2, n, k))
     a, b = (np.abs(x) if positive else x).astype(np.float32)

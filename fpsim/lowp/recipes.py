@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import is_integer, is_real
+from ..checks import check_integer, is_real
 from ..formats import FP8_FORMATS, get_format
 from ..tensorcore import instruction
 
@@ -62,12 +62,8 @@ class DelayedScaling:
     tensor_core: str | None = None
 
     def __post_init__(self):
-        h = self.amax_history_len
-        if not is_integer(h) or h < 1:
-            raise ValueError(f"amax_history_len must be an integer >= 1, got {h!r}")
-        m = self.margin
-        if not is_integer(m) or m < 0:
-            raise ValueError(f"margin must be an integer >= 0 (the scale is divided by 2**margin), got {m!r}")
+        check_integer(self.amax_history_len, "amax_history_len", 1)
+        check_integer(self.margin, "margin", 0)  # the scale is divided by 2**margin
         if self.amax_compute_algo not in AMAX_ALGOS:
             raise ValueError(f"unknown amax_compute_algo {self.amax_compute_algo!r}; known: {', '.join(AMAX_ALGOS)}")
         for which in ("fwd_format", "bwd_format"):

@@ -24,7 +24,7 @@ import numbers
 import numpy as np
 
 from .. import ops
-from ..checks import check_finite, check_seed, is_real
+from ..checks import check_finite, check_integer, check_seed, is_real
 from ..numerics import exp_f32, matmul_f32
 from ..numerics.random import normal
 from ..ops.norm import check_acc
@@ -35,9 +35,7 @@ __all__ = ["Embedding", "LayerNorm", "CausalSelfAttention", "TransformerBlock", 
 
 
 def _positive_int(value, name: str, owner: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{owner}: {name} must be a positive integer, got {value!r}")
-    return int(value)
+    return check_integer(value, f"{owner}: {name}", 1)
 
 
 def _generator(rng, seed, owner: str):

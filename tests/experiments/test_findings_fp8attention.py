@@ -56,7 +56,7 @@ def test_the_fixes_flush_less_and_err_less():
 def test_bad_arguments_are_named():
     q, k, v = fa.sink_inputs(2, 0, tq=4, tk=8, d=8)
     for kw, msg in (({"order": "sideways"}, "order must be one of forward, reverse"),
-                    ({"block": 0}, "block must be a positive integer"),
+                    ({"block": 0}, "block must be an integer >= 1, got 0"),
                     ({"p_scale": 0.0}, "p_scale must be a finite number > 0")):
         with pytest.raises(ValueError, match=msg):
             online_attention(q, k, v, **kw)

@@ -56,7 +56,7 @@ def test_bad_arguments():
         acc.relative_errors(128, "volta fp8")
     with pytest.raises(ValueError, match="unknown data 'negative'"):
         acc.relative_errors(128, data="negative")
-    with pytest.raises(ValueError, match="k must be a positive integer"):
+    with pytest.raises(ValueError, match="k must be an integer >= 1"):
         acc.relative_errors(0)
 
 

@@ -165,7 +165,7 @@ def test_summary_lists_every_exercise_of_the_lab_with_its_latest_verdict(capsys)
     assert "lab 13: 0 of 3 checks passed" in text and text.count("not run") >= 3
     assert "Try it 2  not right yet: expected 0.5, got 0.25 - the reason" in text
     assert all(len(line) <= 100 for line in text.splitlines())
-    with pytest.raises(ValueError, match="lab must be a lab's number"):
+    with pytest.raises(ValueError, match=r"lab \(a lab's number\) must be an integer >= 1"):
         summary("12")
 
 

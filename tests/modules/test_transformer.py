@@ -123,7 +123,7 @@ def test_bad_input_one_line_errors():
         nn.TinyGPT(11, 8, d_model=32, n_heads=5)
     with pytest.raises(ValueError, match="n_heads 3 does not divide d_model 16"):
         nn.CausalSelfAttention(16, 3)
-    with pytest.raises(ValueError, match="context must be a positive integer"):
+    with pytest.raises(ValueError, match="context must be an integer >= 1"):
         nn.TinyGPT(11, 0)
     m = nn.TinyGPT(11, 8, d_model=16, n_layers=1, n_heads=2)
     before = {n: p.numpy().copy() for n, p in m.named_parameters()}

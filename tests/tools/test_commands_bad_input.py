@@ -57,7 +57,7 @@ def test_tinygpt_task_refuses_bad_settings_naming_them(kwargs, match):
 
 
 @pytest.mark.parametrize("kwargs, match", [({"steps": 2.7}, "steps must be an integer >= 1, got 2.7"),
-                                           ({"steps": 0}, "steps must be >= 1"),
+                                           ({"steps": 0}, "steps must be an integer >= 1, got 0"),
                                            ({"seed": -1}, "seed must be an integer >= 0, got -1"),
                                            ({"seed": 1.5}, "seed must be an integer >= 0, got 1.5")])
 def test_train_refuses_fractional_steps_and_bad_seeds_before_training(kwargs, match):
