@@ -352,6 +352,11 @@ def _skips(ax, by_seed, drawn) -> str:
     return "steps skipped: " + ", ".join(f"{n} {k}" for n, k in counts.items())
 
 
+def _wrap(note: str) -> str:
+    """A right panel's note in lines that fit across it (fontsize 11), whatever the number of recipes it names."""
+    return textwrap.fill(note, 60)
+
+
 def _diag_panel(ax, by_seed, names, styles, key, title, ylabel) -> str:
     """One of the right panels; returns its note."""
     drawn, zero = _panel_runs(by_seed, names, key)
@@ -364,20 +369,22 @@ def _diag_panel(ax, by_seed, names, styles, key, title, ylabel) -> str:
         ax.set_yscale("log", base=2)
         note = _skips(ax, by_seed, drawn)
         lo, hi = ax.get_ylim()
-        ax.set_ylim(lo / (hi / lo) ** 0.1, hi * (hi / lo) ** 0.35)  # room for the note
+        ax.set_ylim(lo / (hi / lo) ** 0.1, hi * (hi / lo) ** (0.35 + 0.15 * _wrap(note).count("\n")))  # the note's room
     elif zero and not drawn:  # nothing but zeros: drawn at 0 and said across the panel, not an empty frame
-        for i, name in enumerate(zero):
+        for i, name in enumerate(zero):  # widest first, as the loss panel's curves on top of each other
             _draw(ax, _rows(by_seed, name, key), styles[name], label=f"{name}: 0% at every step",
-                  lw=1.8 + 2.4 * (len(zero) - 1 - i))
+                  lw=1.8 + min(2.4, 7.0 / max(1, len(zero) - 1)) * (len(zero) - 1 - i))
         ax.set_ylim(-0.05, 1.0)
-        ax.text(0.5, 0.5, "0% at every step:\n" + "\n".join(zero), transform=ax.transAxes, ha="center",
-                va="center", fontsize=16, color=BAND_COLORS["flush"] if key == "flushed" else "black")
+        few = len(zero) <= 6  # many: in fewer, smaller lines that fit the panel
+        listed = "\n".join(zero) if few else textwrap.fill(", ".join(zero), 36, break_on_hyphens=False)
+        ax.text(0.5, 0.5, "0% at every step:\n" + listed, transform=ax.transAxes, ha="center",
+                va="center", fontsize=16 if few else 11, color=BAND_COLORS["flush"] if key == "flushed" else "black")
         note, centred = f"0% at every step: {', '.join(zero)}", True
     else:
         note = f"0% at every step: {', '.join(zero)}" if zero else ""
-        ax.set_ylim(0, ax.get_ylim()[1] * 1.3)
+        ax.set_ylim(0, ax.get_ylim()[1] * (1.3 + 0.15 * _wrap(note).count("\n")))
     if note and not centred:
-        ax.text(0.01, 0.97, note, transform=ax.transAxes, ha="left", va="top", fontsize=11,
+        ax.text(0.01, 0.97, _wrap(note), transform=ax.transAxes, ha="left", va="top", fontsize=11,
                 bbox={"facecolor": "white", "alpha": 0.85, "lw": 0})
     ax.set_title(title, fontsize=14)
     ax.set_ylabel(ylabel, fontsize=13)
@@ -395,9 +402,12 @@ def _absent(by_seed, names, drawn: list) -> list[str]:
     return out
 
 
-def _layout(plt, panels: list):
-    """The figure and its Axes: loss and ratio on the left, the right panels (if any) beside."""
-    fig = plt.figure(figsize=(19, 10.5) if panels else (11.5, 10.5), layout="constrained")
+def _layout(plt, panels: list, entries: int, n: int):
+    """The figure and its Axes: loss and ratio on the left, the right panels (if any) beside.  Its
+    height makes room for the legends of ``n`` recipes: below the ratio panel, in two columns past
+    two, and beside each right panel, the longest of which holds ``entries`` (0.2 inch each)."""
+    height = max(10.5, 8 + 0.26 * math.ceil((n - 1) / 2), len(panels) * (0.2 * entries + 0.5) + 0.5)
+    fig = plt.figure(figsize=(19 if panels else 11.5, height), layout="constrained")
     with plt.rc_context(STYLE):
         left, right = fig.subfigures(1, 2, width_ratios=(1.15, 1), wspace=0.03) if panels else (fig, None)
         top, bottom = left.subplots(2, 1, sharex=True, height_ratios=(3, 2))
@@ -423,7 +433,8 @@ def _row_figure(by_seed, names, baseline, chosen, panels, title, path) -> Compar
     styles, deaths = recipe_styles(names), _deaths(by_seed)
     text = {key: (t, ylabel) for key, t, ylabel in _PANELS}
     plt = pyplot()
-    fig = plt.figure(figsize=(6.5 * len(panels), 5.8), layout="constrained")
+    # tall enough for every recipe's entry in a legend below a panel (two columns) or beside it (0.2 inch each)
+    fig = plt.figure(figsize=(6.5 * len(panels), max(5.8, 4.6 + 0.12 * len(names))), layout="constrained")
     ratios: dict = {}
     notes: list = []
     with plt.rc_context(STYLE):
@@ -465,9 +476,10 @@ def compare_figure(runs, *, baseline: str | None = None, panels=None, title: str
     if panels is not None:
         return _row_figure(by_seed, names, baseline, chosen, panels, title, path)
     styles, deaths = recipe_styles(names), _deaths(by_seed)
-    panels = [p for p in _PANELS if _panel_runs(by_seed, names, p[0])[0]]
+    drawn = {p: _panel_runs(by_seed, names, p[0])[0] for p in _PANELS}
+    panels = [p for p in _PANELS if drawn[p]]
     plt = pyplot()
-    fig, top, bottom, side = _layout(plt, panels)
+    fig, top, bottom, side = _layout(plt, panels, max((len(drawn[p]) for p in panels), default=0), len(names))
     ratios: dict = {}
     with plt.rc_context(STYLE):
         notes = _ratio_panel(bottom, by_seed, names, styles, baseline, deaths, ratios, chosen)

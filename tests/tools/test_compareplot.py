@@ -159,6 +159,7 @@ def small_task(monkeypatch):
     monkeypatch.setattr(fpsim.experiments, "ReferenceTask", functools.partial(ReferenceTask, n=512))
 
 
+@pytest.mark.filterwarnings("error::UserWarning")  # matplotlib's "constrained_layout not applied" among them
 @pytest.mark.parametrize("which", list(RECIPE_SETS))
 def test_cli_writes_the_figure_for_every_recipe_set(which, tmp_path, capsys, small_task):
     path = tmp_path / "out" / "cmp.png"
@@ -266,3 +267,55 @@ def test_a_baseline_chosen_by_name_is_not_explained_as_the_first_recipe():
     del runs["fp32"]
     cf = compare_figure(runs, baseline="fp16-dynamic", panels=["ratio"])
     assert cf.axes["ratio"].get_title() == "loss / fp16-dynamic loss at the same step"
+
+
+def _every_recipe(zero_flushes=False):
+    """A run of every registered recipe, each with a legend entry in every panel: flushes (unless
+    ``zero_flushes``), stalls, a loss scale; every fifth dead at step 2."""
+    return {n: _run(n, [1.0, 0.5 + i / 100, 0.25 + i / 50], flushed=None if zero_flushes else [0.01 * i, 0.2, 0.3],
+                    stalled=[0.01 * i, 0.1, 0.2], scaler="dynamic", scales=[2.0**i, 2.0 ** (i + 1), 2.0**i],
+                    died_at=2 if i % 5 == 1 else None) for i, n in enumerate(RECIPES)}
+
+
+def _too_small(fig, axes: dict) -> dict:
+    """The panels drawn less than 2.5 inches wide or high (after the layout, at the last draw)."""
+    w, h = fig.get_size_inches()
+    sizes = {k: (round(ax.get_position().width * w, 1), round(ax.get_position().height * h, 1))
+             for k, ax in axes.items()}
+    return {k: v for k, v in sizes.items() if min(v) < 2.5}
+
+
+@pytest.mark.filterwarnings("error::UserWarning")
+def test_the_figure_makes_room_for_the_legends_of_every_recipe(tmp_path):
+    """Every recipe with an entry in every legend: the figure grows until its layout applies (at 19 x
+    10.5 inches matplotlib warned "axes sizes collapsed to zero" and left the panels overlapping), and
+    a note naming many recipes is wrapped to the panel's width (it ran past the figure's edge)."""
+    assert len(RECIPES) > 16  # the case that did not fit
+    cf = compare_figure(_every_recipe(), path=tmp_path / "f.png")
+    assert cf.figure.get_size_inches()[1] > 10.5 and not _too_small(cf.figure, cf.axes)
+    # as the command's real runs draw it: few entries beside the right panels, many recipes at 0% in their notes
+    runs = {n: _run(n, [1.0, 0.5], flushed=[0.1, 0.2] if n == "fp16-master" else None) for n in RECIPES}
+    cf = compare_figure(runs, path=tmp_path / "g.png")
+    assert not _too_small(cf.figure, cf.axes)
+    (note,) = cf.axes["flushed"].texts
+    zeros = ", ".join(n for n in RECIPES if n != "fp16-master")
+    assert note.get_text().replace("\n", " ") == f"0% at every step: {zeros}"
+    assert max(map(len, note.get_text().split("\n"))) <= 60 and "\n" in note.get_text()
+
+
+@pytest.mark.filterwarnings("error::UserWarning")
+def test_panels_side_by_side_make_room_for_every_recipe(tmp_path):
+    """The labs' row of panels, with every recipe: tall enough for the ratio legend's rows below it
+    (the panels were squeezed to a sliver), a panel of zeros listing the recipes in lines that fit it."""
+    cf = compare_figure(_every_recipe(zero_flushes=True), panels=["ratio", "flushed"], path=tmp_path / "f.png")
+    assert not _too_small(cf.figure, cf.axes)
+    (text,) = cf.axes["flushed"].texts
+    lines = text.get_text().split("\n")
+    assert lines[0] == "0% at every step:" and max(map(len, lines[1:])) <= 36 and text.get_fontsize() == 11
+    assert " ".join(lines[1:]) == ", ".join(RECIPES)
+    widths = [ln.get_linewidth() for ln in cf.axes["flushed"].lines]
+    assert widths[0] == pytest.approx(1.8 + 7.0) and widths[-1] == 1.8  # widest first, at most 7 points wider
+    # a few zeros: one recipe a line, large, as before
+    few = compare_figure({n: _run(n, [1.0, 0.5]) for n in ("fp32", "bf16-pure")}, panels=["flushed"])
+    (text,) = few.axes["flushed"].texts
+    assert text.get_text() == "0% at every step:\nfp32\nbf16-pure" and text.get_fontsize() == 16
