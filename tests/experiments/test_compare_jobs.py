@@ -265,3 +265,15 @@ def test_python_sweeps_progress_lines_name_the_function_not_the_command(capsys):
     assert [ln.split(" done in")[0] for ln in lines] == ["compare: fp32", "compare_seeds: fp32, seed 0",
                                                           "compare_seeds: fp32, seed 1", "my sweep: fp32"]
     assert "fpsim compare" not in err
+
+
+def test_the_commands_progress_lines_name_the_command(capsys):
+    """``fpsim compare`` (here in this process, stderr no terminal) says ``fpsim compare:`` on each
+    finished run's line, as the Python sweeps name their function."""
+    from fpsim.tools import cli
+
+    assert cli.main(["compare", "--recipes", "fp32", "bf16-pure", "--steps", "1", "--figure", "none"]) == 0
+    err = capsys.readouterr().err
+    assert [ln.split(" done in")[0] for ln in err.splitlines() if " done in " in ln] == [
+        "fpsim compare: fp32", "fpsim compare: bf16-pure"]
+    assert "compare_seeds" not in err
