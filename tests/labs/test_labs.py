@@ -211,6 +211,25 @@ def test_committed_without_outputs(path):
             assert cell.get("execution_count") is None, f"{path.name}: a code cell has an execution count"
 
 
+_CELL_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # nbformat 4.5's schema for a cell's id
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_cell_has_a_unique_id(path):
+    """nbformat 4.5 or later, and an id on every cell, unique in the notebook, as the schema spells
+    one; read as stored (``nbformat.read`` would only warn and make missing ids up)."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    version = (nb.get("nbformat"), nb.get("nbformat_minor"))
+    assert version >= (4, 5), f"{path.name}: nbformat {version[0]}.{version[1]}; cell ids need 4.5 or later"
+    ids = [c.get("id") for c in nb["cells"]]
+    missing = [i for i, x in enumerate(ids) if x is None]
+    assert not missing, f"{path.name}: cells {missing} have no id"
+    bad = [x for x in ids if not isinstance(x, str) or not _CELL_ID.fullmatch(x)]
+    assert not bad, f"{path.name}: ids not of 1-64 letters, digits, '-' or '_': {bad}"
+    repeated = sorted({x for x in ids if ids.count(x) > 1})
+    assert not repeated, f"{path.name}: ids on more than one cell: {repeated}"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_every_exercise_has_a_solution_and_three_wrong_answers(path):
     nb = nbformat.read(path, as_version=4)
