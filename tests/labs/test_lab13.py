@@ -52,7 +52,7 @@ def test_round_to_odd_against_fractions(fmt):
         a, gap = _grid(x, fmt)
         n = math.floor(a / gap)
         want = n * gap if a == n * gap else (n if n % 2 else n + 1) * gap
-        got = lab13.exercise3(x, fmt)
+        got = lab13.exercise2(x, fmt)
         assert Fraction(abs(got)) == want and math.copysign(1, got) == math.copysign(1, x), (x, fmt)
 
 
@@ -65,17 +65,17 @@ def test_few_bit_sr_bias_is_gfloats_average_over_every_random_integer(fmt, k):
         _, gap = _grid(v, fmt)
         mean = sum(Fraction(gfloat.round_float(GFLOAT[fmt], v, RoundMode.StochasticFastest, srbits=r, srnumbits=k))
                    for r in range(2**k)) / 2**k
-        assert lab13.exercise2(v, fmt, k) == float((mean - Fraction(v)) / gap), (v, fmt, k)
+        assert lab13.exercise3(v, fmt, k) == float((mean - Fraction(v)) / gap), (v, fmt, k)
 
 
 def test_the_quoted_double_rounding_example_against_fractions():
-    """Section 6: x = 1 + 2^-8 + 2^-30 rounds once to 1 + 2^-7 in bfloat16; through float32 to
+    """Section 5: x = 1 + 2^-8 + 2^-30 rounds once to 1 + 2^-7 in bfloat16; through float32 to
     nearest it lands on the midpoint and goes to the even 1.0; through float32 to odd it is right."""
     x = 1 + 2.0**-8 + 2.0**-30
     assert gfloat.round_float(format_info_bfloat16, x) == 1 + 2.0**-7
     f32 = gfloat.round_float(format_info_binary32, x)
     assert f32 == 1 + 2.0**-8 and gfloat.round_float(format_info_bfloat16, f32) == 1.0
-    odd = lab13.exercise3(x, "float32")
+    odd = lab13.exercise2(x, "float32")
     assert odd == 1 + 2.0**-8 + 2.0**-23 and gfloat.round_float(format_info_bfloat16, odd) == 1 + 2.0**-7
 
 
@@ -91,7 +91,7 @@ def _reference_sum(fmt, mode, u, steps, start):
     for _ in range(steps):
         exact = Fraction(s) + Fraction(u)
         assert Fraction(s + u) == exact  # one rounding, from the exact sum
-        new = lab13.exercise3(s + u, fmt) if mode == "to_odd" else gfloat.round_float(GFLOAT[fmt], s + u, GFLOAT_MODES[mode])
+        new = lab13.exercise2(s + u, fmt) if mode == "to_odd" else gfloat.round_float(GFLOAT[fmt], s + u, GFLOAT_MODES[mode])
         if new == s:
             return s
         s = new
@@ -129,7 +129,7 @@ def test_toward_zero_drags_a_weight_below_zero():
 
 
 def test_two_random_bits_never_move_the_float16_sum_from_one_half():
-    """Section 5: in [0.5, 1) the update is 0.2048 of float16's gap 2^-11; with 2 random bits,
+    """The optional extension: in [0.5, 1) the update is 0.2048 of float16's gap 2^-11; with 2 random bits,
     truncated ("fastest"), no value of the bits rounds 0.5 + u up."""
     assert f"{U / 2.0**-11:.4f}" == "0.2048"
     assert {gfloat.round_float(format_info_binary16, 0.5 + U, RoundMode.StochasticFastest, srbits=r, srnumbits=2)

@@ -29,19 +29,7 @@ def exercise1(x, fmt):
     return math.copysign(min(math.ldexp(math.floor(units), ulp_exp), f.max), x)
 
 
-def exercise2(v, fmt, k):
-    """E[round(v)] - v, in ulps of v's binade, for stochastic rounding into ``fmt`` with ``k``
-    random bits, variant "fastest": the fraction delta of the gap above the lower neighbour is cut
-    to k bits, and the rounding goes up with probability floor(delta * 2**k) / 2**k."""
-    f = fpsim.get_format(fmt)
-    units, _ = _grid(abs(v), f)
-    delta = units - math.floor(units)
-    p_up = math.floor(math.ldexp(delta, k)) / 2**k
-    bias = p_up - delta  # on the magnitude: never above 0
-    return -bias if v < 0 else bias  # a negative v is rounded as -round(|v|)
-
-
-def exercise3(x, fmt):
+def exercise2(x, fmt):
     """``x`` (a finite Python float within ``fmt``'s range) rounded to odd into ``fmt``, as a
     Python float: x itself if ``fmt`` holds it, else whichever of its two neighbours has an odd
     last bit (the one whose significand, counted in ulps, is odd)."""
@@ -53,3 +41,15 @@ def exercise3(x, fmt):
     if n != units and n % 2 == 0:
         n += 1  # inexact and the lower neighbour is even: the odd one is the upper
     return math.copysign(math.ldexp(n, ulp_exp), x)
+
+
+def exercise3(v, fmt, k):
+    """E[round(v)] - v, in ulps of v's binade, for stochastic rounding into ``fmt`` with ``k``
+    random bits, variant "fastest": the fraction delta of the gap above the lower neighbour is cut
+    to k bits, and the rounding goes up with probability floor(delta * 2**k) / 2**k."""
+    f = fpsim.get_format(fmt)
+    units, _ = _grid(abs(v), f)
+    delta = units - math.floor(units)
+    p_up = math.floor(math.ldexp(delta, k)) / 2**k
+    bias = p_up - delta  # on the magnitude: never above 0
+    return -bias if v < 0 else bias  # a negative v is rounded as -round(|v|)

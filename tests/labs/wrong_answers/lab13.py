@@ -90,12 +90,44 @@ def exercise1(x, fmt):
 """),
     ],
     2: [
+        ("rounds to nearest (ties to even): the neighbour it picks is often even", """
+def exercise2(x, fmt):""" + _GRID + """
+    return math.copysign(round(a / ulp) * ulp, x)
+"""),
+        ("truncates and never sets the last bit: that is toward zero", """
+def exercise2(x, fmt):""" + _GRID + """
+    return math.copysign(math.floor(a / ulp) * ulp, x)
+"""),
+        ("makes every result odd, also an x the format holds exactly", """
+def exercise2(x, fmt):""" + _GRID + """
+    n = math.floor(a / ulp)
+    return math.copysign((n if n % 2 else n + 1) * ulp, x)
+"""),
+        ("rounds away from zero when inexact, odd or not", """
+def exercise2(x, fmt):""" + _GRID + """
+    return math.copysign(math.ceil(a / ulp) * ulp, x)
+"""),
+        ("to nearest, then the last bit set: can land outside the two neighbours", """
+def exercise2(x, fmt):""" + _GRID + """
+    n = round(a / ulp)
+    return math.copysign((n | 1 if n != a / ulp else n) * ulp, x)
+"""),
+        ("rounds x to float32 first (to nearest), then to odd: two roundings", """
+def exercise2(x, fmt):
+    x = float(np.float32(x))""" + _GRID + """
+    n = math.floor(a / ulp)
+    if n != a / ulp and n % 2 == 0:
+        n += 1
+    return math.copysign(n * ulp, x)
+"""),
+    ],
+    3: [
         ("zero: stochastic rounding is unbiased - but only with exact probabilities", """
-def exercise2(v, fmt, k):
+def exercise3(v, fmt, k):
     return 0.0
 """),
         ("delta rounded to k bits (the 'rne' variant), not truncated", """
-def exercise2(v, fmt, k):
+def exercise3(v, fmt, k):
     import math
     f = fpsim.get_format(fmt)
     _, e = math.frexp(abs(v))
@@ -105,7 +137,7 @@ def exercise2(v, fmt, k):
     return -b if v < 0 else b
 """),
         ("off by one bit: delta cut to k + 1 bits", """
-def exercise2(v, fmt, k):
+def exercise3(v, fmt, k):
     import math
     f = fpsim.get_format(fmt)
     _, e = math.frexp(abs(v))
@@ -115,7 +147,7 @@ def exercise2(v, fmt, k):
     return -b if v < 0 else b
 """),
         ("the sign turned round: v - E[round(v)]", """
-def exercise2(v, fmt, k):
+def exercise3(v, fmt, k):
     import math
     f = fpsim.get_format(fmt)
     _, e = math.frexp(abs(v))
@@ -125,7 +157,7 @@ def exercise2(v, fmt, k):
     return -b if v < 0 else b
 """),
         ("in units of the value, not in ulps", """
-def exercise2(v, fmt, k):
+def exercise3(v, fmt, k):
     import math
     f = fpsim.get_format(fmt)
     _, e = math.frexp(abs(v))
@@ -136,7 +168,7 @@ def exercise2(v, fmt, k):
     return -b if v < 0 else b
 """),
         ("ignores the sign: a negative v's magnitude is rounded, so its bias points up", """
-def exercise2(v, fmt, k):
+def exercise3(v, fmt, k):
     import math
     f = fpsim.get_format(fmt)
     _, e = math.frexp(abs(v))
@@ -145,7 +177,7 @@ def exercise2(v, fmt, k):
     return math.floor(delta * 2**k) / 2**k - delta
 """),
         ("always bfloat16's 7 mantissa bits, whatever the format", """
-def exercise2(v, fmt, k):
+def exercise3(v, fmt, k):
     import math
     _, e = math.frexp(abs(v))
     units = math.ldexp(abs(v), 7 - max(e - 1, -126))
@@ -154,7 +186,7 @@ def exercise2(v, fmt, k):
     return -b if v < 0 else b
 """),
         ('no floor at emin: a subnormal v measured in gaps that keep shrinking', """
-def exercise2(v, fmt, k):
+def exercise3(v, fmt, k):
     import math
     f = fpsim.get_format(fmt)
     _, e = math.frexp(abs(v))
@@ -164,7 +196,7 @@ def exercise2(v, fmt, k):
     return -b if v < 0 else b
 """),
         ('the subnormal gap one binade too fine: emin - 1', """
-def exercise2(v, fmt, k):
+def exercise3(v, fmt, k):
     import math
     f = fpsim.get_format(fmt)
     _, e = math.frexp(abs(v))
@@ -174,45 +206,13 @@ def exercise2(v, fmt, k):
     return -b if v < 0 else b
 """),
         ('the bias always negative: -|bias| whatever the sign of v', """
-def exercise2(v, fmt, k):
+def exercise3(v, fmt, k):
     import math
     f = fpsim.get_format(fmt)
     _, e = math.frexp(abs(v))
     units = math.ldexp(abs(v), f.mantissa_bits - max(e - 1, f.emin))
     delta = units - math.floor(units)
     return -abs(math.floor(delta * 2**k) / 2**k - delta)
-"""),
-    ],
-    3: [
-        ("rounds to nearest (ties to even): the neighbour it picks is often even", """
-def exercise3(x, fmt):""" + _GRID + """
-    return math.copysign(round(a / ulp) * ulp, x)
-"""),
-        ("truncates and never sets the last bit: that is toward zero", """
-def exercise3(x, fmt):""" + _GRID + """
-    return math.copysign(math.floor(a / ulp) * ulp, x)
-"""),
-        ("makes every result odd, also an x the format holds exactly", """
-def exercise3(x, fmt):""" + _GRID + """
-    n = math.floor(a / ulp)
-    return math.copysign((n if n % 2 else n + 1) * ulp, x)
-"""),
-        ("rounds away from zero when inexact, odd or not", """
-def exercise3(x, fmt):""" + _GRID + """
-    return math.copysign(math.ceil(a / ulp) * ulp, x)
-"""),
-        ("to nearest, then the last bit set: can land outside the two neighbours", """
-def exercise3(x, fmt):""" + _GRID + """
-    n = round(a / ulp)
-    return math.copysign((n | 1 if n != a / ulp else n) * ulp, x)
-"""),
-        ("rounds x to float32 first (to nearest), then to odd: two roundings", """
-def exercise3(x, fmt):
-    x = float(np.float32(x))""" + _GRID + """
-    n = math.floor(a / ulp)
-    if n != a / ulp and n % 2 == 0:
-        n += 1
-    return math.copysign(n * ulp, x)
 """),
     ],
 }
