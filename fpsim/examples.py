@@ -150,8 +150,9 @@ def vanishing_update(
 
 
 def format_steps(steps: list[Step]) -> str:
-    """A small aligned table of steps, the way ``fpsim example`` prints it."""
-    lines = []
+    """A small aligned table of steps, the way ``fpsim example`` prints it: each column as wide as
+    its widest entry, so that the labs' tables fit in 100 characters."""
+    rows = []
     for s in steps:
         if math.isnan(s.value) and not math.isnan(s.exact):
             err = "overflowed to NaN" if math.isfinite(s.exact) else "NaN"
@@ -159,6 +160,6 @@ def format_steps(steps: list[Step]) -> str:
             err = "overflowed to inf"
         else:
             err = "vanished" if s.value == 0 and s.exact != 0 else f"{s.rel_error:+.3%}"
-        tail = s.note or f"rel.err {err}"
-        lines.append(f"  {s.label:<44} -> {s.value!r:<24} {s.category:<10} {tail}")
-    return "\n".join(lines)
+        rows.append((s.label, repr(s.value), s.category, s.note or f"rel.err {err}"))
+    w = [max((len(r[c]) for r in rows), default=0) for c in range(3)]
+    return "\n".join(f"  {a:<{w[0]}} -> {b:<{w[1]}}  {c:<{w[2]}}  {tail}" for a, b, c, tail in rows)

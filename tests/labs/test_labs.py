@@ -37,6 +37,7 @@ LABS = Path(__file__).resolve().parents[2] / "labs"
 NOTEBOOKS = sorted(LABS.glob("[0-9][0-9]_*.ipynb"))
 WRONG_ANSWERS = Path(__file__).resolve().parent / "wrong_answers"
 LAB_SECONDS = 60  # a lab should run top to bottom in under a minute, kernel start included (warned, not failed)
+WIDTH = 100  # the widest line a lab may print: JupyterLab wraps a longer one mid-word and mid-number
 
 
 def _lab_number(path: Path) -> int:
@@ -69,6 +70,18 @@ def _outputs_text(outputs) -> str:
         elif o.get("output_type") == "error":
             parts.append(f"{o.get('ename')}: {o.get('evalue')}")
     return "".join(parts)
+
+
+def _long_lines(outputs) -> list[str]:
+    """The lines over ``WIDTH`` characters in a cell's stream and plain-text outputs; a figure or an
+    HTML output (and the text/plain beside it) is exempt."""
+    texts = []
+    for o in outputs:
+        if o.get("output_type") == "stream":
+            texts.append(o.get("text", ""))
+        elif "data" in o and not any(k == "text/html" or k.startswith("image/") for k in o["data"]):
+            texts.append(o["data"].get("text/plain", ""))
+    return [line for text in texts for line in text.splitlines() if len(line) > WIDTH]
 
 
 def _exercise_names(cell) -> list[str]:
@@ -112,6 +125,7 @@ class LabRun:
     attempts: list = field(default_factory=list)
     last_source: str = ""  # the last code cell, as written, and what it printed
     last_text: str = ""
+    long_lines: list = field(default_factory=list)  # (cell index, line) over WIDTH, as written or solved
 
     def of(self, what):
         return [a for a in self.attempts if (a.what == what if what in ("as written", "reference")
@@ -162,6 +176,8 @@ def _execute_in_kernel(client, nb, path, lab, wrong, checks) -> LabRun:
                 run.attempts.append(_read_verdict(client, index, Attempt(
                     exercise, what, False, e.ename, e.evalue, _outputs_text(cell.outputs)), serial))
                 return
+        if what == "reference":  # what a learner who got it right reads
+            run.long_lines += [(index, line) for line in _long_lines(cell.outputs)]
         run.attempts.append(_read_verdict(client, index, Attempt(exercise, what, True,
                                                                  text=_outputs_text(cell.outputs)), serial))
 
@@ -177,6 +193,7 @@ def _execute_in_kernel(client, nb, path, lab, wrong, checks) -> LabRun:
                 run.error = f"cell {i} raised {e.ename}: {e.evalue}"
                 break
             run.cell_seconds[i] = time.perf_counter() - t
+            run.long_lines += [(i, line) for line in _long_lines(cell.outputs)]
             run.last_source, run.last_text = cell.source, _outputs_text(cell.outputs)
             if "exercise" in _tags(cell):
                 exercise_cells[_exercise_names(cell)[0]] = cell
@@ -195,6 +212,16 @@ def _execute_in_kernel(client, nb, path, lab, wrong, checks) -> LabRun:
             t0 += time.perf_counter() - extra  # the lab's own time leaves out these extra runs
     run.seconds = time.perf_counter() - t0
     return run
+
+
+def test_long_lines_are_the_text_lines_over_the_width():
+    """Stream and plain-text lines over WIDTH count; a figure's or an HTML output's text/plain does not."""
+    line = "x" * WIDTH
+    outputs = [{"output_type": "stream", "name": "stdout", "text": f"{line}\n{line}y\nshort"},
+               {"output_type": "execute_result", "data": {"text/plain": f"'{line}'"}},
+               {"output_type": "display_data", "data": {"text/plain": line * 2, "image/png": ""}},
+               {"output_type": "display_data", "data": {"text/plain": line * 2, "text/html": "<table/>"}}]
+    assert _long_lines(outputs) == [f"{line}y", f"'{line}'"]
 
 
 def test_there_are_labs():
@@ -277,6 +304,8 @@ def test_runs_as_written(path):
     assert "summary(" in run.last_source, f"{path.name}: the last code cell does not print summary({_lab_number(path)})"
     assert f"0 of {exercises} checks passed" in run.last_text and run.last_text.count("not attempted") == exercises, \
         f"{path.name}: the summary at the end says {run.last_text!r}"
+    long = [f"  cell {i} ({len(line)} chars): {line}" for i, line in run.long_lines]
+    assert not long, f"{path.name}: lines over {WIDTH} characters (JupyterLab wraps them):\n" + "\n".join(long)
     slowest = max(run.cell_seconds, key=run.cell_seconds.get)
     if run.seconds > LAB_SECONDS:  # reported, not failed: a loaded machine is slow (fpsim bench --labs times labs)
         warnings.warn(f"{path.name} took {run.seconds:.0f} s (slowest: cell {slowest}, "

@@ -166,8 +166,8 @@ class AuditReport:
         lo, hi = self.k_range
         lines = [f"audit of {self.source}: {len(self.tensors)} tensor(s), {o.n:,} values "
                  f"({self.judged:,} non-zero, {o.zeros:,} zero, {o.nonfinite:,} inf/NaN)",
-                 f"a loss scale 2^k (k in {lo}..{hi}) is safe when the scaled values keep >= {100 * self.keep:g}% "
-                 "of the non-zero values (not flushed to 0) and none overflow", ""]
+                 f"a loss scale 2^k (k in {lo}..{hi}) is safe when the scaled values keep >= {100 * self.keep:g}% of",
+                 "the non-zero values (not flushed to 0) and none overflow", ""]
         cols = ["tensor", "format", "flushed to 0", "subnormal", "overflow", "safe loss scales"]
         rows = []
         for t in [o, *self.tensors]:
