@@ -158,15 +158,14 @@ def test_one_owner_of_program_wide_state():
 def test_one_name_one_thing():
     """No two modules export (``__all__``) different objects under one name - a concept is
     defined once and imported everywhere else.  Allowed: each tool package's ``main`` (the
-    command's entry), and ``blas_threads`` (the lab helper that sets the notebook's count; the
-    state function that reads fpsim's own; the bench's probe)."""
+    command's entry)."""
     import importlib
     import pkgutil
     import warnings
 
     import fpsim
 
-    allowed = {"main", "blas_threads"}
+    allowed = {"main"}
     seen: dict = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)

@@ -19,10 +19,12 @@ yet", saying what it expected) and with the reference solution (it must pass).
 
 from __future__ import annotations
 
+import warnings
+
 from .checks import PASSED, CheckFailed, Unanswered, expect, fail, forbid, judge, summary
 
 __all__ = ["Unanswered", "CheckFailed", "selfcheck", "summary", "expect", "fail", "forbid", "slider",
-           "widgets_available", "blas_threads", "blas_thread_count"]
+           "widgets_available", "set_numpy_blas_threads", "numpy_blas_threads"]
 
 
 def selfcheck(name: str, test, lab: int | None = None) -> bool:
@@ -68,15 +70,15 @@ def slider(fn, *, default, values, name="value", description=None):
     return None
 
 
-def blas_threads(n: int = 1) -> None:
-    """Limit numpy's BLAS to ``n`` threads in this process (threadpoolctl).
+def set_numpy_blas_threads(n: int = 1) -> None:
+    """Set the number of threads numpy's BLAS uses in this process to ``n`` (threadpoolctl): the
+    count of every matrix product outside fpsim's own, which run on the count fpsim pins
+    (``fpsim.blas_threads()`` reads it, ``fpsim.set_blas_threads`` sets it).
 
     The labs multiply matrices of a few thousand numbers.  At that size a second BLAS thread
     only adds synchronisation, and on a busy two-core machine, where the threads wait for each
     other, it made the labs' training loops about 20 times slower (measured: 51 ms against
-    2.3 ms per step of the reference task).  fpsim's own products already run on the count it
-    pins (``fpsim.set_blas_threads``); this sets the count of everything else numpy multiplies in
-    the lab.  :func:`blas_thread_count` tells what came of it.
+    2.3 ms per step of the reference task).  :func:`numpy_blas_threads` tells what came of it.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
@@ -85,9 +87,25 @@ def blas_threads(n: int = 1) -> None:
     threadpoolctl.threadpool_limits(n, user_api="blas")
 
 
-def blas_thread_count() -> int | None:
-    """The number of threads numpy's BLAS uses now, or None where no BLAS library is found."""
+def numpy_blas_threads() -> int | None:
+    """The number of threads numpy's BLAS uses in this process now (what :func:`set_numpy_blas_threads`
+    set), or None where no BLAS library is found.  Not fpsim's pinned count: ``fpsim.blas_threads()``."""
     import threadpoolctl
 
     blas = [i for i in threadpoolctl.threadpool_info() if i.get("user_api") == "blas"]
     return int(blas[0]["num_threads"]) if blas else None
+
+
+# The old names (one name per idea: fpsim.blas_threads reads fpsim's pinned count), kept until 2027-06-01.
+_RENAMED = {"blas_threads": "set_numpy_blas_threads", "blas_thread_count": "numpy_blas_threads"}
+
+
+def __getattr__(name: str):
+    """``blas_threads`` and ``blas_thread_count``, the old names of :func:`set_numpy_blas_threads` and
+    :func:`numpy_blas_threads`: deprecated (removed 2027-06-01)."""
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warnings.warn(f"fpsim.labs.{name} is deprecated (removed 2027-06-01): use fpsim.labs.{new}",
+                      DeprecationWarning, stacklevel=2)
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

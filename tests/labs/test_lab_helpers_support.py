@@ -1,6 +1,6 @@
 """The labs' support code: the self-check helpers (expect, forbid, selfcheck), the bit explorer
 (against numpy / ml_dtypes), the memory table, the recipe panels and tables, the classifier and
-PyTorch-bridge runs, the lab timer, the BLAS thread limit."""
+PyTorch-bridge runs, the lab timer, numpy's BLAS thread count (set_numpy_blas_threads)."""
 
 import math
 import sys
@@ -15,12 +15,12 @@ from fpsim.examples import smallest_surviving_update
 from fpsim.labs import (
     CheckFailed,
     Unanswered,
-    blas_thread_count,
-    blas_threads,
     expect,
     fail,
     forbid,
+    numpy_blas_threads,
     selfcheck,
+    set_numpy_blas_threads,
     slider,
     widgets_available,
 )
@@ -176,11 +176,41 @@ def test_slider_falls_back_to_one_call(monkeypatch, capsys):
     assert capsys.readouterr().out == "ran 3\n"
 
 
-def test_blas_threads():
-    blas_threads(1)
-    assert blas_thread_count() in (1, None)  # None where the thread count cannot be read
-    with pytest.raises(ValueError, match="integer >= 1"):
-        blas_threads(0)
+def _threadpoolctl_blas_threads():
+    """numpy's BLAS thread count as threadpoolctl reports it (the reference), None without a BLAS."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    counts = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i.get("user_api") == "blas"]
+    return counts[0] if counts else None
+
+
+def test_set_numpy_blas_threads_sets_what_numpy_blas_threads_reads():
+    before = _threadpoolctl_blas_threads()
+    if before is None:
+        pytest.skip("no BLAS library threadpoolctl can read")
+    pinned = fpsim.blas_threads()
+    try:
+        for n in (2, 1):
+            set_numpy_blas_threads(n)
+            assert _threadpoolctl_blas_threads() == n and numpy_blas_threads() == n
+        assert fpsim.blas_threads() == pinned  # fpsim's own pinned count is another setting, untouched
+    finally:
+        set_numpy_blas_threads(before)
+    for bad in (0, -1, 1.0, True, "2"):
+        with pytest.raises(ValueError, match=f"n must be an integer >= 1, got {bad!r}"):
+            set_numpy_blas_threads(bad)
+
+
+@pytest.mark.parametrize("old, new", [("blas_threads", "set_numpy_blas_threads"),
+                                      ("blas_thread_count", "numpy_blas_threads")])
+def test_old_blas_thread_names_warn_and_are_the_new_functions(old, new):
+    import fpsim.labs
+
+    with pytest.warns(DeprecationWarning, match=rf"fpsim\.labs\.{old} is deprecated \(removed 2027-06-01\): "
+                                               rf"use fpsim\.labs\.{new}"):
+        assert getattr(fpsim.labs, old) is getattr(fpsim.labs, new)
+    assert old not in fpsim.labs.__all__ and new in fpsim.labs.__all__
+    with pytest.raises(AttributeError, match="has no attribute 'blas_thread'"):
+        fpsim.labs.blas_thread  # noqa: B018
 
 
 # ---------------------------------------------------------------------------- bit explorer
