@@ -305,7 +305,10 @@ class _Layout:
 
 def quantize(x, fmt, axis: int = -1, *, block=None, scale_rounding: str | None = None,
              rounding: str = "nearest", pow2_scales: bool = False, seed=None, rng=None) -> BlockQuantized:
-    """Quantize ``x`` into a block-scaled format; returns a :class:`BlockQuantized`.
+    """Quantize ``x`` into a block-scaled format, returning its elements and scales (a :class:`BlockQuantized`).
+
+    :func:`~fpsim.formats.blockfast.fake_quantize` gives only the float32 values they stand for
+    (``.dequantize()``), faster; :func:`fpsim.cast` rounds into a scalar format, with no scale.
 
     ``fmt``: ``mxfp8_e4m3`` (alias ``mxfp8``), ``mxfp8_e5m2``, ``mxfp6_e2m3`` (``mxfp6``),
     ``mxfp6_e3m2``, ``mxfp4_e2m1`` (``mxfp4``), ``mxint8`` (ocp_int8 elements: i / 64, saturating to

@@ -66,7 +66,9 @@ _TABLES: dict[Format, np.ndarray] = {}
 
 def fake_quantize(x, fmt, axis: int = -1, *, block=None, scale_rounding: str | None = None,
                   rounding: str = "nearest", pow2_scales: bool = False, seed=None, rng=None) -> np.ndarray:
-    """float32 ``quantize(x, fmt, axis, ...).dequantize()``, bit for bit, every argument as in
+    """The float32 values a block-scaled :func:`~.block.quantize` stands for, with no elements or scales kept.
+
+    ``quantize(x, fmt, axis, ...).dequantize()``, bit for bit, every argument as in
     :func:`~.block.quantize` (checked the same way, the same errors): each element rounded into
     ``fmt``'s element format (saturating) after the float32 multiply by its block's encode factor,
     then multiplied by the block's float32 decode factor.  Returns a new C-contiguous float32

@@ -28,8 +28,10 @@ def code_dtype(fmt) -> np.dtype:
 
 
 def encode(x, fmt, rounding: str = "nearest", *, saturate: bool = False, **sr) -> np.ndarray:
-    """The code points of ``x`` rounded into ``fmt``: :func:`fpsim.cast` (every argument as there,
-    ``seed`` / ``rng`` / ``sr_bits`` ... included), then the bit pattern of each result."""
+    """The bit patterns (unsigned integers) of ``x`` rounded into ``fmt``, not its values.
+
+    :func:`fpsim.cast` (every argument as there, ``seed`` / ``rng`` / ``sr_bits`` ... included),
+    then the code point of each result; :func:`decode` turns them back into values."""
     f = get_format(fmt)
     vals = cast(x, f, rounding, saturate=saturate, **sr)
     if f.is_ml_dtype:

@@ -301,8 +301,10 @@ _FP8_TABLES: dict = {}  # (format, saturate) -> uint8 array indexed by a bfloat1
 
 
 def f32_to_fp8(x: np.ndarray, fmt, saturate: bool = False) -> np.ndarray:
-    """float32 -> float8_e4m3fn / float8_e5m2 (or the fp6 / fp4 block elements float6_e2m3fn,
-    float6_e3m2fn, float4_e2m1fn), rounded once to nearest even, by table look-up (numpy arrays;
+    """:func:`fpsim.cast`'s fp8 / fp6 / fp4 result for float32 input to nearest, by table look-up: the fast kernel.
+
+    float32 -> float8_e4m3fn / float8_e5m2 (or the fp6 / fp4 block elements float6_e2m3fn,
+    float6_e3m2fn, float4_e2m1fn), rounded once to nearest even, unscaled (numpy arrays;
     the engine's saturating fp8 casts on the numpy backend and the block formats use it).
 
     ml_dtypes' own cast costs about 20 ns a value.  Here each float32 is first rounded *to odd*
@@ -421,10 +423,11 @@ _F16_TABLE = widening_table("float16")  # f16_to_f32's look-up, bound once: it i
 
 
 def rne_round(x32, fmt: Format, xp=np):
-    """Round float32 values to the nearest value of ``fmt`` (ties to even); float32 in, float32
-    out, holding exactly the format's values.  The device kernel's algorithm, written with
-    array operations that numpy and cupy both have, so the CPU tests check the algorithm
-    itself (against ml_dtypes) and the stand-in backends run it.
+    """Round float32 to nearest in ``fmt`` with array operations numpy and cupy share: the device kernel's algorithm.
+
+    Float32 in, float32 out, holding exactly the format's values (ties to even); numpy and cupy
+    arrays alike, so the CPU tests check the algorithm itself (against ml_dtypes) and the
+    stand-in backends run it.  :func:`fpsim.round_to` is the reference rounding.
 
     Line by line as ``modes.round_magnitudes`` (which does it in float64): ``frexp`` finds the
     binade, clamped below at ``emin`` so subnormals share the smallest normal binade's ulp;

@@ -168,7 +168,7 @@ def _check_mode(rounding: str) -> str:
 
 def cast(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=None, rng=None, sr_bits=None,
          sr_random=None, sr_variant: str = "rne"):
-    """Round ``x`` once, correctly, into ``fmt`` and return it in the format's storage dtype.
+    """Round ``x`` once, correctly, into scalar format ``fmt``, in its storage dtype (:func:`round_to`: ``x``'s).
 
     Input: anything numeric (float64 / float32 / int arrays, every numpy and ml_dtypes float or int,
     widened exactly; Python numbers); ``fmt``: any Format (held in float32: rounded onto its grid).
@@ -329,7 +329,7 @@ def _saturate(out: np.ndarray, src: np.ndarray, f: Format) -> np.ndarray:
 
 def round_to(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=None, rng=None, sr_bits=None,
              sr_random=None, sr_variant: str = "rne"):
-    """Like :func:`cast` (every argument as there), but the result comes back in the input's float dtype.
+    """:func:`cast`'s values (every argument as there), returned in the input's float dtype, not the format's storage.
 
     float64 and float32 inputs stay float64 / float32; Python numbers come back as float64
     arrays; low-precision inputs (float16, bfloat16, fp8) come back as float32; into a format held in

@@ -21,7 +21,6 @@ gradients e5m2 (more range).
 import warnings
 
 from ..formats import FP8_FORMATS
-from ..formats.kernels import f32_to_fp8
 from .block import BlockLinear, BlockScaling, block_linear, hadamard_matrix, hadamard_transform
 from .convert import convert
 from .handlers import LAYER_HANDLERS
@@ -31,7 +30,7 @@ from .recipes import AMAX_ALGOS, CurrentScaling, DelayedScaling, FixedScaling, c
 from .scaling import ScalingGroup, ScalingState, format_scaling_table
 
 __all__ = ["DelayedScaling", "CurrentScaling", "FixedScaling", "ScalingState", "ScalingGroup", "Fp8Tensor", "LinearScaling",
-           "Fp8Linear", "compute_scale", "quantize_fp8", "qdq", "fp8_linear", "convert", "f32_to_fp8",
+           "Fp8Linear", "compute_scale", "quantize_fp8", "qdq", "fp8_linear", "convert",
            "format_scaling_table", "FP8_FORMATS", "AMAX_ALGOS", "BlockScaling", "BlockLinear", "block_linear",
            "hadamard_matrix", "hadamard_transform", "LAYER_HANDLERS"]
 
@@ -45,4 +44,11 @@ def __getattr__(name: str):
         new, obj = _RENAMED[name]
         warnings.warn(f"fpsim.lowp.{name} is deprecated; use fpsim.lowp.{new}", DeprecationWarning, stacklevel=2)
         return obj
+    if name == "f32_to_fp8":  # the unscaled cast kernel is the formats'; lowp's fp8 casts are scaled
+        from ..formats.kernels import f32_to_fp8
+
+        warnings.warn("fpsim.lowp.f32_to_fp8 is deprecated (removed 2027-06-01): use fpsim.formats.f32_to_fp8 "
+                      "(the same function; fpsim.lowp.quantize_fp8 casts with a scale)", DeprecationWarning,
+                      stacklevel=2)
+        return f32_to_fp8
     raise AttributeError(f"module 'fpsim.lowp' has no attribute {name!r}")

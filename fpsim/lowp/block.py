@@ -94,10 +94,11 @@ class BlockScaling:
         _check_four_over_six(self)
 
     def quantize_operand(self, a32: np.ndarray, axis: int, *, grad: bool = False, block=None):
-        """A GEMM operand in this recipe's block format: ``a32`` (float32, 2-D) quantized along
-        ``axis`` (its K) in the recipe's format (dY's with ``grad``), returned as the float32 values
-        it stands for - or, with ``tensor_core``, the pair (fp8 elements, float32 decode factor of
-        each element)."""
+        """:func:`~fpsim.formats.blockfast.fake_quantize` of a GEMM operand with this recipe's format, block and rules.
+
+        ``a32`` (float32, 2-D) quantized along ``axis`` (its K) in the recipe's format (dY's with
+        ``grad``), returned as the float32 values it stands for - or, with ``tensor_core``, the
+        pair (fp8 elements, float32 decode factor of each element)."""
         return self._quantized(a32, axis, grad, block)[0]
 
     def _quantized(self, a32: np.ndarray, axis: int, grad: bool = False, block=None):
@@ -115,8 +116,8 @@ class BlockScaling:
 
     def q(self, a32: np.ndarray, axis: int, *, grad: bool = False, block=None):
         """Deprecated (removed 2027-06-01): :meth:`quantize_operand`."""
-        warnings.warn("BlockScaling.q is deprecated; use BlockScaling.quantize_operand", DeprecationWarning,
-                      stacklevel=2)
+        warnings.warn("BlockScaling.q is deprecated (removed 2027-06-01): use BlockScaling.quantize_operand",
+                      DeprecationWarning, stacklevel=2)
         return self.quantize_operand(a32, axis, grad=grad, block=block)
 
     def k_block(self) -> int:

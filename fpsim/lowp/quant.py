@@ -73,9 +73,11 @@ class Fp8Tensor:
 
 
 def quantize_fp8(x, state, *, direction: str = "forward", target: str = "") -> Fp8Tensor:
-    """Cast ``x`` (a Tensor, or a float32 array on the numpy backend) to fp8 with ``state``'s
-    current scale and saturation; records the amax and counts in ``state``.  Not differentiable
-    (see :func:`qdq`)."""
+    """Cast ``x`` to fp8 with a per-tensor scaling state's scale, returning the fp8 numbers and that scale.
+
+    ``x``: a Tensor, or a float32 array on the numpy backend; the cast uses ``state``'s current
+    scale and saturation and records the amax and counts in ``state``; the result is an
+    :class:`Fp8Tensor`.  Not differentiable (see :func:`qdq`)."""
     if isinstance(x, Tensor):
         be, x32 = x.backend, x.f32()
     else:
@@ -85,8 +87,10 @@ def quantize_fp8(x, state, *, direction: str = "forward", target: str = "") -> F
 
 
 def qdq(x: Tensor, state, grad_state=None) -> Tensor:
-    """Fake quantization as one op: forward ``x -> fp8 (state) -> float32``, the result holding
-    exactly the values the fp8 numbers stand for; backward straight through, the incoming
+    """:func:`quantize_fp8` and back to float32 as one differentiable op (fake quantization of a Tensor).
+
+    Forward ``x -> fp8 (state) -> float32``, the result holding exactly the values the fp8
+    numbers stand for; backward straight through, the incoming
     float32 gradient cast to ``grad_state``'s format and scale (e5m2) and back, or passed
     unchanged when ``grad_state`` is None."""
     q = quantize_fp8(x, state, target=state.name)

@@ -69,7 +69,9 @@ class RowwiseScaling:
 
 @np.errstate(divide="ignore", over="ignore", invalid="ignore")  # an inf scale and 0 * inf are results here
 def rowwise_quantize(x32, axis: int, fmt, amax_floor: float, be, direction: str = "forward", target: str = ""):
-    """``x32`` (float32, 2-D) scaled along ``axis`` (each slice along it one "row" with its own
+    """Cast ``x32`` to fp8 with one scale per slice along ``axis`` (row-wise, not per-tensor), as float32 values.
+
+    ``x32`` (float32, 2-D) scaled along ``axis`` (each slice along it one "row" with its own
     scale) and rounded with saturation into ``fmt``.  Returns (the fp8 values widened to float32,
     the inverse scales, shaped to broadcast against ``x32``).  The scale is
     ``float32(fmt.max) / max(amax, float32(amax_floor))``, one float32 division, seen by the hooks

@@ -278,7 +278,7 @@ def test_fast_fp8_cast_matches_ml_dtypes():
                 if sat:
                     want = np.where(np.isfinite(want.astype(np.float32)) | np.isnan(y), want,
                                     np.copysign(MAX[name], y).astype(DT[name]))
-            got = fp8.f32_to_fp8(y, name, saturate=sat)
+            got = fpsim.formats.f32_to_fp8(y, name, saturate=sat)
             assert got.dtype == DT[name]
             g, w = got.astype(np.float32), want.astype(np.float32)
             assert np.all((g.view(np.uint32) == w.view(np.uint32)) | (np.isnan(g) & np.isnan(w))), (name, sat)
