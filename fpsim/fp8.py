@@ -9,4 +9,5 @@ from .lowp import (
     __getattr__,  # noqa: F401  (the renamed names: quantize, convert_blocks)
 )
 
-warnings.warn("fpsim.fp8 is deprecated; import fpsim.lowp (the same package)", DeprecationWarning, stacklevel=2)
+warnings.warn("fpsim.fp8 is deprecated (removed 2027-06-01); import fpsim.lowp (the same package)", DeprecationWarning,
+              stacklevel=2)

@@ -42,7 +42,8 @@ _RENAMED = {"quantize": ("quantize_fp8", quantize_fp8), "convert_blocks": ("conv
 def __getattr__(name: str):
     if name in _RENAMED:
         new, obj = _RENAMED[name]
-        warnings.warn(f"fpsim.lowp.{name} is deprecated; use fpsim.lowp.{new}", DeprecationWarning, stacklevel=2)
+        warnings.warn(f"fpsim.lowp.{name} is deprecated (removed 2027-06-01); use fpsim.lowp.{new}", DeprecationWarning,
+                      stacklevel=2)
         return obj
     if name == "f32_to_fp8":  # the unscaled cast kernel is the formats'; lowp's fp8 casts are scaled
         from ..formats.kernels import f32_to_fp8
