@@ -96,6 +96,25 @@ def exercise1(a, b, c, F=13):
     grid = 2.0 ** (max(e for _, e in terms) - F)
     return sum(math.trunc(p / grid) for p, _ in terms) * grid
 """),
+        ('rounds the sum down (floor, toward minus infinity) at 13 bits, not toward zero', """
+def exercise1(a, b, c, F=13):
+    import math
+
+    def exponent(x):
+        return math.frexp(x)[1] - 1
+
+    terms = [(x * y, exponent(x) + exponent(y)) for x, y in zip(a, b) if x * y != 0]
+    if c != 0:
+        terms.append((c, exponent(c)))
+    if not terms:
+        return 0.0
+    grid = 2.0 ** (max(e for _, e in terms) - F)
+    total = sum(math.trunc(p / grid) for p, _ in terms) * grid
+    if total == 0:
+        return 0.0
+    ulp = 2.0 ** (exponent(total) - 13)
+    return math.floor(total / ulp) * ulp
+"""),
         ('truncates the products but adds c exactly, unaligned', """
 def exercise1(a, b, c, F=13):
     import math
