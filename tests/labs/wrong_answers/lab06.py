@@ -32,6 +32,11 @@ def exercise1(w, fmt):
     stored = float(fpsim.round_to(float(w), "bfloat16"))
     return float(fpsim.ulp(stored, "bfloat16")) / 2
 """),
+        ("rounds the weight in bfloat16 whatever the format, then takes fmt's gap", """
+def exercise1(w, fmt):
+    stored = float(fpsim.round_to(float(w), "bfloat16"))
+    return float(fpsim.ulp(stored, fmt)) / 2
+"""),
         ("rounds the weight in float16 whatever the format, then takes fmt's gap", """
 def exercise1(w, fmt):
     stored = float(np.float16(w))
