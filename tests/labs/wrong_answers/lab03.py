@@ -144,6 +144,13 @@ def exercise3(w, update, steps, fmt):
         master = np.float32(float(master) + update)
     return float(master), float(fpsim.round_to(master, fmt))
 """),
+        ("the master starts as w itself: never stored in float32 when there are no steps", """
+def exercise3(w, update, steps, fmt):
+    master = w
+    for _ in range(steps):
+        master = np.float32(master + np.float32(update))
+    return float(master), float(fpsim.round_to(master, fmt))
+"""),
         ('the update rounded into fmt before it is added to the float32 master', """
 def exercise3(w, update, steps, fmt):
     master = np.float32(w)
