@@ -2,7 +2,7 @@
 
 One copy of the notebooks lives in the repository, in ``labs/``.  A wheel carries that folder as
 the package data ``fpsim/labs/notebooks/`` (pyproject.toml maps it there), so an installed fpsim
-has the sixteen labs and their README without a checkout; a checkout (or an editable install)
+has the labs and their README without a checkout; a checkout (or an editable install)
 finds them in ``labs/`` beside the package.  :func:`copy_labs` writes a set into a folder of the
 learner's: a notebook already there that differs from the shipped one (the learner's answers, a
 saved output) is kept unless ``overwrite`` is asked for.
