@@ -38,6 +38,13 @@ def exercise1(x):
     with np.errstate(over="ignore"):
         return x.astype(np.float16).astype(np.float32)
 '''),
+        ("rounds the magnitude on the bits and puts the sign back with x < 0: -0.0 comes back as +0.0", '''
+def exercise1(x):
+    with np.errstate(over="ignore"):
+        bits = np.abs(x).view(np.uint32) + np.uint32(0x1000)
+    out = (bits & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(np.isfinite(x), np.where(x < 0, -out, out), x)
+'''),
         ("rounds in float64 and returns float64", '''
 def exercise1(x):
     m, e = np.frexp(x.astype(np.float64))
