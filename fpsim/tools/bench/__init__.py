@@ -271,7 +271,7 @@ def _monitor_rows(s: BenchSettings, tick) -> list[Row]:
             return step()
 
     rows.append(compare_row("monitor", f"{label} inside fpsim.monitor()", monitored, "same step, no monitor", step,
-                         s, target="monitor on: <= 1.3x", limit=1.3))
+                         s, target="monitor on: <= 1.2x", limit=1.2))
     return rows
 
 
