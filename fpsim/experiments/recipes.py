@@ -189,7 +189,7 @@ def _check_recipe(r) -> None:
 
 # The named recipes: ``RECIPES.register(Recipe("name", ...))`` where a recipe is defined adds one
 # (``fpsim compare --recipes``, its ``--help`` and the per-recipe fingerprint tests follow).
-RECIPES = Registry("recipe", check=_check_recipe)
+RECIPES = Registry("recipe", check=_check_recipe, entry_points="fpsim.recipes")
 
 
 def _plain(*args, **kw) -> None:

@@ -44,7 +44,7 @@ def _check_task(cls) -> None:
 
 
 # The tasks by name: classes (subclasses of Task), built with their own defaults or with settings.
-TASKS = Registry("task", check=_check_task)
+TASKS = Registry("task", check=_check_task, entry_points="fpsim.tasks")
 
 
 def get_task(task, **settings):

@@ -62,7 +62,7 @@ class BlockFormat:
         return self.scale_rule.tensor_scale
 
 
-BLOCK_FORMATS = Registry("block format")
+BLOCK_FORMATS = Registry("block format", entry_points="fpsim.block_formats")
 """The block formats by name: ``BLOCK_FORMATS.register(BlockFormat(...))`` adds one (its aliases too)."""
 
 

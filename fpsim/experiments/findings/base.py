@@ -36,7 +36,7 @@ def _check_finding(f) -> None:
         raise TypeError(f"FINDINGS.register: a finding is a Finding record, got {type(f).__name__}")
 
 
-FINDINGS = Registry("finding", check=_check_finding)
+FINDINGS = Registry("finding", check=_check_finding, entry_points="fpsim.findings")
 
 
 @dataclass(frozen=True)
