@@ -49,7 +49,7 @@ from ...tensor import tensor
 from .base import FINDINGS, Finding, Sweep, pct
 from .mismatch import MismatchTask, trainer_logprobs
 from .ptq import linear_weights
-from .runs import metric
+from .runs import Checkpointed, metric
 
 NAME = "fp8-rollout-drift"
 ENGINES = ("bf16", "fp8", "fp8_kv")
@@ -135,7 +135,7 @@ def trainer_entropy(model, ids: np.ndarray, n_new: int) -> float:
 
 
 @dataclass(frozen=True)
-class FP8RolloutTask(MismatchTask):
+class FP8RolloutTask(Checkpointed, MismatchTask):
     """The tiny GPT trained by its recipe (``bf16-master``), measured at checkpoints along the run:
     at step 0, every ``steps // checkpoints`` steps (before that step's forward: the weights then are
     the checkpoint's) and the end.  Metrics: ``rollout_at`` (the steps), ``entropy`` and per engine
@@ -143,23 +143,10 @@ class FP8RolloutTask(MismatchTask):
 
     checkpoints: int = CHECKPOINTS
 
-    @property
-    def every(self) -> int:
-        return max(1, self.steps // self.checkpoints)
-
     def model(self, seed: int = 0):
         m = super().model(seed)
         m.rollouts = {"rollout_at": [], "entropy": [], **{f"{e}_{s}": [] for e in ENGINES for s in STATS}}
         return m
-
-    def batches(self, recipe, backend):
-        return lambda step: (step, self.batch_at(step))
-
-    def loss(self, model, batch, recipe=None):
-        step, seq = batch
-        if step % self.every == 0:
-            self._checkpoint(model, step)
-        return super().loss(model, seq, recipe)
 
     def _checkpoint(self, model, step: int) -> None:
         rec, seed = model.rollouts, model.seed

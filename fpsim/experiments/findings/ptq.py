@@ -29,7 +29,7 @@ from ...lowp import compute_scale
 from ...numerics import mean64
 from ..tinygpt import TinyGPTTask
 from .base import FINDINGS, Finding, Sweep
-from .runs import metric
+from .runs import Checkpointed, metric
 
 NAME = "ptq-degrades-with-training"
 FORMATS = ("fp8", "mxfp4", "nvfp4")
@@ -70,7 +70,7 @@ def ptq_losses(task, model) -> dict:
 
 
 @dataclass(frozen=True)
-class PTQTask(TinyGPTTask):
+class PTQTask(Checkpointed, TinyGPTTask):
     """The tiny GPT trained in float32 and quantized after training at its checkpoints: step 0, every
     ``steps // checkpoints`` steps and the end (each step's :func:`ptq_losses` taken as the step's
     loss is asked for, before its forward pass: the weights then are that checkpoint's).  Its
@@ -79,24 +79,10 @@ class PTQTask(TinyGPTTask):
     trace_nonfinite = False
     checkpoints: int = CHECKPOINTS
 
-    @property
-    def every(self) -> int:
-        return max(1, self.steps // self.checkpoints)
-
     def model(self, seed: int = 0):
         m = super().model(seed)
         m.ptq = ([], {k: [] for k in ("fp32", *FORMATS)})  # filled at each checkpoint
         return m
-
-    def batches(self, recipe, backend):
-        """(step, token ids) of each step: the step says when a checkpoint is due."""
-        return lambda step: (step, self.batch_at(step))
-
-    def loss(self, model, batch, recipe=None):
-        step, seq = batch
-        if step % self.every == 0:
-            self._checkpoint(model, step)
-        return super().loss(model, seq, recipe)
 
     def _checkpoint(self, model, step: int) -> None:
         at, losses = model.ptq

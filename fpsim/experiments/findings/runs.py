@@ -7,7 +7,7 @@ import math
 
 from ...numerics import mean64
 
-__all__ = ["final_ratio", "metric", "ratios", "seed_mean", "trained_steps"]
+__all__ = ["final_ratio", "metric", "ratios", "seed_mean", "trained_steps", "Checkpointed"]
 
 
 def ratios(runs: dict, name: str, base: str = "fp32") -> list:
@@ -39,3 +39,27 @@ def metric(r, name: str):
     if isinstance(metrics, dict) and name in metrics:
         return metrics[name]
     return getattr(r, name)
+
+
+class Checkpointed:
+    """A task (mixed in before its Task class) that looks at its model inside training, at step 0 and
+    every ``steps // checkpoints`` steps (``checkpoints``: a field of the task): its batches carry
+    the step, and :meth:`loss` calls ``self._checkpoint(model, step)`` first where one is due,
+    before that step's forward (PTQ's losses, the rollout engines' drift)."""
+
+    @property
+    def every(self) -> int:
+        return max(1, self.steps // self.checkpoints)
+
+    def batches(self, recipe, backend):
+        """(step, token ids) of each step: the step says when a checkpoint is due."""
+        return lambda step: (step, self.batch_at(step))
+
+    def loss(self, model, batch, recipe=None):
+        step, seq = batch
+        if step % self.every == 0:
+            self._checkpoint(model, step)
+        return super().loss(model, seq, recipe)
+
+    def _checkpoint(self, model, step: int) -> None:
+        raise NotImplementedError(f"{type(self).__name__} is Checkpointed: it defines _checkpoint(model, step)")
