@@ -17,7 +17,7 @@ import math
 import numba
 import numpy as np
 
-__all__ = ["jit", "CAPACITY", "decide_row", "round_compensated", "grow", "fsum_partials", "round_partials"]
+__all__ = ["jit", "CAPACITY", "decide_row", "two_sum_step", "round_compensated", "grow", "fsum_partials", "round_partials"]
 
 CAPACITY = 1280  # partials: each owns a bit position; the terms here (float32 values and their products) span < 700
 
@@ -54,6 +54,17 @@ def decide_row(y, w, out, flag):
         flag[j] = bad
         cnt += bad
     return cnt
+
+
+@jit(inline=True)
+def two_sum_step(s, comp, eabs, x):
+    """One step of a compensated float64 sum: ``s + x`` (TwoSum, Knuth), its rounding error added
+    to ``comp`` and its magnitude to ``eabs`` (what :func:`round_compensated` reads); returns the
+    three.  Inlined where it is called, with no reassociation (no fastmath)."""
+    h = s + x
+    bb = h - s
+    e = (s - (h - bb)) + (x - bb)
+    return h, comp + e, eabs + abs(e)
 
 
 @jit()

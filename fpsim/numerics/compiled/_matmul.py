@@ -27,7 +27,7 @@ import numpy as np
 
 from ..checked import gamma
 from ..chunks import chunk_of, chunk_sums
-from ._exact import CAPACITY, decide_row, grow, jit, round_compensated, round_partials
+from ._exact import CAPACITY, decide_row, grow, jit, round_compensated, round_partials, two_sum_step
 
 __all__ = ["fused_matmul"]
 
@@ -105,13 +105,7 @@ def _exact_entry(av, bv, p, tmp):
     Shewchuk's partials."""
     s = comp = eabs = 0.0
     for k in range(av.shape[0]):
-        x = np.float64(av[k]) * np.float64(bv[k])
-        h = s + x
-        bb = h - s
-        e = (s - (h - bb)) + (x - bb)
-        s = h
-        comp += e
-        eabs += abs(e)
+        s, comp, eabs = two_sum_step(s, comp, eabs, np.float64(av[k]) * np.float64(bv[k]))
     r, ok = round_compensated(s, comp, eabs, av.shape[0])
     if ok:
         return r

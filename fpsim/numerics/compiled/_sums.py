@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from ..checked import gamma
-from ._exact import CAPACITY, grow, jit, round_compensated, round_partials
+from ._exact import CAPACITY, grow, jit, round_compensated, round_partials, two_sum_step
 
 __all__ = ["fused_sum"]
 
@@ -88,13 +88,7 @@ def _exact(v, p, tmp):
     bound decides (``_exact.round_compensated``), else Shewchuk's partials."""
     s = comp = eabs = 0.0
     for i in range(v.shape[0]):
-        x = np.float64(v[i])
-        h = s + x
-        bb = h - s
-        e = (s - (h - bb)) + (x - bb)
-        s = h
-        comp += e
-        eabs += abs(e)
+        s, comp, eabs = two_sum_step(s, comp, eabs, np.float64(v[i]))
     r, ok = round_compensated(s, comp, eabs, v.shape[0])
     if ok:
         return r
