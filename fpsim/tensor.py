@@ -20,10 +20,39 @@ import numpy as np
 
 from . import state
 from .backend import Backend, get_backend
-from .formats import Format, cast, get_format, promote, tensor_format
+from .formats import TENSOR_FORMATS, Format, cast, get_block_format, get_format, promote, tensor_format
 from .state import HOOKS, RoundingEvent, backward_scope, event_scope, is_grad_enabled, no_grad
 
-__all__ = ["Tensor", "tensor", "no_grad", "is_grad_enabled", "promote", "round_result", "make_node", "Exact"]
+__all__ = ["Tensor", "tensor", "no_grad", "is_grad_enabled", "promote", "round_result", "make_node", "Exact",
+           "block_format_named", "storage_format"]
+
+
+
+def block_format_named(fmt) -> str | None:
+    """The canonical name of the block-scaled format ``fmt`` names (``"mxfp8"`` -> ``"mxfp8_e4m3"``,
+    in any case), or None when it names none - what an error about a tensor format says instead
+    of 'unknown format' when a block format's name is given where a tensor format goes."""
+    try:
+        return get_block_format(fmt).name
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def storage_format(fmt, owner: str = "Tensor", what: str = "fmt") -> Format:
+    """:func:`fpsim.formats.tensor_format` (a format a Tensor can be stored in), where a block-scaled
+    format's name (mxfp8, nvfp4, fp8_block) is refused in one line saying it is one and where block
+    scaling goes - ``fpsim.quantize`` for an array, ``lowp.convert`` for a model's Linear layers -
+    prefixed ``owner: what``; every other refusal is tensor_format's own."""
+    try:
+        return tensor_format(fmt)
+    except ValueError:
+        block = block_format_named(fmt)
+        if block is None:
+            raise
+        raise ValueError(f"{owner}: {what} {fmt!r} is the block-scaled format {block}: a tensor is stored in a "
+                         f"tensor format ({', '.join(TENSOR_FORMATS)}); quantize an array into it with "
+                         f"fpsim.quantize(x, {block!r}), or train a model's Linear layers block-scaled with "
+                         f"fpsim.lowp.convert(model, fpsim.lowp.BlockScaling({block!r}))") from None
 
 
 def round_result(x32, fmt: Format, backend: Backend, op: str, direction: str, target: str = "", *,
@@ -105,8 +134,8 @@ class Tensor:
     def __init__(self, data, fmt=None, *, requires_grad=False, backend=None, grad_fmt=None, name=""):
         be = get_backend(backend)
         self.backend = be
-        self.fmt = tensor_format(fmt) if fmt is not None else get_format("float32")
-        self.grad_fmt = tensor_format(grad_fmt) if grad_fmt is not None else self.fmt
+        self.fmt = storage_format(fmt) if fmt is not None else get_format("float32")
+        self.grad_fmt = storage_format(grad_fmt, what="grad_fmt") if grad_fmt is not None else self.fmt
         self.data = data
         self.grad: Tensor | None = None
         self.requires_grad = bool(requires_grad)
@@ -372,7 +401,7 @@ def tensor(data, fmt=None, *, requires_grad=False, backend=None, grad_fmt=None, 
         except ValueError:
             f = get_format("float32")
     else:
-        f = tensor_format(fmt)
+        f = storage_format(fmt, "tensor")
     if be.name != "numpy" and hasattr(data, "__cuda_array_interface__"):
         data = be.to_numpy(data)
     stored = cast(data, f, rounding)  # numpy, in the format's real dtype

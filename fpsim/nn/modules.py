@@ -14,10 +14,10 @@ import numpy as np
 
 from .. import ops
 from ..backend import get_backend
-from ..formats import TENSOR_FORMATS, get_block_format, tensor_format
+from ..checks import check_integer, check_seed
 from ..state import pinned_blas, scope
 from ..statedict import Problems
-from ..tensor import Tensor, move, round_result, tensor
+from ..tensor import Tensor, block_format_named, move, round_result, storage_format, tensor
 
 __all__ = ["Module", "Linear", "Sequential", "MLP", "ReLU", "Tanh", "Sigmoid", "GELU", "Identity", "ACTIVATIONS"]
 
@@ -25,17 +25,25 @@ __all__ = ["Module", "Linear", "Sequential", "MLP", "ReLU", "Tanh", "Sigmoid", "
 def model_format(fmt, owner: str):
     """``fmt`` as a tensor format (its Format), or one ValueError naming ``owner``: a block-scaled
     format's name (mxfp8, nvfp4, ...) is told where block scaling goes - onto a model's Linear
-    layers by ``lowp.convert``, not into its parameters."""
+    layers by ``lowp.convert``, not into its parameters (:func:`fpsim.tensor.storage_format`)."""
     try:
-        return tensor_format(fmt)
+        return storage_format(fmt, owner)
     except ValueError as e:
-        try:
-            block = get_block_format(fmt).name
-        except (ValueError, AttributeError):
-            raise ValueError(f"{owner}: fmt: {e}") from None
-        raise ValueError(f"{owner}: fmt {fmt!r} is the block-scaled format {block}: parameters are stored in a "
-                         f"tensor format ({', '.join(TENSOR_FORMATS)}); train block-scaled with "
-                         f"fpsim.lowp.convert(model, fpsim.lowp.BlockScaling({block!r}))") from None
+        if block_format_named(fmt) is not None:
+            raise
+        raise ValueError(f"{owner}: fmt: {e}") from None
+
+
+def module_rng(rng, seed, owner: str):
+    """``rng`` if given (a numpy Generator), else one seeded by ``seed`` (None or an integer >= 0);
+    anything else is one error naming ``owner`` and the argument."""
+    if rng is not None:
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(f"{owner}: rng must be a numpy Generator (np.random.default_rng(...)) or None, got "
+                            f"{type(rng).__name__} (an integer seed goes in seed=)")
+        return rng
+    check_seed(seed, f"{owner}: seed")
+    return np.random.default_rng(seed)
 
 
 class Module:
@@ -100,7 +108,7 @@ class Module:
 
         In place, so tensors an optimizer already holds follow along.  Gradients are dropped.
         """
-        f = tensor_format(fmt) if fmt is not None else None
+        f = model_format(fmt, f"{type(self).__name__}.to") if fmt is not None else None
         be = get_backend(backend) if backend is not None else None
         for p in self.parameters():
             moved = move(p, be) if be is not None and be is not p.backend else p
@@ -146,9 +154,10 @@ class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, fmt="float32",
                  seed=None, rng=None, backend=None):
         super().__init__()
-        if in_features < 1 or out_features < 1:
-            raise ValueError(f"Linear needs positive sizes, got in={in_features}, out={out_features}")
-        rng = rng if rng is not None else np.random.default_rng(seed)
+        in_features = check_integer(in_features, "Linear: in_features", 1)
+        out_features = check_integer(out_features, "Linear: out_features", 1)
+        fmt = model_format(fmt, "Linear")
+        rng = module_rng(rng, seed, "Linear")
         bound = 1.0 / math.sqrt(in_features)
         self.in_features, self.out_features = in_features, out_features
         self.weight = tensor(rng.uniform(-bound, bound, (out_features, in_features)), fmt,
@@ -229,7 +238,7 @@ class MLP(Sequential):
             if activation not in ACTIVATIONS:
                 raise ValueError(f"unknown activation {activation!r}; known: {', '.join(ACTIVATIONS)}")
             activation = ACTIVATIONS[activation]
-        rng = np.random.default_rng(seed)
+        rng = module_rng(None, seed, "MLP")
         layers = []
         for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
             layers.append(Linear(a, b, bias, fmt=fmt, rng=rng, backend=backend))

@@ -29,24 +29,13 @@ from ..numerics import exp_f32, matmul_f32
 from ..numerics.random import normal
 from ..ops.norm import check_acc
 from ..tensor import Tensor, tensor
-from .modules import GELU, Linear, Module, Sequential, model_format
+from .modules import GELU, Linear, Module, Sequential, model_format, module_rng
 
 __all__ = ["Embedding", "LayerNorm", "CausalSelfAttention", "TransformerBlock", "TinyGPT"]
 
 
 def _positive_int(value, name: str, owner: str) -> int:
     return check_integer(value, f"{owner}: {name}", 1)
-
-
-def _generator(rng, seed, owner: str):
-    """``rng`` if given (a numpy Generator), else one seeded by ``seed`` (None or an integer >= 0)."""
-    if rng is not None:
-        if not isinstance(rng, np.random.Generator):
-            raise TypeError(f"{owner}: rng must be a numpy Generator (np.random.default_rng(...)) or None, got "
-                            f"{type(rng).__name__} (an integer seed goes in seed=)")
-        return rng
-    check_seed(seed, f"{owner}: seed")
-    return np.random.default_rng(seed)
 
 
 def _check_distribution(cdf: np.ndarray, step: int, position: int) -> None:
@@ -82,7 +71,8 @@ class Embedding(Module):
         super().__init__()
         self.num_embeddings = _positive_int(num_embeddings, "num_embeddings", "Embedding")
         self.dim = _positive_int(dim, "dim", "Embedding")
-        rng = _generator(rng, seed, "Embedding")
+        fmt = model_format(fmt, "Embedding")
+        rng = module_rng(rng, seed, "Embedding")
         self.weight = tensor(normal(rng, (num_embeddings, dim)).astype(np.float64) * std, fmt, requires_grad=True,
                              backend=backend, name="weight")
 
@@ -102,6 +92,7 @@ class LayerNorm(Module):
         super().__init__()
         self.dim = _positive_int(dim, "dim", "LayerNorm")
         check_acc(acc, "LayerNorm")
+        fmt = model_format(fmt, "LayerNorm")
         self.eps, self.acc = check_finite(eps, "LayerNorm: eps", minimum=0), acc
         self.weight = tensor(np.ones(dim), fmt, requires_grad=True, backend=backend, name="weight")
         self.bias = tensor(np.zeros(dim), fmt, requires_grad=True, backend=backend, name="bias")
@@ -140,7 +131,7 @@ class CausalSelfAttention(Module):
             raise ValueError(f"CausalSelfAttention: n_heads {n_heads} does not divide d_model {d_model}")
         _check_attention(qk_scale, stable, mask_value, "CausalSelfAttention")
         _check_flag(qk_norm, "qk_norm", "CausalSelfAttention")
-        rng = _generator(rng, seed, "CausalSelfAttention")
+        rng = module_rng(rng, seed, "CausalSelfAttention")
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
         self.qk_scale, self.stable, self.mask_value, self.qk_norm = qk_scale, stable, mask_value, bool(qk_norm)
         for name in ("q", "k", "v", "proj"):
@@ -219,7 +210,7 @@ class TransformerBlock(Module):
     def __init__(self, d_model: int, n_heads: int, *, mlp_ratio: int = 4, fmt="float32", rng=None, seed=None,
                  ln_acc=None, backend=None, **attn):
         super().__init__()
-        rng = _generator(rng, seed, "TransformerBlock")
+        rng = module_rng(rng, seed, "TransformerBlock")
         check_acc(ln_acc, "TransformerBlock", "ln_acc")
         hidden = _positive_int(mlp_ratio, "mlp_ratio", "TransformerBlock") * d_model
         self.ln1 = LayerNorm(d_model, fmt=fmt, acc=ln_acc, backend=backend)
@@ -350,7 +341,7 @@ class TinyGPT(Module):
         new_tokens = _positive_int(new_tokens, "new_tokens", "TinyGPT.generate")
         if not (isinstance(temperature, numbers.Real) and math.isfinite(temperature) and temperature > 0):
             raise ValueError(f"TinyGPT.generate: temperature must be a finite number > 0, got {temperature!r}")
-        rng = _generator(rng, seed, "TinyGPT.generate")
+        rng = module_rng(rng, seed, "TinyGPT.generate")
         t = arr.shape[1]
         if t + new_tokens - 1 > self.context:
             raise ValueError(f"TinyGPT.generate: a prompt of {t} positions and new_tokens {new_tokens} need "

@@ -40,7 +40,7 @@ from ..checks import check_seed
 from ..numerics.random import normal
 from ..ops.core import _op
 from ..tensor import Tensor, make_node, tensor
-from .modules import GELU, Linear, Module, Sequential, Tanh
+from .modules import GELU, Linear, Module, Sequential, Tanh, model_format, module_rng
 
 __all__ = ["scaled", "scale_fwd", "scale_bwd", "UnitLinear", "UnitActivation", "UnitMLP", "unit_mse_loss",
            "unit_ce_logits", "unit_gain", "unit_scale_"]
@@ -80,7 +80,8 @@ class UnitLinear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, fmt="float32", seed=None,
                  rng=None, backend=None):
         super().__init__()
-        rng = rng if rng is not None else np.random.default_rng(seed)
+        fmt = model_format(fmt, "UnitLinear")
+        rng = module_rng(rng, seed, "UnitLinear")
         self.linear = Linear(in_features, out_features, False, fmt=fmt, rng=rng, backend=backend)
         w = self.linear.weight
         w.data = tensor(normal(rng, (out_features, in_features)), fmt, backend=w.backend).data
@@ -143,7 +144,7 @@ class UnitMLP(Sequential):
         sizes = list(sizes)
         if len(sizes) < 2:
             raise ValueError(f"UnitMLP needs at least two sizes (input and output), got {sizes}")
-        rng = np.random.default_rng(seed)
+        rng = module_rng(None, seed, "UnitMLP")
         layers = []
         for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
             layers.append(UnitLinear(a, b, bias, fmt=fmt, rng=rng, backend=backend))

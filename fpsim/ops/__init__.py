@@ -31,8 +31,7 @@ is float16, computed as float32(x) * float32(1e-8) and rounded once, as PyTorch 
 from __future__ import annotations
 
 from ..backend import get_backend
-from ..formats import tensor_format
-from ..tensor import Tensor, to_backend
+from ..tensor import Tensor, storage_format, to_backend
 from .arith import add, div, linear, matmul, mul, neg, pow, sub
 from .attention import causal_mask, scaled_dot_product_attention
 from .core import AUTOCAST_POLICY, broadcast_to, to_format
@@ -59,8 +58,8 @@ def _to(self: Tensor, fmt=None, *, backend=None) -> Tensor:
     out = self
     if backend is not None and get_backend(backend) is not self.backend:
         out = to_backend(out, get_backend(backend))
-    if fmt is not None and tensor_format(fmt) != out.fmt:
-        out = to_format(out, tensor_format(fmt))
+    if fmt is not None and storage_format(fmt, "Tensor.to") != out.fmt:
+        out = to_format(out, storage_format(fmt, "Tensor.to"))
     return out
 
 

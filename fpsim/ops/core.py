@@ -20,8 +20,8 @@ from numpy import broadcast_shapes as _broadcast_shapes  # shape arithmetic only
 from numpy import errstate as _np_errstate  # only the warning switch; arrays go through the backend
 
 from .. import state
-from ..formats import F32, Format, tensor_format
-from ..tensor import Tensor, make_node, promote
+from ..formats import F32, Format
+from ..tensor import Tensor, make_node, promote, storage_format
 
 __all__ = ['AUTOCAST_POLICY', 'to_format', 'broadcast_to']
 
@@ -176,7 +176,7 @@ def _unbroadcast(g, shape, be):
 @_op("x")
 def to_format(x: Tensor, fmt) -> Tensor:
     """Round into ``fmt`` (``Tensor.to``); the gradient is rounded back into x's gradient format."""
-    fmt = tensor_format(fmt)
+    fmt = storage_format(fmt, "Tensor.to")
     return _make(x.f32(), fmt, (x,), lambda g, out: (g,), "cast")
 
 

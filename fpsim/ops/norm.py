@@ -15,8 +15,8 @@ from __future__ import annotations
 import numbers
 
 from ..checks import check_finite
-from ..formats import F32, TENSOR_FORMATS, get_block_format, tensor_format
-from ..tensor import Tensor, promote, round_result
+from ..formats import F32, TENSOR_FORMATS, tensor_format
+from ..tensor import Tensor, block_format_named, promote, round_result
 from .core import _autocast, _make, _op
 
 __all__ = ["layer_norm", "check_acc"]
@@ -30,9 +30,8 @@ def check_acc(acc, owner: str = "layer_norm", name: str = "acc"):
     try:
         return tensor_format(acc)
     except ValueError as e:
-        try:
-            block = get_block_format(acc).name
-        except (ValueError, TypeError, AttributeError):
+        block = block_format_named(acc)
+        if block is None:
             raise ValueError(f"{owner}: {name} must be None, 'input' or a format name; {e}") from None
         raise ValueError(f"{owner}: {name} {acc!r} is the block-scaled format {block}: the statistics accumulate "
                          f"in a tensor format ({', '.join(TENSOR_FORMATS)}); block scaling goes onto a model's Linear "

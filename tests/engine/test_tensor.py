@@ -373,3 +373,25 @@ def test_make_node_is_how_a_new_op_is_written():
     assert np.array_equal(bits(x.grad.numpy()), bits((np.float32(3) * x32 * x32).astype(BF16)))
     with no_grad():
         assert cube(x).is_leaf  # no graph where grad mode is off
+
+
+# -- a block format's name where a tensor format goes (issue 42) ---------------------------------
+
+@pytest.mark.parametrize("make, owner, name", [
+    (lambda: Tensor(np.ones(2, np.float32), fmt="mxfp8"), "Tensor: fmt", "mxfp8"),
+    (lambda: Tensor(np.ones(2, np.float32), grad_fmt="NVFP4"), "Tensor: grad_fmt", "NVFP4"),
+    (lambda: tensor([1.0], "mxfp8"), "tensor: fmt", "mxfp8"),
+    (lambda: tensor([1.0]).to("mxfp8"), "Tensor.to: fmt", "mxfp8"),
+])
+def test_a_block_formats_name_as_a_tensors_format_says_it_is_one(make, owner, name):
+    block = {"mxfp8": "mxfp8_e4m3", "NVFP4": "nvfp4"}[name]
+    with pytest.raises(ValueError, match=rf"^{owner} '{name}' is the block-scaled format {block}: a tensor is stored "
+                                         rf"in a tensor format \(float32, .*fpsim\.quantize\(x, '{block}'\)"):
+        make()  # was "unknown format 'mxfp8'; known: ..." (with no word of the block formats)
+
+
+def test_other_format_refusals_are_unchanged():
+    with pytest.raises(ValueError, match=r"^unknown format 'fp17'; known: float32"):
+        tensor([1.0], "fp17")
+    with pytest.raises(ValueError, match=r"^float4_e2m1fn is not a tensor format but an element or scale format"):
+        Tensor(np.ones(2, np.float32), fmt="fp4")

@@ -85,3 +85,68 @@ def test_checkpoint_entry_naming_a_block_element_format_is_refused_naming_it(tmp
                                          r"|entry 'model/weight' is unreadable \(float8_e8m0fnu is not a tensor format"):
         checkpoint.load(tmp_path / "edited.npz", model)
     assert all(np.array_equal(before[k].view(np.uint16), v.view(np.uint16)) for k, v in model.state_dict().items())
+
+
+# -- every module's fmt, seed, rng and sizes named as TinyGPT's are (issue 42) --------------------
+
+BLOCK_SAYS = (r"fmt 'mxfp8' is the block-scaled format mxfp8_e4m3: a tensor is stored in a tensor format "
+              r"\(float32, float16, bfloat16, float8_e4m3fn, float8_e5m2\); quantize an array into it with "
+              r"fpsim\.quantize\(x, 'mxfp8_e4m3'\), or train a model's Linear layers block-scaled with "
+              r"fpsim\.lowp\.convert\(model, fpsim\.lowp\.BlockScaling\('mxfp8_e4m3'\)\)$")
+
+MODULES = {
+    "Linear": lambda **kw: nn.Linear(4, 3, **kw),
+    "Embedding": lambda **kw: nn.Embedding(4, 3, **kw),
+    "LayerNorm": lambda **kw: nn.LayerNorm(4, **kw),
+    "UnitLinear": lambda **kw: nn.UnitLinear(4, 3, **kw),
+}
+SEEDED = {
+    "Linear": lambda **kw: nn.Linear(4, 3, **kw),
+    "MLP": lambda **kw: nn.MLP([4, 3], **kw),
+    "UnitLinear": lambda **kw: nn.UnitLinear(4, 3, **kw),
+    "UnitMLP": lambda **kw: nn.UnitMLP([4, 3], **kw),
+}
+
+
+@pytest.mark.parametrize("owner", list(MODULES))
+def test_a_block_format_as_a_modules_fmt_says_what_it_is_and_where_it_goes(owner):
+    with pytest.raises(ValueError, match=rf"^{owner}: {BLOCK_SAYS}"):  # was "unknown format 'mxfp8'"
+        MODULES[owner](fmt="mxfp8")
+
+
+def test_module_to_a_block_format_says_what_it_is_and_another_name_is_named():
+    with pytest.raises(ValueError, match=rf"^Linear\.to: {BLOCK_SAYS}"):
+        nn.Linear(2, 2, seed=0).to("mxfp8")
+    with pytest.raises(ValueError, match=r"^Linear: fmt: unknown format 'fp17'; known: float32, float16"):
+        nn.Linear(2, 2, fmt="fp17")
+
+
+@pytest.mark.parametrize("owner", list(SEEDED))
+@pytest.mark.parametrize("seed", ["a", -1, 1.5])
+def test_a_modules_seed_is_named(owner, seed):  # "a" was numpy's "SeedSequence expects int or sequence of ints"
+    with pytest.raises(ValueError, match=rf"^{owner}: seed must be an integer >= 0 or None, got {seed!r}$"):
+        SEEDED[owner](seed=seed)
+
+
+@pytest.mark.parametrize("owner", ["Linear", "UnitLinear"])
+def test_a_modules_rng_must_be_a_generator(owner):
+    with pytest.raises(TypeError, match=rf"^{owner}: rng must be a numpy Generator .* got int \(an integer seed goes"):
+        SEEDED[owner](rng=3)
+
+
+@pytest.mark.parametrize("args, says", [(("4", 3), "in_features must be an integer >= 1, got '4'"),
+                                        ((4, 2.5), "out_features must be an integer >= 1, got 2.5"),
+                                        ((4, 0), "out_features must be an integer >= 1, got 0")])
+def test_linear_sizes_are_named(args, says):  # '4' was "'<' not supported between instances of 'str' and 'int'"
+    with pytest.raises(ValueError, match=rf"^Linear: {says}$"):
+        nn.Linear(*args)
+
+
+def test_checked_modules_draw_the_same_weights():
+    """The checks change no number: Linear's W and b are U(-1/sqrt(in), 1/sqrt(in)) from
+    default_rng(seed) in float64, W first, rounded once to float32 - as PyTorch's init draws them."""
+    rng = np.random.default_rng(7)
+    w = rng.uniform(-0.5, 0.5, (3, 4)).astype(np.float32)
+    b = rng.uniform(-0.5, 0.5, 3).astype(np.float32)
+    lin = nn.Linear(np.int64(4), 3, seed=np.int64(7))
+    assert np.array_equal(lin.weight.numpy(), w) and np.array_equal(lin.bias.numpy(), b)

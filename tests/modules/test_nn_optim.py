@@ -33,7 +33,7 @@ def test_linear_shapes_init_and_forward():
     want = x.astype(np.float64) @ f64(lin.weight).T + f64(lin.bias)
     np.testing.assert_allclose(f64(lin(tensor(x))), want, rtol=1e-6, atol=1e-6)
     assert nn.Linear(5, 3, bias=False, seed=0).bias is None
-    with pytest.raises(ValueError, match="in=0"):
+    with pytest.raises(ValueError, match=r"^Linear: in_features must be an integer >= 1, got 0$"):
         nn.Linear(0, 3)
 
 
