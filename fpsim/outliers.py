@@ -36,13 +36,29 @@ from .textable import text_table
 __all__ = ["OutlierMonitor", "OutlierRow", "STATISTICS", "excess_kurtosis", "fp8_error"]
 
 
+def _values(x, dtype, owner: str) -> np.ndarray:
+    """``x``'s entries as a flat array of ``dtype`` (one conversion: widened exactly, or rounded
+    once): an fpsim Tensor's stored values, or numbers; text or other objects refused naming
+    ``owner`` (numpy would parse '1.0', or say 'setting an array element with a sequence')."""
+    if isinstance(x, Tensor):
+        return np.asarray(x.backend.to_numpy(x.f32()), dtype=dtype).ravel()
+    try:
+        a = np.asarray(x)
+    except ValueError:  # a ragged list
+        a = np.asarray(None, dtype=object)
+    if a.dtype.kind in "USOMm":
+        raise TypeError(f"{owner}: x must be numbers (a numpy array, a list of numbers or an fpsim Tensor), got "
+                        f"{type(x).__name__}" + (f" of dtype {a.dtype}" if isinstance(x, np.ndarray) else ""))
+    return a.astype(dtype).ravel()
+
+
 def excess_kurtosis(x) -> float:
     """Fisher's excess kurtosis of all entries of ``x`` in float64: ``m4 / m2^2 - 3`` with the
     biased central moments (scipy's default); NaN for a constant or empty array.  Every mean is
     the exact sum rounded once, divided by the count (:func:`fpsim.numerics.mean64`), and d^4 is
     (d * d) * (d * d) (numpy's ``d**4`` calls the C library's ``pow``): the same bits on every
     machine."""
-    v = np.asarray(x, dtype=np.float64).ravel()
+    v = _values(x, np.float64, "excess_kurtosis")
     if v.size == 0:
         return float("nan")
     d = v - mean64(v)
@@ -66,9 +82,14 @@ def fp8_error(x, fmt="float8_e4m3fn") -> dict:
 
     A tensor holding a NaN or an infinity has no relative error (the recipe's amax is not a number,
     and the energy is inf or NaN): ``rel_mse`` and ``small`` are NaN, never 0 - a NaN activation
-    is not a perfect fp8 fit."""
-    v = np.asarray(x, dtype=np.float32).ravel()
+    is not a perfect fp8 fit.  ``x`` may be an fpsim Tensor (its stored values); text, or a format
+    that is no fp8 / fp6 / fp4 element format, is refused in one line naming fp8_error."""
+    v = _values(x, np.float32, "fp8_error")
     f = get_format(fmt)
+    try:  # the format check the rounding below makes, on no values: a NaN tensor returns before it
+        f32_to_fp8(np.zeros(0, np.float32), f, saturate=True)
+    except ValueError as e:
+        raise ValueError(f"fp8_error: fmt {fmt!r}: {str(e).removeprefix('f32_to_fp8: ')}") from None
     amax = float(np.max(np.abs(v))) if v.size else 0.0
     s = float(compute_scale(amax, f))
     if not np.isfinite(amax):
@@ -123,7 +144,8 @@ def _finite_row(r: OutlierRow) -> bool:
 class OutlierMonitor:
     """Per-module outlier statistics of every forward pass inside the ``with`` block (module
     docstring).  ``modules``: which outputs to watch - None for every module below the root,
-    or a list of paths (``"blocks.0"``), or a tuple of module classes; the root is never
+    or a list of paths (``"blocks.0"``; one path alone as a string), or a tuple of module classes
+    (refused when no sub-module is one); the root is never
     watched (its output is the logits), but its calls number the passes.  ``every``: read the
     outputs of every n-th pass only (passes 0, n, 2n, ...; the statistics cost about as much as
     the forward pass of a small model).  ``rows`` holds :class:`OutlierRow` in the order the
@@ -139,8 +161,12 @@ class OutlierMonitor:
             paths = [p for p in named if p]
         elif isinstance(modules, tuple) and all(isinstance(c, type) for c in modules):
             paths = [p for p, m in named.items() if p and isinstance(m, modules)]
+            if not paths:
+                raise ValueError(f"OutlierMonitor: no sub-module of the model is a "
+                                 f"{' or '.join(c.__name__ for c in modules)}; its modules are "
+                                 f"{', '.join(sorted({type(m).__name__ for p, m in named.items() if p}))}")
         else:
-            paths = list(modules)
+            paths = [modules] if isinstance(modules, str) else list(modules)  # one path: not its letters
             unknown = [p for p in paths if p not in named or not p]
             if unknown:
                 raise ValueError(f"OutlierMonitor: modules {unknown} are not sub-module paths of the model; "
