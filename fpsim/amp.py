@@ -21,10 +21,10 @@ import numpy as np
 
 from . import ops, state
 from .checks import check_integer, is_real
-from .formats import F32, Format, tensor_format
+from .formats import F32, Format
 from .state import autocast_format
 from .statedict import Problems
-from .tensor import Tensor, round_result
+from .tensor import Tensor, round_result, storage_format
 
 __all__ = ["autocast", "autocast_format", "GradScaler", "StaticScaler", "LOSS_SCALE_SCOPE"]
 
@@ -55,7 +55,7 @@ class autocast(contextlib.ContextDecorator):  # noqa: N801 - PyTorch's name
     """
 
     def __init__(self, dtype="float16", enabled: bool = True):
-        fmt = tensor_format(dtype)
+        fmt = storage_format(dtype, "autocast", "dtype")  # a block format's name: said what it is
         if fmt.name not in _AUTOCAST_FORMATS:
             raise ValueError(f"autocast dtype must be float16 or bfloat16, got {fmt.name} "
                              "(float32 everywhere is autocast(enabled=False))")

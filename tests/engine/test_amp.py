@@ -133,6 +133,12 @@ def test_autocast_bad_dtype(bad):
         autocast("float16", enabled="yes")
 
 
+def test_autocast_to_a_block_format_says_it_is_one():  # was "unknown format 'mxfp8'" (issue 42)
+    with pytest.raises(ValueError, match=r"^autocast: dtype 'mxfp8' is the block-scaled format mxfp8_e4m3: a tensor "
+                                         r"is stored in a tensor format .*lowp\.convert\(model"):
+        autocast("mxfp8")
+
+
 # ---------------------------------------------------------------------------------- the update rule
 
 # pattern letters: F finite, I inf, N nan.  growth_interval 3, init 1024, factors 2 / 0.5,
