@@ -217,12 +217,21 @@ def _compare_figure(by_seed, seeds, task, steps, path) -> None:
 
 
 def _print_stopped(e, args, recipes) -> None:
-    """What a stopped sweep finished (its table), then one line: what stopped it, what was lost."""
+    """What a stopped sweep finished (its table; ``--json``: one object, ``stopped``, the finished
+    ``runs`` as a whole run prints them and ``not_finished``), then one line: what stopped it, what
+    was lost."""
     from ..experiments import format_seed_table, format_table
+    from .jsonout import dumps
 
     finished = {s: r for s, r in e.results.items() if r}
     baseline = recipes[0] if "fp32" not in recipes else "fp32"
-    if finished and not args.json:
+    if args.json:  # the finished runs' numbers are kept, as without --json
+        runs = {str(s): {n: _run_json(r) for n, r in res.items()} for s, res in finished.items()}
+        if args.seeds is None:
+            runs = next(iter(runs.values()), {})
+        print(dumps({"stopped": e.reason, "runs": runs, "not_finished": [s.label for s in e.lost]}, indent=1))
+        sys.stdout.flush()
+    elif finished:
         if args.seeds is None:
             print(format_table(next(iter(finished.values())), baseline=baseline))
         elif all(len(r) == len(recipes) for r in finished.values()):

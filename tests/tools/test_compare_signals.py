@@ -47,3 +47,36 @@ def test_a_signal_before_any_run_is_one_line(monkeypatch, capsys):
     out, err = capsys.readouterr()
     assert rc == 143 and out == "" and "Traceback" not in err
     assert err.strip().splitlines()[-1] == "fpsim compare: stopped by SIGTERM before any run finished"
+
+
+@pytest.mark.parametrize("seeds", [None, ["0"]])
+def test_a_signal_during_the_runs_with_json_prints_the_finished_runs_as_json(seeds, monkeypatch, capsys):
+    """The runs' stop with --json: one object with the finished runs as a whole run prints them, and
+    what did not finish (issue 42: it printed nothing, losing the finished numbers)."""
+    import json
+
+    from fpsim.experiments import executors
+
+    real, calls = executors.run_spec, []
+
+    def second_stopped(spec, *args, **kw):  # SIGINT arrives during the second run
+        calls.append(spec)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1.0)
+        return real(spec, *args, **kw)
+
+    monkeypatch.setattr(executors, "run_spec", second_stopped)
+    opts = ["--recipes", "fp32", "bf16-pure", "--steps", "3", "--quiet", "--figure", "none", "--json"]
+    rc = cli.main(["compare", *opts, *(["--seeds", *seeds] if seeds else [])])
+    out, err = capsys.readouterr()
+    assert rc == 130 and "Traceback" not in err
+    got = json.loads(out)
+    runs = got["runs"]["0"] if seeds else got["runs"]
+    assert got["stopped"] == "stopped by SIGINT after 1 of 2 runs" and got["not_finished"] == ["bf16-pure (seed 0)"]
+    monkeypatch.setattr(executors, "run_spec", real)
+    whole = json.loads(cli.main(["compare", *opts, "--recipes", "fp32"]) == 0 and capsys.readouterr().out)
+    assert list(runs) == ["fp32"]
+    assert runs["fp32"].pop("seconds") > 0 and whole["fp32"].pop("seconds") > 0
+    assert runs["fp32"] == whole["fp32"]  # the numbers an unstopped run prints
+    assert len(runs["fp32"]["losses"]) == 3
