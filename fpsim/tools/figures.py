@@ -352,7 +352,16 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    """``fpsim figures``: write every figure, print each path."""
+    """``fpsim figures``: write every figure, print each path; ``--out`` checked first (a file there,
+    or a folder that cannot be made or written: one line, exit 2, nothing computed)."""
+    from .outputs import FILE, folder_problem
+
+    problem = folder_problem(args.out)
+    if problem:
+        why = "that is a file" if problem == FILE else f"cannot write a folder there ({problem})"
+        print(f"fpsim figures: error: --out {args.out}: {why}; --out wants a folder (made if missing) to write the "
+              "PNGs into", file=sys.stderr)
+        return 2
     for path in make_figures(args.out, quick=args.quick, progress=not args.quiet):
         print(path)
     return 0

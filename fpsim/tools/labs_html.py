@@ -205,19 +205,16 @@ def _index(done: list, failed: list) -> str:
 def _html_folder(out_dir) -> Path:
     """``--html DIR`` made (if missing) and checked writable before any lab runs; a file there, or a
     folder that cannot be made or written, is one ValueError saying so."""
-    import tempfile
+    from .outputs import FILE, folder_problem
 
     out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
+    problem = folder_problem(out_dir)
+    if problem == FILE:
         raise ValueError(f"--html {out_dir}: that is a file; --html wants a folder (made if missing) to write "
                          "NN_name.html and index.html into")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".fpsim-", suffix=".tmp"):
-            pass  # a file can be made there (and is gone again): the pages will be
-    except OSError as e:
-        raise ValueError(f"--html {out_dir}: cannot write a folder there ({e.strerror or e}); --html wants a "
-                         "folder (made if missing) to write NN_name.html and index.html into") from None
+    if problem:
+        raise ValueError(f"--html {out_dir}: cannot write a folder there ({problem}); --html wants a "
+                         "folder (made if missing) to write NN_name.html and index.html into")
     return out_dir
 
 

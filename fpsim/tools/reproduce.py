@@ -126,16 +126,13 @@ def _print_json(out: dict) -> None:
 
 def _writable(folder: Path, what: str) -> None:
     """``folder`` made if missing, and a file written and removed in it; else refused naming ``what``."""
-    import tempfile
+    from .outputs import FILE, folder_problem
 
-    if folder.exists() and not folder.is_dir():
+    problem = folder_problem(folder)
+    if problem == FILE:
         raise _Refused(f"{what}: {folder} is a file, not a folder")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".fpsim-", suffix=".tmp"):
-            pass
-    except OSError as e:
-        raise _Refused(f"{what}: cannot write into {folder}: {e.strerror or e}") from None
+    if problem:
+        raise _Refused(f"{what}: cannot write into {folder}: {problem}")
 
 
 def _image_suffixes() -> set:

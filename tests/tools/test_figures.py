@@ -67,11 +67,18 @@ def test_figures_quick_writes_every_figure(tmp_path, capsys):
         assert img.std() > 0.01, f"{name} is blank"
 
 
-def test_figures_cli_rejects_a_file_as_out_dir(tmp_path, capsys):
+def test_figures_cli_rejects_a_file_as_out_dir(tmp_path, capsys, monkeypatch):
+    from fpsim.tools import figures
+
+    monkeypatch.setattr(figures, "make_figures", lambda *a, **k: pytest.fail("nothing is drawn"))
     f = tmp_path / "not_a_dir"
     f.write_text("x")
     assert cli.main(["figures", "--quick", "--quiet", "--out", str(f)]) == 2
-    assert "fpsim figures: error" in capsys.readouterr().err
+    assert capsys.readouterr().err == (f"fpsim figures: error: --out {f}: that is a file; --out wants a folder (made "
+                                       "if missing) to write the PNGs into\n")  # was "[Errno 17] File exists: ..."
+    assert cli.main(["figures", "--quick", "--quiet", "--out", str(f / "sub")]) == 2
+    assert capsys.readouterr().err == (f"fpsim figures: error: --out {f / 'sub'}: cannot write a folder there (Not a "
+                                       "directory); --out wants a folder (made if missing) to write the PNGs into\n")
 
 
 def _load(path):
