@@ -53,6 +53,7 @@ def _number_arg(convert, kind: str, ok, message: str):
 
 _positive_float = _number_arg(float, "a number", lambda v: v > 0 and v != float("inf"),
                               "expected a finite number > 0, got {text}")
+_finite_float = _number_arg(float, "a number", math.isfinite, "expected a finite number, got {text}")
 _seed_arg = _number_arg(int, "a whole number", lambda v: v >= 0, "a seed is a whole number >= 0, got {text}")
 _positive_int = _number_arg(int, "a whole number", lambda v: v >= 1, "expected a number >= 1, got {text}")
 
@@ -341,7 +342,7 @@ def _compare(args, stage: list) -> int:
 
 def _add_example(sub) -> None:
     sp = sub.add_parser("example", help="the worked loss-scaling and vanishing-update examples, step by step")
-    sp.add_argument("--grad", type=float, help="the gradient to follow (default: 1e-8, then 2.45e-6)")
+    sp.add_argument("--grad", type=_finite_float, help="the gradient to follow (default: 1e-8, then 2.45e-6)")
     sp.add_argument("--scale", type=_positive_float, help="the loss scale S (default: 1024, then 2^15)")
     sp.add_argument("--format", type=_fmt_arg, default="float16", help="the low-precision format (default float16)")
     sp.set_defaults(func=cmd_example)

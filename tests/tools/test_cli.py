@@ -47,11 +47,16 @@ def test_example_with_options():
 
 @pytest.mark.parametrize("args,needle", [(["example", "--format", "fp17"], "unknown format 'fp17'"),
                                          (["example", "--scale", "-2"], "expected a finite number > 0"),
-                                         (["example", "--grad", "abc"], "invalid float value")])
+                                         (["example", "--grad", "abc"], "argument --grad: expected a number, got 'abc'"),
+                                         (["example", "--grad", "nan"], "argument --grad: expected a finite number, "
+                                                                        "got 'nan'"),
+                                         (["example", "--grad", "-inf"], "argument --grad: expected a finite number, "
+                                                                         "got '-inf'")])
 def test_bad_input_exits_2_with_a_message(args, needle):
     r = run(*args)
     assert r.returncode == 2
     assert needle in r.stderr and "Traceback" not in r.stderr
+    assert r.stdout == ""  # refused before anything is printed ('--grad nan' printed case (a)'s heading first)
 
 
 def test_formats_table():
