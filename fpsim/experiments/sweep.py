@@ -32,7 +32,15 @@ def compare(recipes=DEFAULT_RECIPES, task: ReferenceTask | None = None, *, steps
 
 
 def _check_recipes_and_seeds(recipes, seeds) -> tuple[list[Recipe], list]:
-    recs = [get_recipe(r) for r in recipes]  # names or Recipe objects (your own recipes too)
+    """The recipes (names or Recipe objects, your own recipes too; one alone as itself, not a name's
+    letters) and the seeds (one integer alone as itself), each checked."""
+    if isinstance(recipes, (str, Recipe)):
+        recipes = [recipes]
+    if is_integer(seeds):
+        seeds = [seeds]
+    elif isinstance(seeds, str) or not hasattr(seeds, "__iter__"):
+        raise ValueError(f"seeds must be distinct integers, got {seeds!r}")
+    recs = [get_recipe(r) for r in recipes]
     if not recs:
         raise ValueError("recipes: give at least one recipe")
     names = [r.name for r in recs]

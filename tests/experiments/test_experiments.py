@@ -173,6 +173,21 @@ def test_compare_takes_your_own_recipe_objects():
         compare(["fp32", "fp32"], task, steps=1, progress=False)
 
 
+def test_one_recipe_or_one_seed_alone_is_that_one_not_its_letters():
+    """compare("fp32") said "unknown recipe 'f'" and compare_seeds(..., 3) "'int' object is not
+    iterable" (issue 42's pattern: a name taken apart); the runs are those of the list forms."""
+    from fpsim.experiments import compare_seeds
+
+    task = small_task(64)
+    one = compare_seeds("fp32", 3, task, steps=2, progress=False)
+    listed = compare_seeds(["fp32"], [3], task, steps=2, progress=False)
+    assert list(one) == [3] and list(one[3]) == ["fp32"] and one[3]["fp32"].losses == listed[3]["fp32"].losses
+    assert list(compare(get_recipe("bf16-pure"), task, steps=1, progress=False)) == ["bf16-pure"]
+    for bad in ("0", 1.5, None):
+        with pytest.raises(ValueError, match=rf"^seeds must be distinct integers, got {bad!r}$"):
+            compare_seeds("fp32", bad, task, steps=1, progress=False)
+
+
 def test_every_step_is_measured_and_a_dead_run_says_which_step():
     task = small_task(512)
     out = compare(["fp32", "fp16-pure", "fp16-master", "fp16-dynamic", "bf16-pure"], task, steps=4, progress=False)
