@@ -124,7 +124,10 @@ class Tensor:
     """An n-d array stored in a float format, with autograd.
 
     ``fmt`` is the format of ``data``; ``grad_fmt`` the format its gradient is rounded into
-    (the same, unless a recipe says otherwise - fp8 training keeps gradients in e5m2).
+    (the same, unless a recipe says otherwise - fp8 training keeps gradients in e5m2).  ``data``
+    in the backend's storage dtype for ``fmt`` is held as it is (its values are taken to be
+    ``fmt``'s); anything else - numbers, a list, an array of another dtype - is rounded once into
+    ``fmt`` first, as :func:`tensor` rounds it.
     """
 
     __slots__ = ("data", "fmt", "grad_fmt", "grad", "requires_grad", "backend", "name",
@@ -136,6 +139,8 @@ class Tensor:
         self.backend = be
         self.fmt = storage_format(fmt) if fmt is not None else get_format("float32")
         self.grad_fmt = storage_format(grad_fmt, what="grad_fmt") if grad_fmt is not None else self.fmt
+        if getattr(data, "dtype", None) != be.storage_dtype(self.fmt):  # numbers, a list, another dtype:
+            data = tensor(data, self.fmt, backend=be).data  # rounded once into fmt, as tensor() rounds them
         self.data = data
         self.grad: Tensor | None = None
         self.requires_grad = bool(requires_grad)

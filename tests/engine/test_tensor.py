@@ -395,3 +395,19 @@ def test_other_format_refusals_are_unchanged():
         tensor([1.0], "fp17")
     with pytest.raises(ValueError, match=r"^float4_e2m1fn is not a tensor format but an element or scale format"):
         Tensor(np.ones(2, np.float32), fmt="fp4")
+
+
+# -- Tensor(data, fmt) holds fmt's values whatever it is given (issue 42) ---------------------------
+
+def test_tensor_of_numbers_in_another_dtype_rounds_them_into_its_format():
+    t = Tensor(np.array([1.5, 0.1]), fmt="bf16")  # float64 data: held as given, 0.1 in a "bfloat16" tensor
+    assert t.data.dtype == t.backend.storage_dtype(t.fmt) and t.fmt.name == "bfloat16"  # numpy: ml_dtypes.bfloat16
+    assert t.f32().tolist() == [1.5, 0.10009765625]  # 0.1's nearest bfloat16: 0x3DCD = 205 * 2**-11
+    assert Tensor(np.array([2049.0]), fmt="fp16").f32().tolist() == [2048.0]  # the tie to even
+    lst = Tensor([1.0, 2.0])  # a list: was "'list' object has no attribute 'dtype'" at its first use
+    assert lst.data.dtype == np.float32 and lst.f32().tolist() == [1.0, 2.0]
+    be = lst.backend
+    with pytest.raises(TypeError, match=r"^expected a number or an array of numbers, got str"):
+        Tensor("a")
+    same = np.array([1.0, 3.0], be.storage_dtype(t.fmt))
+    assert Tensor(same, fmt="bf16").data is same  # already in the storage dtype: kept, not copied
