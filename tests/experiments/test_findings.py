@@ -378,7 +378,7 @@ def test_decode_keeps_the_cache_and_refuses_what_does_not_fit():
         model.decode(np.zeros((2, 1), np.int64), [[], []])
     with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
         model.generate(np.zeros((1, 2), np.int64), 2, temperature=0)
-    with pytest.raises(ValueError, match="new_tokens must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"^TinyGPT\.generate: new_tokens must be an integer >= 1, got 0$"):
         model.generate(np.zeros((1, 2), np.int64), 0)
 
 
