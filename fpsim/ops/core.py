@@ -20,6 +20,7 @@ from numpy import broadcast_shapes as _broadcast_shapes  # shape arithmetic only
 from numpy import errstate as _np_errstate  # only the warning switch; arrays go through the backend
 
 from .. import state
+from ..checks import is_integer
 from ..formats import F32, Format
 from ..tensor import Tensor, make_node, promote, storage_format
 
@@ -193,13 +194,18 @@ def broadcast_to(x: Tensor, shape) -> Tensor:
     return _view(data, x.fmt, (x,), lambda g, out: (_unbroadcast(g, x.shape, x.backend),), "broadcast")
 
 
-def _norm_axes(axis, ndim):
+def _norm_axes(axis, ndim, op: str = ""):
+    """``axis`` (None, an integer or a sequence of integers, numpy's) as sorted non-negative axes;
+    anything else, or an axis out of range, one error saying so (naming ``op`` where given)."""
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = tuple(axis) if hasattr(axis, "__iter__") and not isinstance(axis, str) else (axis,)
     out = []
     n = max(ndim, 1)  # a 0-d tensor takes axis 0 / -1
     for a in axes:
+        if not is_integer(a):  # 'a' was "'<=' not supported between 'int' and 'str'", 1.5 "not iterable"
+            raise TypeError(f"{op + ': ' if op else ''}axis must be an integer, a tuple of integers or None, "
+                            f"got {axis!r}")
         if not -n <= a < n:
             raise ValueError(f"axis {a} is out of range for a tensor with {ndim} dimensions")
         if ndim:

@@ -21,7 +21,7 @@ def sum(x: Tensor, axis=None, keepdims=False, acc=None) -> Tensor:  # noqa: A001
     (x,) = _autocast("sum", x)
     be = x.backend
     xp = be.xp
-    axes = _norm_axes(axis, x.ndim)
+    axes = _norm_axes(axis, x.ndim, "sum")
     x32 = x.f32()
     if acc is None:
         out32 = be.sum(x32, axes, keepdims)
@@ -44,7 +44,7 @@ def mean(x: Tensor, axis=None, keepdims=False) -> Tensor:
     (x,) = _autocast("mean", x)
     be = x.backend
     xp = be.xp
-    axes = _norm_axes(axis, x.ndim)
+    axes = _norm_axes(axis, x.ndim, "mean")
     n = 1
     for a in axes:
         n *= x.shape[a]
@@ -57,7 +57,7 @@ def mean(x: Tensor, axis=None, keepdims=False) -> Tensor:
 def max(x: Tensor, axis=None, keepdims=False) -> Tensor:  # noqa: A001
     """Maximum over ``axis``; the gradient is shared equally among tied maxima."""
     xp = x.backend.xp
-    axes = _norm_axes(axis, x.ndim)
+    axes = _norm_axes(axis, x.ndim, "max")
     x32 = x.f32()
     m = x32.max(axis=axes, keepdims=True)
 

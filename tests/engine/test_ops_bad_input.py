@@ -85,6 +85,23 @@ def test_softmax_axis_that_does_not_exist_is_named():
         ops.softmax(t(np.zeros((2, 3))), 2)
 
 
+@pytest.mark.parametrize("op", ["sum", "mean", "max"])
+@pytest.mark.parametrize("axis", ["a", 1.5, True, (0, "b")])
+def test_a_reduction_axis_that_is_no_integer_is_named(op, axis):
+    # 'a' was "'<=' not supported between instances of 'int' and 'str'", 1.5 "'float' object is not iterable"
+    with pytest.raises(TypeError, match=rf"^{op}: axis must be an integer, a tuple of integers or None, got "):
+        getattr(ops, op)(t(np.zeros((2, 3))), axis=axis)
+
+
+@pytest.mark.parametrize("axis", [np.int64(1), np.array([0]), [0, 1], range(2)])
+def test_a_reduction_takes_numpys_integer_axes_as_torch_takes_them(axis):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)  # small integers: every sum and mean exact in float32
+    dims = [int(a) for a in np.atleast_1d(axis)]  # np.int64(1) was "'numpy.int64' object is not iterable"
+    assert ops.sum(t(x), axis=axis).f32().tolist() == torch.sum(torch.from_numpy(x), dim=dims).tolist()
+    assert ops.mean(t(x), axis=axis).f32().tolist() == torch.mean(torch.from_numpy(x), dim=dims).tolist()
+    assert ops.max(t(x), axis=axis).f32().tolist() == torch.amax(torch.from_numpy(x), dim=dims).tolist()
+
+
 @pytest.mark.parametrize("fmt", ["float32", "float16"])
 def test_attention_with_no_keys_is_zeros_as_in_pytorch(fmt):
     q, k, v = t(np.ones((1, 2, 4)), fmt), t(np.ones((1, 0, 4)), fmt), t(np.ones((1, 0, 3)), fmt)
