@@ -173,9 +173,16 @@ class Linear(Module):
 
 
 class Sequential(Module):
+    """The ``layers`` (fpsim Modules) one after the other, named ``"0"``, ``"1"``, ...; anything
+    else is refused naming its place (a number or a function was dropped without a word, and the
+    Sequential skipped it)."""
+
     def __init__(self, *layers: Module):
         super().__init__()
         for i, layer in enumerate(layers):
+            if not isinstance(layer, Module):
+                raise TypeError(f"{type(self).__name__}: layer {i} must be an fpsim Module (fpsim.nn.Module), got "
+                                f"{type(layer).__name__}")
             setattr(self, str(i), layer)
 
     def __iter__(self):
@@ -238,6 +245,9 @@ class MLP(Sequential):
             if activation not in ACTIVATIONS:
                 raise ValueError(f"unknown activation {activation!r}; known: {', '.join(ACTIVATIONS)}")
             activation = ACTIVATIONS[activation]
+        elif not callable(activation):
+            raise TypeError(f"MLP: activation must be a name ({', '.join(ACTIVATIONS)}) or a Module class, got "
+                            f"{activation!r}")
         rng = module_rng(None, seed, "MLP")
         layers = []
         for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):

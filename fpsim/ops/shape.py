@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..checks import is_integer
 from ..tensor import Exact, Tensor, promote
 from .core import _make, _one_backend, _op, _require, _view
 
@@ -15,7 +16,11 @@ __all__ = ['reshape', 'transpose', 'getitem', 'concat', 'embedding']
 
 @_op("x", quiet=False)
 def reshape(x: Tensor, shape) -> Tensor:
-    shape = tuple(shape)
+    """``x`` in ``shape`` (a tuple of integers, or one integer as numpy takes it; -1 once for the rest)."""
+    given = shape
+    shape = (shape,) if is_integer(shape) else tuple(shape) if hasattr(shape, "__iter__") else None
+    if shape is None or isinstance(given, str) or not all(is_integer(n) for n in shape):
+        raise TypeError(f"reshape: shape must be an integer or a tuple of integers, got {given!r}")
     try:
         data = x.data.reshape(shape)
     except ValueError:

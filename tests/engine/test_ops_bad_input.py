@@ -208,3 +208,15 @@ def test_to_backend_graph_crosses_the_strict_cupy_standin_and_back():
         w = fpsim.tensor([2.0, 4.0], fmt, requires_grad=True, backend=guard)
         ops.sum(w.to(backend="numpy") * 3.0).backward()
         assert isinstance(w.grad.data, GuardArray) and w.grad.numpy().tolist() == [3.0, 3.0]
+
+
+@pytest.mark.parametrize("shape", [-1, 6, np.int64(6), [3, -1]])
+def test_reshape_takes_one_integer_as_numpy_does(shape):  # -1 and 6 were "'int' object is not iterable"
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert ops.reshape(t(x), shape).f32().tolist() == np.reshape(x, shape).tolist()
+
+
+@pytest.mark.parametrize("shape", ["ab", (1.5, 4), None])
+def test_reshape_to_what_is_no_shape_is_named(shape):  # "ab" was "'str' object cannot be interpreted as an integer"
+    with pytest.raises(TypeError, match=r"^reshape: shape must be an integer or a tuple of integers, got "):
+        ops.reshape(t(np.zeros((2, 3))), shape)

@@ -150,3 +150,18 @@ def test_checked_modules_draw_the_same_weights():
     b = rng.uniform(-0.5, 0.5, 3).astype(np.float32)
     lin = nn.Linear(np.int64(4), 3, seed=np.int64(7))
     assert np.array_equal(lin.weight.numpy(), w) and np.array_equal(lin.bias.numpy(), b)
+
+
+def test_sequential_refuses_what_is_no_module_naming_its_place():
+    with pytest.raises(TypeError, match=r"^Sequential: layer 1 must be an fpsim Module \(fpsim\.nn\.Module\), got int$"):
+        nn.Sequential(nn.Tanh(), 3)  # was Sequential(0=Tanh()): the 3 dropped, and the model one layer short
+    with pytest.raises(TypeError, match=r"^Sequential: layer 0 must be an fpsim Module .* got function$"):
+        nn.Sequential(lambda x: x)
+    x = fpsim.tensor([[0.5, -2.0]])
+    assert nn.Sequential(nn.Tanh(), nn.ReLU())(x).f32().tolist() == [[np.float32(np.tanh(0.5)), 0.0]]
+
+
+def test_mlp_activation_that_is_neither_name_nor_module_is_named():
+    with pytest.raises(TypeError, match=r"^MLP: activation must be a name \(relu, tanh, sigmoid, gelu, identity\) or "
+                                        r"a Module class, got 3$"):
+        nn.MLP([2, 3, 2], activation=3)  # was "'int' object is not callable"
