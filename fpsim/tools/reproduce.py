@@ -55,7 +55,8 @@ def add_arguments(p) -> None:
     from ..experiments.findings import catalogue  # the registry: the help names every finding
 
     p.add_argument("name", nargs="?", help=f"the finding to run; one of: {', '.join(f.name for f in catalogue())}")
-    p.add_argument("--list", action="store_true", help="one line per finding: name, claim, source, running time here")
+    p.add_argument("--list", action="store_true", help="one line per finding: name, claim, source, running time here "
+                   "(NAME: that one's; --json: one object)")
     p.add_argument("--quick", action="store_true", help="shorter runs (about 15 s each; what the tests run)")
     p.add_argument("--seeds", type=_seed, nargs="+", default=None, metavar="SEED",
                    help="seeds of the runs, whole numbers >= 0 (default: the finding's own - 0 1 2 for the "
@@ -92,10 +93,18 @@ def _progress(line: str) -> None:
     print(f"fpsim reproduce: {line}", file=sys.stderr, flush=True)
 
 
-def _list() -> int:
-    from ..experiments.findings import catalogue
+def _list(args) -> int:
+    """``--list``: one line per finding (NAME: that finding's alone); ``--json``: one object,
+    ``findings``, a record per finding."""
+    from ..experiments.findings import catalogue, get_finding
 
-    for f in catalogue():
+    findings = [get_finding(args.name)] if args.name else catalogue()
+    if args.json:
+        _print_json({"findings": [{"name": f.name, "claim": f.claim, "source": f.source,
+                                   "seconds_quick": f.runtime[0], "seconds_full": f.runtime[1],
+                                   "available": bool(f.available()), "needs": f.needs} for f in findings]})
+        return 0
+    for f in findings:
         quick, full = f.runtime
         note = "" if f.available() else f"  [needs {f.needs}: not here]"
         print(f"{f.name:27s} {f.claim} [{f.source}; about {quick:.0f} s quick, {full:.0f} s full]{note}")
@@ -366,7 +375,11 @@ def _refusal(args) -> str | None:
 
 def main(args) -> int:
     if args.list:
-        return _list()
+        try:
+            return _list(args)
+        except ValueError as e:  # an unknown NAME
+            print(f"fpsim reproduce: error: {e}", file=sys.stderr)
+            return 2
     refusal = _refusal(args)
     args.jobs = args.jobs or 1  # None: --jobs not given
     try:

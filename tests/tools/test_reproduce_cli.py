@@ -272,3 +272,24 @@ def test_sigint_during_table_writes_the_finished_findings_marked_partial(tmp_pat
     rows = [line for line in text.splitlines() if line.startswith("| `")]
     assert rows[0].startswith(f"| `{TWO[0]}` ") and any(f"**{v}**: " in rows[0] for v in findings.VERDICTS)
     assert rows[1].startswith(f"| `{TWO[1]}` ") and "| not run: stopped | - | - |" in rows[1]
+
+
+# -- --list with --json and with NAME (issue 42: --json printed text, NAME was ignored) -------------
+
+def test_list_json_is_one_object_with_every_finding_in_the_text_lists_order(capsys):
+    assert cli(["reproduce", "--list"]) == 0
+    text = [ln.split()[0] for ln in capsys.readouterr().out.splitlines()]
+    assert cli(["reproduce", "--list", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["findings"]
+    assert [f["name"] for f in got] == text and len(text) == len(findings.FINDINGS)
+    one = next(f for f in got if f["name"] == "tensor-core-accumulation")
+    assert one["source"] == "arXiv 2412.19437 (DeepSeek-V3); arXiv 2511.10909 (MMA-Sim)" and one["available"] is True
+    assert (one["seconds_quick"], one["seconds_full"]) == (1.0, 3.0)  # "about 1 s quick, 3 s full" in the text
+
+
+def test_list_with_a_name_lists_that_one_and_an_unknown_name_is_refused(capsys):
+    assert cli(["reproduce", "--list", "tensor-core-accumulation"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and out[0].startswith("tensor-core-accumulation    Hopper fp8 tensor cores truncate")
+    assert cli(["reproduce", "--list", "nosuch"]) == 2
+    assert capsys.readouterr().err.startswith("fpsim reproduce: error: unknown finding 'nosuch'; known: fp16-loss")
