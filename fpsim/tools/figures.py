@@ -236,11 +236,21 @@ def _number_line_float16(path):
 
 
 def _save(fig, path):
+    """``fig`` written whole into ``path`` or not at all: to a temporary file beside it (the same
+    suffix), moved into place; a failure or a signal while writing leaves no temporary."""
     import matplotlib.pyplot as plt
 
-    fig.savefig(path, bbox_inches="tight")
-    plt.close(fig)
-    return Path(path)
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.fpsim-tmp{path.suffix}")
+    try:
+        fig.savefig(tmp, bbox_inches="tight")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
+    return path
 
 
 class _Progress:
@@ -353,7 +363,8 @@ def add_arguments(p) -> None:
 
 def main(args) -> int:
     """``fpsim figures``: write every figure, print each path; ``--out`` checked first (a file there,
-    or a folder that cannot be made or written: one line, exit 2, nothing computed)."""
+    or a folder that cannot be made or written: one line, exit 2, nothing computed); SIGINT or
+    SIGTERM: one line, exit 128 + the signal, each figure written whole or not at all."""
     from .outputs import FILE, folder_problem
 
     problem = folder_problem(args.out)
@@ -362,6 +373,22 @@ def main(args) -> int:
         print(f"fpsim figures: error: --out {args.out}: {why}; --out wants a folder (made if missing) to write the "
               "PNGs into", file=sys.stderr)
         return 2
-    for path in make_figures(args.out, quick=args.quick, progress=not args.quiet):
+    import signal
+
+    from ..experiments.executors import SweepStopped
+    from .catalogue import stop_on_signals, stopped_by
+
+    with stop_on_signals():  # SIGINT / SIGTERM: one line, 128 + the signal, no half-written figure
+        try:
+            paths = make_figures(args.out, quick=args.quick, progress=not args.quiet)
+        except (KeyboardInterrupt, SweepStopped) as e:
+            signum = e.signum if isinstance(e, SweepStopped) else stopped_by(e)
+            if not signum:  # a worker process died
+                print(f"fpsim figures: error: {e}", file=sys.stderr)
+                return 1
+            print(f"fpsim figures: stopped by {signal.Signals(signum).name}: the figures written before it in "
+                  f"{args.out} are whole, the others as they were (none half-written)", file=sys.stderr)
+            return 128 + signum
+    for path in paths:
         print(path)
     return 0

@@ -159,3 +159,36 @@ def test_shipped_dump_is_what_the_code_regenerates(tmp_path):
     for k in shipped:
         assert fresh[k].dtype == shipped[k].dtype == np.float32 and fresh[k].shape == shipped[k].shape, k
         np.testing.assert_array_equal(fresh[k].view(np.uint32), shipped[k].view(np.uint32), err_msg=k)
+
+
+@pytest.mark.parametrize("signum", [2, 15])  # SIGINT, SIGTERM
+def test_figures_stopped_by_a_signal_is_one_line_and_leaves_no_half_written_file(signum, tmp_path, capsys,
+                                                                                   monkeypatch):
+    """SIGTERM was a SweepStopped traceback (exit 1). Here the signal lands while the ulp figure is
+    being written: every figure before it is whole, none after, no temporary left."""
+    import os
+    import signal
+    import time
+
+    from fpsim.tools import figures
+
+    real = figures._ulp_figure
+
+    def stopped(path):
+        os.kill(os.getpid(), signum)
+        time.sleep(1.0)  # the handler raises here, in the main thread
+        return real(path)
+
+    monkeypatch.setattr(figures, "_ulp_figure", stopped)
+    before = signal.getsignal(signal.SIGTERM)
+    rc = cli.main(["figures", "--quick", "--quiet", "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert rc == 128 + signum and out == "" and "Traceback" not in err
+    assert err == (f"fpsim figures: stopped by {signal.Signals(signum).name}: the figures written before it in "
+                   f"{tmp_path} are whole, the others as they were (none half-written)\n")
+    written = sorted(p.name for p in tmp_path.iterdir())  # the three stages before "formats", no temporary
+    assert written == sorted(["gradient_histogram_activation.png", "gradient_histogram_weight.png",
+                              "loss_curves.png", "loss_scale.png"])
+    for name in written:
+        assert mpimg.imread(tmp_path / name).std() > 0.01  # each one whole (it reads, and is not blank)
+    assert signal.getsignal(signal.SIGTERM) is before
