@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 
 __all__ = ["CatalogueStopped", "Signalled", "check_stop", "describe_pool", "pool", "save_figure", "run_every",
-           "stop_on_signals", "stopped_by"]
+           "stop_on_signals", "stoppable", "stopped_by"]
 
 
 class Signalled(KeyboardInterrupt):
@@ -101,6 +101,19 @@ def stop_on_signals():
             timer.cancel()
         for s, handler in old.items():
             signal.signal(s, handler)
+
+
+def stoppable(command: str, func, args) -> int:
+    """``func(args)`` (``fpsim COMMAND``) inside :func:`stop_on_signals`: SIGINT or SIGTERM that the
+    command does not report itself (audit, bench, bits, gpu-check, labs) ends it with one line and
+    exit 128 + the signal - not a traceback, nor SIGTERM's silent death."""
+    with stop_on_signals():
+        try:
+            return func(args)
+        except KeyboardInterrupt as e:
+            signum = stopped_by(e)
+            print(f"fpsim {command}: stopped by {signal.Signals(signum).name}", file=sys.stderr, flush=True)
+            return 128 + signum
 
 
 class CatalogueStopped(Exception):

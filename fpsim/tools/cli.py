@@ -477,7 +477,11 @@ def main(argv=None) -> int:
         return 0
     keep_freed_memory()  # glibc: freed arrays kept for the next step instead of fresh pages (tools/allocator.py)
     try:
-        return args.func(args)
+        if args.command in ("formats", "example"):  # instant, and light: Python's own Ctrl-C is enough
+            return args.func(args)
+        from .catalogue import stoppable  # SIGINT / SIGTERM a command does not report itself: one line
+
+        return stoppable(args.command, args.func, args)
     except BrokenPipeError:  # `fpsim example | head`: the reader left; not an error of ours
         import os
 

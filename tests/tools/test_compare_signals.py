@@ -1,4 +1,4 @@
-"""``fpsim compare`` stopped by SIGINT or SIGTERM outside the runs (the runs' own stop, with the
+"""``fpsim compare`` (and the tool commands) stopped by SIGINT or SIGTERM outside the runs (the runs' own stop, with the
 finished runs' table, is tests/experiments/test_compare_jobs.py's): one line saying what was
 complete, the exit status 128 + the signal, no traceback, nothing half-written left behind."""
 
@@ -80,3 +80,22 @@ def test_a_signal_during_the_runs_with_json_prints_the_finished_runs_as_json(see
     assert runs["fp32"].pop("seconds") > 0 and whole["fp32"].pop("seconds") > 0
     assert runs["fp32"] == whole["fp32"]  # the numbers an unstopped run prints
     assert len(runs["fp32"]["losses"]) == 3
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_tool_command_that_does_not_report_a_stop_itself_is_one_line(signum, monkeypatch, capsys, tmp_path):
+    """audit, bench, bits, gpu-check and labs run inside catalogue.stoppable: SIGTERM killed
+    gpu-check --stand-in silently (exit 143, no word) and Ctrl-C was a KeyboardInterrupt traceback."""
+    from fpsim.tools import audit
+
+    def stopped(args):
+        os.kill(os.getpid(), signum)
+        time.sleep(1.0)  # the handler raises here, in the main thread
+        return 0
+
+    monkeypatch.setattr(audit, "main", stopped)
+    before = signal.getsignal(signal.SIGTERM)
+    rc = cli.main(["audit", str(tmp_path / "grads.npz")])
+    assert rc == 128 + signum
+    assert capsys.readouterr().err == f"fpsim audit: stopped by {signal.Signals(signum).name}\n"
+    assert signal.getsignal(signal.SIGTERM) is before
