@@ -57,6 +57,7 @@ that GEMM's reduction axis), float32 accumulation; activations between layers st
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import warnings
 from dataclasses import InitVar, dataclass
@@ -64,9 +65,11 @@ from functools import partial
 
 from .. import lowp
 from ..amp import autocast
+from ..checks import check_integer, is_real
 from ..lowp import BlockScaling, CurrentScaling, DelayedScaling, ScalingGroup
-from ..optim import SGD, Adam
+from ..optim import SGD, UPDATE_ROUNDINGS, Adam
 from ..registry import Registry
+from ..tensor import storage_format
 from .run import Run, make_scaler
 
 __all__ = ["Recipe", "RECIPES", "DEFAULT_RECIPES", "EXTENDED_RECIPES", "BLOCK_RECIPES", "get_recipe"]
@@ -97,6 +100,34 @@ class _OldLayerField:
         return obj.layers if mine else None
 
 
+def _check_fields(r) -> None:
+    """One ValueError / TypeError naming the recipe and the field for a field a run could not use
+    (a scaler "sometimes" trained with a dynamic scaler, master="yes" took master weights, a params
+    format 'nosuch' failed only at the run's first step, naming MLP.to)."""
+    own = f"Recipe {r.name!r}"
+    if not isinstance(r.name, str) or not r.name:
+        raise TypeError(f"Recipe: name must be a non-empty string, got {r.name!r}")
+    try:
+        storage_format(r.params, own, "params")
+    except ValueError as e:
+        raise ValueError(str(e) if str(e).startswith(own) else f"{own}: params: {e}") from None
+    if not isinstance(r.master, bool):
+        raise TypeError(f"{own}: master must be True or False, got {r.master!r}")
+    if r.scaler not in (None, "static", "dynamic"):
+        raise ValueError(f"{own}: scaler must be None, 'static' or 'dynamic', got {r.scaler!r}")
+    if not (is_real(r.static_scale) and math.isfinite(r.static_scale) and r.static_scale > 0):
+        raise ValueError(f"{own}: static_scale must be a finite number > 0, got {r.static_scale!r}")
+    check_integer(r.growth_interval, f"{own}: growth_interval", 1)
+    if r.update_rounding not in UPDATE_ROUNDINGS:
+        raise ValueError(f"{own}: update_rounding must be one of {', '.join(UPDATE_ROUNDINGS)}, got "
+                         f"{r.update_rounding!r}")
+    if r.autocast is not None:
+        try:
+            autocast(r.autocast)
+        except ValueError as e:
+            raise ValueError(f"{own}: autocast: {e}") from None
+
+
 @dataclass(frozen=True)
 class Recipe:
     """How one training run stores and protects its numbers.
@@ -125,7 +156,9 @@ class Recipe:
     block_skip: InitVar[object] = _OldLayerField()  # deprecated: layers_skip=
 
     def __post_init__(self, fp8, fp8_skip, block, block_skip):
-        """The deprecated keywords folded into ``layers`` / ``layers_skip``, with a warning."""
+        """Every field checked (:func:`_check_fields`); the deprecated keywords folded into ``layers``
+        / ``layers_skip``, with a warning."""
+        _check_fields(self)
         old = {k: v for k, v in (("fp8", fp8), ("fp8_skip", fp8_skip), ("block", block), ("block_skip", block_skip))
                if v is not None}
         if not old:

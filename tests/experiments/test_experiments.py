@@ -269,3 +269,31 @@ def test_the_default_comparison_table_is_what_fpsim_compare_prints(results):
         quoted = row(doc, first_cell)
         assert f"{loss:.4e}" in quoted, f"{name}: the run ends at {loss:.4e}; the table says {quoted}"
         assert f"{loss / fp32:.3f}x" in quoted, f"{name}: the run's ratio is {loss / fp32:.3f}x; the table says {quoted}"
+
+
+@pytest.mark.parametrize("kw, error, says", [
+    (dict(params="nosuch"), ValueError, r"params: unknown format 'nosuch'; known: float32"),
+    (dict(params="mxfp8"), ValueError, r"params 'mxfp8' is the block-scaled format mxfp8_e4m3: "),
+    (dict(scaler="sometimes"), ValueError, r"scaler must be None, 'static' or 'dynamic', got 'sometimes'$"),
+    (dict(master="yes"), TypeError, r"master must be True or False, got 'yes'$"),
+    (dict(scaler="static", static_scale=-1), ValueError, r"static_scale must be a finite number > 0, got -1$"),
+    (dict(static_scale=float("nan")), ValueError, r"static_scale must be a finite number > 0, got nan$"),
+    (dict(growth_interval=0), ValueError, r"growth_interval must be an integer >= 1, got 0$"),
+    (dict(update_rounding="up"), ValueError, r"update_rounding must be one of nearest, stochastic, kahan, got 'up'$"),
+    (dict(autocast="e4m3"), ValueError, r"autocast: autocast dtype must be float16 or bfloat16, got float8_e4m3fn"),
+])
+def test_a_recipe_names_the_field_a_run_could_not_use(kw, error, says):
+    """Checked when the recipe is made (issue 42: scaler="sometimes" trained with a dynamic scaler,
+    master="yes" took master weights, params="nosuch" failed at the first step naming MLP.to)."""
+    from fpsim.experiments import Recipe
+
+    with pytest.raises(error, match=rf"^Recipe 'mine': {says}"):
+        Recipe("mine", **{"params": "bfloat16", **kw})
+
+
+def test_every_registered_recipe_passes_its_own_checks():
+    from dataclasses import replace
+
+    for name in RECIPES.names():
+        r = get_recipe(name)
+        assert replace(r) == r  # built again through the checks, the same recipe
