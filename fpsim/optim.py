@@ -65,6 +65,8 @@ class Optimizer:
     def __init__(self, params, lr: float, master_weights: bool = False, update_rounding: str = "nearest",
                  seed=None, state_format=None):
         self.state_format = get_state_format(state_format)  # None: the state in the parameter's format
+        if isinstance(params, Tensor) or not hasattr(params, "__iter__"):  # PyTorch's rule, and its TypeError
+            raise TypeError(f"params must be an iterable of Tensors (model.parameters()), got {type(params).__name__}")
         self.params: list[Tensor] = list(params)
         if not self.params:
             raise ValueError("optimizer got an empty parameter list")

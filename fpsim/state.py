@@ -29,6 +29,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .checks import check_integer
+
 __all__ = [
     "RoundingEvent", "HOOKS", "add_hook", "remove_hook", "hooked", "is_grad_enabled", "set_grad_enabled",
     "no_grad", "autocast_format", "autocast_as", "tensor_core", "tensor_core_as", "scope", "current_scope",
@@ -172,14 +174,16 @@ def is_grad_enabled() -> bool:
     return _grad_enabled.get()
 
 
-@contextlib.contextmanager
-def set_grad_enabled(flag: bool):
-    """Inside (this thread / context only), ops record a graph (``True``) or not (``False``)."""
-    token = _grad_enabled.set(bool(flag))
-    try:
-        yield
-    finally:
-        _grad_enabled.reset(token)
+class set_grad_enabled(_Pushed, contextlib.ContextDecorator):  # noqa: N801 - PyTorch's name
+    """Inside (this thread / context only), ops record a graph (``True``) or not (``False``).  One
+    object may be entered again, nested or one block after another, from several threads, and
+    decorate a function (as ``torch.no_grad()``)."""
+
+    def __init__(self, flag: bool):
+        super().__init__(_grad_enabled, bool(flag))
+
+    def __enter__(self) -> None:  # sets the flag (where _Pushed pushes onto a tuple)
+        self._tokens.append(self._var.set(self._value))
 
 
 def no_grad():
@@ -306,6 +310,7 @@ def manual_seed(seed: int) -> None:
     """Reset the generator stochastic rounding uses when no ``seed``/``rng`` is passed (``fpsim.cast``,
     the optimizers' stochastic updates): the process's generator, shared by every thread - or,
     inside a :func:`seeded` block, that block's (which ends with the block, as it always did)."""
+    check_integer(seed, "manual_seed: seed", 0)
     if _seeded_rng.get() is not None:
         _seeded_rng.set(np.random.default_rng(seed))
     else:
@@ -385,13 +390,10 @@ def environment(values: dict):
 
 # --------------------------------------------------------------------------------- BLAS threads
 #
-# An optimised BLAS does not give the same float32 bits for the same ``a @ b`` at every thread
-# count: OpenBLAS picks other kernels and another order of the K sum at 1 thread than at 2 (seven
-# of eight GEMM shapes of the reference task and the MLP step differed here).  So fpsim runs
-# its OWN products on a thread count it fixes - ``FPSIM_BLAS_THREADS`` (default 1) or
-# :func:`set_blas_threads` - and hands the user's count back afterwards: the same run gives
-# the same bits whatever OPENBLAS_NUM_THREADS / OMP_NUM_THREADS say, whatever --jobs or the load.
-# (The bits still depend on the BLAS build and the CPU kernel it picks, e.g. Haswell vs SkylakeX.)
+# fpsim runs its own products on a BLAS thread count it fixes - ``FPSIM_BLAS_THREADS`` (default 1)
+# or :func:`set_blas_threads` - and hands the user's count back afterwards. Under the exact
+# arithmetic (the default) the count is a speed setting only; under ``arithmetic("library")`` the
+# last bits of a float32 product follow it (OpenBLAS sums K in another order at 1 thread than at 2).
 
 
 def _threads_from_environment() -> int:
