@@ -74,7 +74,7 @@ def _compiled_counts(fmt, exact32, stored) -> list[int] | None:
     if st.dtype.itemsize > 2 or st.dtype != fmt.dtype:  # float32 storage (most often) first: cheap
         return None
     x = np.asarray(exact32)
-    if x.dtype != np.float32 or st.shape != x.shape or (count := compiled.rounding("rounding_counts", x)) is None:
+    if x.dtype != np.float32 or st.shape != x.shape or (count := compiled.count("rounding_counts", x)) is None:
         return None
     lim = _limits(fmt)
     return count(x, st, lim.table, lim.tiny, lim.max, lim.threshold, fmt.has_inf)
@@ -158,6 +158,9 @@ def _exact16(fmt, stored) -> list[int] | None:
     if st.dtype.itemsize != 2 or st.dtype != fmt.dtype or st.size == 0:
         return None
     lim = _limits(fmt)
+    if (count := compiled.count("stored_subnormal_count", st)) is not None:  # one compiled pass
+        sub = count(st, lim.tiny16, lim.exp16)
+        return None if sub < 0 else [int(st.size), 0, 0, sub, 0, 0, 0, 0]
     s2 = np.left_shift(st.reshape(-1).view(np.uint16), np.uint16(1))
     if not np.maximum.reduce(s2) < lim.inf2:
         return None
@@ -196,6 +199,8 @@ class _Limits:
         if fmt.dtype.itemsize <= 2:
             self.table = widening_table(fmt)  # the compiled count's widening
         if fmt.dtype.itemsize == 2:
+            self.tiny16 = _pattern16(fmt.tiny, fmt)  # and its exponent field: the compiled count's
+            self.exp16 = ((1 << fmt.exponent_bits) - 1) << fmt.mantissa_bits
             self.max2 = np.uint16(_pattern16(fmt.max, fmt) << 1)
             self.tiny2 = np.uint16(_pattern16(fmt.tiny, fmt) << 1)
             self.inf2 = np.uint16(((1 << fmt.exponent_bits) - 1) << (fmt.mantissa_bits + 1))  # inf / NaN from here
@@ -227,7 +232,7 @@ def _unrounded_counts(fmt, x, stored) -> list[int] | None:
     value is below tiny."""
     if np.asarray(stored) is not x:  # an op that gave its stored result apart (relu): the general count
         return None
-    if (count := compiled.rounding("subnormal_count", x)) is not None:  # one compiled pass
+    if (count := compiled.count("subnormal_count", x)) is not None:  # one compiled pass
         sub = count(x, _limits(fmt).tiny)
         return None if sub < 0 else [int(x.size), 0, 0, sub, 0, 0, 0, 0]
     xb = x.reshape(-1).view(np.uint32)

@@ -121,16 +121,42 @@ def test_real_roundings_in_every_mode(name, mode):
                 assert c1 == c0 == _reference(fmt, xs, ss)
 
 
-def test_small_and_other_storage_keep_the_numpy_count():
-    """Below the size threshold, into float32 and with stored values of another shape the compiled
-    count steps aside (None)."""
+def test_small_and_other_storage_keep_the_numpy_count(monkeypatch):
+    """Into float32 and with stored values of another shape the compiled count steps aside (None);
+    below the size threshold too while the kernels are not loaded (a few numbers import no numba),
+    and once they are (a step that used the compiled path) it counts them, the same counts."""
     f16, f32 = get_format("float16"), get_format("float32")
     x = np.linspace(-3, 3, compiled.ROUNDING_MIN_SIZE, dtype=np.float32)
+    x[:3] = [1.3 * 2.0**-20, -(2.0**-30), 65519.0]  # a subnormal, an underflow, max from below the threshold
     with use_compiled(True):
-        assert mon._compiled_counts(f16, x[:-1], cast(x[:-1], f16)) is None
+        assert compiled.kernels() is not None
         assert mon._compiled_counts(f32, x, x) is None
         assert mon._compiled_counts(f16, x.reshape(2, -1), cast(x, f16)) is None
         assert mon._compiled_counts(f16, x, cast(x, f16)) == _reference(f16, x, cast(x, f16))
+        for k in (1, 5, 300):  # the biases, the loss of a step
+            assert mon._compiled_counts(f16, x[:k], cast(x[:k], f16)) == _reference(f16, x[:k], cast(x[:k], f16))
+        assert mon._compiled_counts(f16, x[:3], cast(x[:3], f16)) == [3, 3, 1, 1, 0, 0, 0, 0]
+        monkeypatch.setitem(compiled._STATE, "kernels", None)
+        assert mon._compiled_counts(f16, x[:-1], cast(x[:-1], f16)) is None
+
+
+@pytest.mark.parametrize("name", ("float16", "bfloat16"))
+def test_exact_results_counted_on_both_paths(name):
+    """relu's count (``_exact16``: the subnormals of stored patterns, None where one is inf or NaN)
+    on every pattern, on both paths, against the float64 values."""
+    fmt = get_format(name)
+    stored = _patterns(fmt)
+    with np.errstate(invalid="ignore"):
+        a = np.abs(stored.astype(np.float64))
+    ok = np.isfinite(a)
+    sub = int(np.count_nonzero((a[ok] > 0) & (a[ok] < fmt.tiny)))
+    assert sub == 2 * (2**fmt.mantissa_bits - 1) * (stored.size // 2**16)  # both signs, every tile
+    for on in (False, True):
+        with use_compiled(on):
+            assert mon._exact16(fmt, stored[ok]) == [int(ok.sum()), 0, 0, sub, 0, 0, 0, 0]
+            assert mon._exact16(fmt, stored) is None
+            assert mon._exact16(fmt, stored[ok][: ok.sum() // 2 * 2].reshape(-1, 2).T) == \
+                [int(ok.sum()) // 2 * 2, 0, 0, sub, 0, 0, 0, 0]
 
 
 def test_a_monitored_training_step_counts_the_same_on_both_paths():

