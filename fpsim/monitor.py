@@ -62,7 +62,8 @@ def _count_rounding(fmt, exact32, stored, xp) -> list[int]:
 # Counted by numpy's short count first, the compiled count only where that steps aside: bfloat16's short
 # count is a few passes of integer operations (its widening a shift), faster than the compiled loop
 # (about 0.45 against 0.65 ns a value, timed interleaved; float16's compiled count takes half its time).
-_SHORT_FIRST = frozenset({"bfloat16"})
+# float32 storage too (unscaling, updates): the compiled loop counts one- and two-byte storage only.
+_SHORT_FIRST = frozenset({"bfloat16", "float32"})
 
 
 def _compiled_counts(fmt, exact32, stored) -> list[int] | None:
@@ -77,7 +78,7 @@ def _compiled_counts(fmt, exact32, stored) -> list[int] | None:
     if x.dtype != np.float32 or st.shape != x.shape or (count := compiled.count("rounding_counts", x)) is None:
         return None
     lim = _limits(fmt)
-    return count(x, st, lim.table, lim.tiny, lim.max, lim.threshold, fmt.has_inf)
+    return count(x, st, lim.table, lim.tiny, lim.max, lim.threshold, fmt.has_inf, lim.beyond)
 
 
 def _finite_counts(fmt, exact32, stored) -> list[int] | None:
@@ -159,8 +160,7 @@ def _exact16(fmt, stored) -> list[int] | None:
         return None
     lim = _limits(fmt)
     if (count := compiled.count("stored_subnormal_count", st)) is not None:  # one compiled pass
-        sub = count(st, lim.tiny16, lim.exp16)
-        return None if sub < 0 else [int(st.size), 0, 0, sub, 0, 0, 0, 0]
+        return None if (sub := count(st, lim.tiny16, lim.exp16)) < 0 else [int(st.size), 0, 0, sub, 0, 0, 0, 0]
     s2 = np.left_shift(st.reshape(-1).view(np.uint16), np.uint16(1))
     if not np.maximum.reduce(s2) < lim.inf2:
         return None
@@ -194,13 +194,14 @@ class _Limits:
     def __init__(self, fmt):
         self.max = np.float32(fmt.max)
         self.tiny = np.float32(fmt.tiny)
+        self.tiny32 = self.tiny.view(np.uint32)  # its float32 pattern (the compiled count of float32 values)
         with np.errstate(over="ignore"):  # float32's own threshold is past its max: inf, never reached
             self.threshold = np.float32(fmt.overflow_threshold)  # as _event_counts compares it: in float32
         if fmt.dtype.itemsize <= 2:
-            self.table = widening_table(fmt)  # the compiled count's widening
+            self.table = widening_table(fmt)  # the compiled count's widening, and where max overflowed
+            self.beyond = self.threshold if fmt.has_inf else np.nextafter(self.threshold, np.float32(np.inf))
         if fmt.dtype.itemsize == 2:
-            self.tiny16 = _pattern16(fmt.tiny, fmt)  # and its exponent field: the compiled count's
-            self.exp16 = ((1 << fmt.exponent_bits) - 1) << fmt.mantissa_bits
+            self.tiny16, self.exp16 = _pattern16(fmt.tiny, fmt), ((1 << fmt.exponent_bits) - 1) << fmt.mantissa_bits
             self.max2 = np.uint16(_pattern16(fmt.max, fmt) << 1)
             self.tiny2 = np.uint16(_pattern16(fmt.tiny, fmt) << 1)
             self.inf2 = np.uint16(((1 << fmt.exponent_bits) - 1) << (fmt.mantissa_bits + 1))  # inf / NaN from here
@@ -233,8 +234,7 @@ def _unrounded_counts(fmt, x, stored) -> list[int] | None:
     if np.asarray(stored) is not x:  # an op that gave its stored result apart (relu): the general count
         return None
     if (count := compiled.count("subnormal_count", x)) is not None:  # one compiled pass
-        sub = count(x, _limits(fmt).tiny)
-        return None if sub < 0 else [int(x.size), 0, 0, sub, 0, 0, 0, 0]
+        return None if (sub := count(x, _limits(fmt).tiny32)) < 0 else [int(x.size), 0, 0, sub, 0, 0, 0, 0]
     xb = x.reshape(-1).view(np.uint32)
     tiny2 = _tiny2_32(fmt)
     buf = _scratch16()[1]

@@ -143,25 +143,28 @@ def stored_subnormal_count(stored: np.ndarray, tiny: int, exp: int) -> int:
 
 def subnormal_count(x: np.ndarray, tiny) -> int:
     """How many float32 values ``x`` are subnormal in a format of smallest normal ``tiny`` (0 < |x| <
-    tiny), or -1 where one is inf or NaN (``monitor._unrounded_counts``' one pass)."""
-    return int(_subnormals32(np.ascontiguousarray(x).reshape(-1).view(_U32), _U32(np.float32(tiny).view(_U32))))
+    tiny; a value, or its float32 pattern as a numpy uint32, made once by the caller), or -1 where
+    one is inf or NaN (``monitor._unrounded_counts``' one pass)."""
+    tb = tiny if type(tiny) is _U32 else _U32(np.float32(tiny).view(_U32))
+    return int(_subnormals32(np.ascontiguousarray(x).reshape(-1).view(_U32), tb))
 
 
 def rounding_counts(x: np.ndarray, stored: np.ndarray, table: np.ndarray, tiny, fmax, threshold,
-                    has_inf: bool) -> list[int]:
+                    has_inf: bool, beyond) -> list[int]:
     """The monitor's COUNTERS (n, inexact, underflow, subnormal, overflow, inf, nan, nan_in) of
     float32 ``x`` rounded into ``stored`` (a one- or two-byte format's storage, x's shape;
     ``table``: its widening table; ``tiny``, ``fmax``, ``threshold``: the format's smallest
-    normal, max and overflow threshold as float32), as Python ints."""
+    normal, max and overflow threshold as float32; ``beyond``: the least float32 from which a
+    stored max is an overflow - the threshold where the format has inf, the float32 after it where
+    not, made once by the caller), as Python ints."""
     xs = np.ascontiguousarray(x).reshape(-1)
     codes = np.ascontiguousarray(stored).reshape(-1).view(np.uint8 if stored.dtype.itemsize == 1 else np.uint16)
     out = np.zeros(7, np.int64)
     tiny, fmax, threshold = np.float32(tiny), np.float32(fmax), np.float32(threshold)
     finite = _finite_f16 if stored.dtype == np.float16 else _finite_bf16 if stored.dtype == _BF16 else None
-    beyond = threshold if has_inf else np.nextafter(threshold, np.float32(np.inf))  # |x| > t: |x| >= the next float32
-    if finite is None or not finite(xs, codes, tiny, fmax, beyond, out):
+    if finite is None or not finite(xs, codes, tiny, fmax, np.float32(beyond), out):
         _count(xs, codes, table, tiny, fmax, threshold, bool(has_inf), out)
-    return [int(xs.size), *(int(v) for v in out)]
+    return [xs.size, *out.tolist()]
 
 # name -> function, beside the roundings in :func:`fpsim.numerics.compiled.rounding`'s table
 COUNTS = {f.__name__: f for f in (rounding_counts, subnormal_count, stored_subnormal_count)}
