@@ -153,6 +153,7 @@ def test_exact_results_counted_on_both_paths(name):
     assert sub == 2 * (2**fmt.mantissa_bits - 1) * (stored.size // 2**16)  # both signs, every tile
     for on in (False, True):
         with use_compiled(on):
+            assert (compiled.count("stored_subnormal_count", stored) is None) is not on  # the path asked for
             assert mon._exact16(fmt, stored[ok]) == [int(ok.sum()), 0, 0, sub, 0, 0, 0, 0]
             assert mon._exact16(fmt, stored) is None
             assert mon._exact16(fmt, stored[ok][: ok.sum() // 2 * 2].reshape(-1, 2).T) == \
