@@ -11,6 +11,10 @@ Each test process (and, through the environment, the processes it starts: lab ke
 workers) runs with glibc's allocator thresholds that ``fpsim`` commands set
 (``fpsim.tools.allocator``): the training steps the tests run are faster, their bits the same.
 
+Runs read by tests in several modules (the reference task's default runs, the findings' quick
+runs: ``support.shared_runs``) are made once per session: under pytest-xdist the workers share
+them through the session's temporary folder (``shared_runs_folder``).
+
 The longest modules are collected first (``LONGEST_FIRST``), so that pytest-xdist, handing out
 whole modules in collection order, never starts one of them last.
 """
@@ -18,6 +22,7 @@ whole modules in collection order, never starts one of them last.
 from __future__ import annotations
 
 import pytest
+from support.shared_runs import set_folder
 
 import fpsim.backend as B
 from fpsim.tools.allocator import keep_freed_memory
@@ -43,6 +48,19 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: the rest keep their order
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_runs_folder(request, tmp_path_factory):
+    """Under pytest-xdist, the folder of this session where the workers share their runs (every
+    worker's temporary folder sits in the session's root); in one process, none (memory is shared)."""
+    folder = None
+    if hasattr(request.config, "workerinput"):
+        folder = tmp_path_factory.getbasetemp().parent / "shared-runs"
+        folder.mkdir(exist_ok=True)
+    set_folder(folder)
+    yield folder
+    set_folder(None)
 
 
 def pytest_generate_tests(metafunc):

@@ -6,7 +6,6 @@ KV-cache rollout against the full forward); the CLI and the table."""
 
 import contextlib
 import dataclasses
-import functools
 import importlib
 import json
 import math
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 from helpers import small_task
 from support.block_reference import ELEM, F32_MAX, f32, rne
+from support.reference_runs import quick_run
 
 import fpsim
 from fpsim import nn
@@ -57,11 +57,10 @@ from fpsim.tools import reproduce
 RUNNABLE = [n for n in FINDINGS.names() if FINDINGS[n].available()]
 
 
-@functools.cache
 def _quick(name: str):
     """The finding's quick run on seed 0, as ``fpsim reproduce NAME --quick`` makes it: made once in
-    this module and read by every test of a quick run here (the tests never change it)."""
-    return get_finding(name).reproduce(quick=True, seeds=(0,))
+    the session (support.reference_runs) and read by every test of a quick run (the tests never change it)."""
+    return quick_run(name)
 
 
 @pytest.mark.slow

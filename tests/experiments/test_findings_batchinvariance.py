@@ -3,15 +3,16 @@ that are exact for the inputs used, ml_dtypes' roundings), the mechanism - ``mm(
 ``mm(a, b)[:1]`` with a batch-dependent split, a fixed one and fpsim's exact matmul - greedy
 decoding under each, the verdict rule on fixed numbers, and the quick run's numbers pinned."""
 
-import functools
 import math
 
 import ml_dtypes
 import numpy as np
 import pytest
+from support.reference_runs import quick_run
 
 from fpsim import nn
 from fpsim.experiments.findings import batchinvariance as bi
+from fpsim.experiments.findings import get_finding
 from fpsim.experiments.splitk import SplitKBackend, splitk_matmul, splits_for
 from fpsim.numerics import matmul_f32
 
@@ -127,9 +128,10 @@ def test_verdict_on_fixed_numbers(numbers, expected):
     assert bi.measured(numbers, {})
 
 
-@functools.cache
 def _quick():
-    return bi.FINDING.reproduce(quick=True, seeds=(0,))
+    """The quick run on seed 0, made once in the session and shared with test_findings."""
+    assert get_finding(bi.NAME) is bi.FINDING
+    return quick_run(bi.NAME)
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from support.reference_runs import quick_run
 
 from fpsim.experiments.findings import FINDINGS, optstate
 from fpsim.optim import Adam, Muon
@@ -71,7 +72,8 @@ def test_state_bytes_per_parameter_from_the_model():
 
 @pytest.mark.slow
 def test_quick_run_numbers_are_pinned():
-    r = FINDINGS[optstate.NAME].reproduce(quick=True, seeds=(0,))
+    assert FINDINGS[optstate.NAME] is optstate.FINDING
+    r = quick_run(optstate.NAME)  # made once in the session, shared with test_findings
     assert r.verdict == "reproduced" and r.numbers["steps"] == 40
     pinned = {"adam-int8-linear_ratio": 1.3692088117605985, "adam-int8-dynamic_ratio": 1.000167821466498,
               "muon-int8-linear_ratio": 1.0003187625075487, "llmc-bf16_ratio": 1.0004876890230967,
