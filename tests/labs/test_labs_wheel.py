@@ -60,9 +60,11 @@ def _build_wheel(tmp: Path) -> Path:
 
 
 def _environment(tmp: Path, wheel: Path) -> Path:
-    """A fresh virtual environment with the wheel installed; its bin/ (Scripts/ on Windows)."""
+    """A fresh virtual environment with the wheel installed (and nothing else of its own); its bin/
+    (Scripts/ on Windows)."""
     env = tmp / "venv"
-    venv.create(env, system_site_packages=True, with_pip=True)
+    # no pip of its own (ensurepip takes seconds): the running pip installs into it (--python)
+    venv.create(env, system_site_packages=True, with_pip=False)
     bin_dir = env / ("Scripts" if os.name == "nt" else "bin")
     python = bin_dir / ("python.exe" if os.name == "nt" else "python")
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -70,8 +72,8 @@ def _environment(tmp: Path, wheel: Path) -> Path:
     # the running environment's packages, after the new one's own (a path, not a site dir: its .pth
     # files, an editable fpsim's finder among them, are not run)
     Path(purelib, "running_env.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
-                   check=True, capture_output=True, text=True)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q",
+                    str(wheel)], check=True, capture_output=True, text=True)
     return bin_dir
 
 
