@@ -31,14 +31,16 @@ from fpsim.tools.allocator import keep_freed_memory
 # experiments 40, fp8 34, bf16_updates 25, findings 25, figures 19, formats 19, compareplot 17,
 # determinism 17, commands_bad_input 16, tinygpt_task 14, block_formats 13, labs_html 13,
 # compare_jobs 13, tensorcore 12, pipeline 10; every other module under 10 - the property tests, once one
-# 14 s module, are split by subject into *_fuzz.py files of a few seconds each).  They are collected
+# 14 s module, are split by subject into *_fuzz.py files of a few seconds each; added 2026-12-04, when
+# they were collected 148th, 100th and 48th of 150 modules: samebits 50-73, labs_wheel 19-38,
+# pipeline_docs_commands 13-27, quiet - under load).  They are collected
 # first and the rest after, in their own order: pytest-xdist hands out whole modules in that order
 # (pyproject: --dist loadscope --no-loadscope-reorder), so a long module never starts last while
 # the other worker has nothing left to do.  Only the order changes, never what runs.
-LONGEST_FIRST = ("test_labs", "test_experiments", "test_fp8", "test_bf16_updates", "test_findings", "test_figures",
-                 "test_formats", "test_compareplot", "test_determinism", "test_commands_bad_input",
-                 "test_tinygpt_task", "test_block_formats", "test_labs_html", "test_compare_jobs",
-                 "test_tensorcore", "test_pipeline")
+LONGEST_FIRST = ("test_labs", "test_samebits", "test_experiments", "test_fp8", "test_bf16_updates", "test_findings",
+                 "test_labs_wheel", "test_figures", "test_formats", "test_compareplot", "test_determinism",
+                 "test_commands_bad_input", "test_tinygpt_task", "test_pipeline_docs_commands", "test_block_formats",
+                 "test_labs_html", "test_compare_jobs", "test_tensorcore", "test_pipeline")
 
 
 def pytest_configure(config):
