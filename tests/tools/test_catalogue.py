@@ -9,6 +9,7 @@ import os
 import signal
 
 import pytest
+from support.reference_runs import quick_run
 
 from fpsim.experiments import findings
 from fpsim.experiments.findings import runner, table
@@ -123,7 +124,7 @@ def test_a_full_run_uses_the_findings_own_seeds():
 
 
 def test_the_old_draw_still_draws_with_a_warning(tmp_path):
-    r = findings.FINDINGS["nvfp4-rounding"].reproduce(True)
+    r = quick_run("nvfp4-rounding")  # reproduce(True): seed 0, made once in the session
     with pytest.warns(DeprecationWarning, match="save_figure"):
         assert catalogue.draw(r, tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 1000

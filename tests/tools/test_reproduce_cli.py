@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support.reference_runs import quick_run
 
 from fpsim.experiments import findings
 from fpsim.experiments.findings import runner, table
@@ -129,7 +130,7 @@ def test_bad_seeds_name_the_option(capsys, no_runs):
 
 
 def test_json_with_all_and_table_is_one_object_with_every_result(two_findings, tmp_path, capsys):
-    serial = {n: findings.FINDINGS[n].reproduce(True, (0,)) for n in TWO}
+    serial = {n: quick_run(n) for n in TWO}  # reproduce(True, (0,)), made once in the session
     for mode in ({"all": True}, {"table": str(tmp_path / "t.md")}):
         assert reproduce.main(_args(json=True, **mode)) == 0
         got = json.loads(capsys.readouterr().out)  # the whole of stdout: no text beside it
