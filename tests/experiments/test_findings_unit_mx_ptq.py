@@ -372,3 +372,13 @@ def test_ptq_verdict(numbers, verdict):
     assert ptq.verdict(numbers)[0] == verdict
 
 
+
+
+def test_a_checkpointed_task_without_its_checkpoint_is_refused_when_defined():
+    """runs.Checkpointed, the checkpoint-during-training task PTQ and the fp8 rollout share."""
+    from fpsim.experiments.findings.runs import Checkpointed
+    from fpsim.experiments.tinygpt import TinyGPTTask
+
+    with pytest.raises(TypeError, match=r"^Forgot is Checkpointed: it must define _checkpoint\(model, step\)$"):
+        class Forgot(Checkpointed, TinyGPTTask):
+            pass

@@ -61,5 +61,7 @@ class Checkpointed:
             self._checkpoint(model, step)
         return super().loss(model, seq, recipe)
 
-    def _checkpoint(self, model, step: int) -> None:
-        raise NotImplementedError(f"{type(self).__name__} is Checkpointed: it defines _checkpoint(model, step)")
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if not callable(getattr(cls, "_checkpoint", None)):
+            raise TypeError(f"{cls.__name__} is Checkpointed: it must define _checkpoint(model, step)")
