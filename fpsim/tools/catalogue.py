@@ -103,16 +103,18 @@ def stop_on_signals():
             signal.signal(s, handler)
 
 
-def stoppable(command: str, func, args) -> int:
+def stoppable(command: str, func, args, stage=None) -> int:
     """``func(args)`` (``fpsim COMMAND``) inside :func:`stop_on_signals`: SIGINT or SIGTERM that the
-    command does not report itself (audit, bench, bits, gpu-check, labs) ends it with one line and
-    exit 128 + the signal - not a traceback, nor SIGTERM's silent death."""
+    command does not report itself (audit, bench, bits, gpu-check, labs; compare outside its runs)
+    ends it with one line and exit 128 + the signal - not a traceback, nor SIGTERM's silent death.
+    ``stage``: a one-item list the command keeps saying what a stop now would leave, added to the line."""
     with stop_on_signals():
         try:
             return func(args)
         except KeyboardInterrupt as e:
             signum = stopped_by(e)
-            print(f"fpsim {command}: stopped by {signal.Signals(signum).name}", file=sys.stderr, flush=True)
+            said = f" {stage[0]}" if stage else ""
+            print(f"fpsim {command}: stopped by {signal.Signals(signum).name}{said}", file=sys.stderr, flush=True)
             return 128 + signum
 
 

@@ -266,18 +266,10 @@ def cmd_compare(args) -> int:
     once out of it): during the runs the finished runs' table and one line; before the runs, or
     after them while the results or the figure are written, one line saying what was complete;
     the exit status 128 + the signal."""
-    import signal
-
-    from .catalogue import stop_on_signals, stopped_by
+    from .catalogue import stoppable
 
     stage = ["before any run finished"]  # what a signal stops, as _compare gets on
-    with stop_on_signals():
-        try:
-            return _compare(args, stage)
-        except KeyboardInterrupt as e:  # catalogue.Signalled: SIGINT or SIGTERM outside the runs
-            signum = stopped_by(e)
-            print(f"fpsim compare: stopped by {signal.Signals(signum).name} {stage[0]}", file=sys.stderr, flush=True)
-            return 128 + signum
+    return stoppable("compare", lambda a: _compare(a, stage), args, stage)
 
 
 def _compare(args, stage: list) -> int:
