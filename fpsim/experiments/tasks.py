@@ -15,6 +15,7 @@ the activation gradients flush to zero at the first step and about half at the l
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,7 +51,8 @@ class ReferenceTask(Task):
     amplitude: float = 0.25
 
     def data(self) -> np.ndarray:
-        return lowrank_autoencoder(self.n, self.dim, self.rank, self.data_seed, self.amplitude)
+        """The data (n, dim) float32: a fresh copy of the one made for these settings."""
+        return _data(self.n, self.dim, self.rank, self.data_seed, self.amplitude).copy()
 
     def model(self, seed: int = 0) -> nn.Module:
         return nn.MLP([self.dim, *self.hidden, self.dim], activation="tanh", seed=seed)
@@ -83,9 +85,22 @@ class ReferenceTask(Task):
         the host, every mean the exact sum rounded once over the count - :func:`fpsim.numerics.mean64`;
         the forward pass in the model's formats, without autocast)."""
         x_np = self.data()
-        x64 = x_np.astype(np.float64)
         be = model.parameters()[0].backend
         pred = be.to_numpy(model(tensor(x_np, recipe.params, backend=be)).f32()).astype(np.float64)
-        err = float(mean64((pred - x64) ** 2))
-        var = float(mean64((x64 - mean64(x64)) ** 2))  # numpy's var: the mean squared deviation from the mean
-        return {"r2": 1 - err / var}
+        err = float(mean64((pred - x_np.astype(np.float64)) ** 2))
+        return {"r2": 1 - err / _variance(self.n, self.dim, self.rank, self.data_seed, self.amplitude)}
+
+
+@functools.lru_cache(maxsize=4)
+def _data(n: int, dim: int, rank: int, seed: int, amplitude: float) -> np.ndarray:
+    """The reference task's data for these settings, made once a process (read-only: ``data`` copies it)."""
+    x = lowrank_autoencoder(n, dim, rank, seed, amplitude)
+    x.flags.writeable = False
+    return x
+
+
+@functools.lru_cache(maxsize=4)
+def _variance(*settings) -> float:
+    """numpy's var of :func:`_data` (the mean squared deviation from the mean), every mean exact (``mean64``)."""
+    x64 = _data(*settings).astype(np.float64)
+    return float(mean64((x64 - mean64(x64)) ** 2))

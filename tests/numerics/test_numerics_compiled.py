@@ -10,6 +10,7 @@ through decimal.  Skipped where numba is not installed.
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -311,3 +312,49 @@ def test_no_writable_cache_compiles_without_one(monkeypatch):
             "o = np.empty(2, np.float32); f = np.empty(2, np.bool_); "
             "print(_exact.decide_row(np.ones(2), np.zeros(2), o, f), o.tolist())")
     assert _run(code, NUMBA_CACHE_LOCATOR_CLASSES="UserProvidedCacheLocator").split() == ["0", "[1.0,", "1.0]"]
+
+
+def _fsum_or_error(v):
+    try:
+        return math.fsum(v.tolist())
+    except OverflowError as e:
+        return repr(e)
+
+
+def _fsum64_or_error(x, axis):
+    try:
+        return numerics.fsum64(x, axis)
+    except OverflowError as e:
+        return repr(e)
+
+
+def test_fsum64_is_math_fsum_on_both_paths():
+    """fsum64 over at least ROUNDING_MIN_SIZE values (the compiled partials) and below it (math.fsum
+    itself) is CPython's math.fsum of the same floats, bit for bit: cancellation to a tiny remainder,
+    300 binades, subnormals, -0, a halfway case fsum corrects, inf / NaN / +inf meeting -inf (not
+    fsum's error), and fsum's OverflowError where its running sum overflows."""
+    rng = np.random.default_rng(5)
+    n = compiled.ROUNDING_MIN_SIZE + 7
+    wide = 10.0 ** rng.uniform(-300, 300, n) * rng.choice([-1.0, 1.0], n)
+    half = np.r_[1.0, 2.0**-53, 2.0**-106, np.zeros(n)]  # 1 + ulp/2 + a little: fsum's halfway correction
+    cases = [rng.standard_normal(n), wide, np.r_[wide, -wide], np.r_[1.0, np.full(n, 1e-16), -1.0], half,
+             5e-324 * np.arange(n), np.full(n, -0.0), np.r_[np.full(n, 1e308), np.full(n, -1e308)]]
+    for c in cases:
+        want = _fsum_or_error(c)
+        for on in (False, True):
+            with use_compiled(on):
+                got = _fsum64_or_error(c, None)
+            assert type(got) is type(want) and (got == want if isinstance(want, str) else
+                                                np.float64(got).view(np.int64) == np.float64(want).view(np.int64)), (got, want)
+    for special, want in ((np.inf, np.inf), (np.nan, None), (-np.inf, -np.inf)):
+        v = np.r_[rng.standard_normal(n), special]
+        got = numerics.fsum64(v)
+        assert (np.isnan(got) if want is None else got == want)
+    assert np.isnan(numerics.fsum64(np.r_[rng.standard_normal(n), np.inf, -np.inf]))
+    rows = np.stack([wide, -wide[::-1], rng.standard_normal(n), np.r_[wide[:-1], np.inf]])
+    for axis in (1, -1):
+        got = numerics.fsum64(rows, axis)
+        want = np.array([math.fsum(r.tolist()) if np.isfinite(r).all() else np.inf for r in rows])
+        assert got.view(np.int64).tolist() == want.view(np.int64).tolist()
+    cols = numerics.fsum64(rows.T.copy(), 0)
+    assert cols.view(np.int64).tolist() == got.view(np.int64).tolist()

@@ -66,7 +66,7 @@ def use_compiled(on: bool = True):
 
 
 def kernels():
-    """The compiled path's functions (a namespace: ``matmul``, ``sum``, ``elementary``), or None
+    """The compiled path's functions (a namespace: ``matmul``, ``sum``, ``elementary``, ``fsum64`` ...), or None
     where the numpy path is to be used."""
     if not _STATE["on"] or _STATE["failed"]:
         return None
@@ -115,5 +115,5 @@ def _load():
                           stacklevel=3)
         return None
     return types.SimpleNamespace(matmul=_matmul.fused_matmul, sum=_sums.fused_sum, elementary=_elementary.fused_elementary,
-                                 tensorcore=_tensorcore,
+                                 fsum64=_sums.fsum64_rows, tensorcore=_tensorcore,
                                  roundings={**_casts.ROUNDINGS, **_counts.COUNTS, **_blocks.BLOCKS})

@@ -22,11 +22,13 @@ import math
 import numpy as np
 
 from ..checked import gamma
-from ._exact import CAPACITY, grow, jit, round_compensated, round_partials, two_sum_step
+from ._exact import CAPACITY, fsum_partials, grow, jit, round_compensated, round_partials, two_sum_step
 
-__all__ = ["fused_sum"]
+__all__ = ["fused_sum", "fsum64_rows"]
 
 _BLOCK = 2048  # values (a row) or rows (a strided axis) a block
+# float64 partials: non-overlapping, so each owns a bit position from 2**-1074 to 2**1023 (grow needs one more)
+_F64_PARTIALS = 2100
 
 
 @jit(fastmath={"reassoc", "contract"})
@@ -163,3 +165,39 @@ def fused_sum(x, axes: tuple, keepdims: bool, grid, n: int) -> np.ndarray:
     else:
         shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
     return out.reshape(shape)
+
+
+@jit()
+def _fsum64(x, out, left):
+    """out[r] = ``math.fsum(x[r])`` for each row of float64 x (R, n) whose values and running sum
+    stay finite (Shewchuk's partials, as fsum keeps them; the sum correctly rounded to float64, so
+    the same float as fsum's); the other rows are flagged in ``left`` for the caller, which has
+    fsum's own rules for inf and NaN and its OverflowError.  Returns how many were flagged."""
+    p = np.empty(_F64_PARTIALS)
+    flagged = 0
+    for r in range(x.shape[0]):
+        n = 0
+        ok = True
+        for j in range(x.shape[1]):
+            v = x[r, j]
+            if not math.isfinite(v):
+                ok = False
+                break
+            n = grow(p, n, v)
+            if n and not math.isfinite(p[n - 1]):  # the running sum overflowed
+                ok = False
+                break
+        out[r] = fsum_partials(p, n) if ok else 0.0
+        left[r] = not ok
+        flagged += not ok
+    return flagged
+
+
+def fsum64_rows(rows: np.ndarray):
+    """``sums.fsum64`` of each row of float64 ``rows`` (R, n): (float64 sums (R,), bool (R,) rows left to the
+    caller: a value or the running sum not finite)."""
+    rows = np.ascontiguousarray(rows, dtype=np.float64)
+    out = np.empty(rows.shape[0], np.float64)
+    left = np.zeros(rows.shape[0], np.bool_)
+    _fsum64(rows, out, left)
+    return out, left
