@@ -6,6 +6,7 @@ that the step a run died at comes from the training loop itself; the CLI tests w
 for every kind of recipe set the command accepts.
 """
 
+import dataclasses
 import json
 
 import matplotlib
@@ -17,7 +18,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.collections import PolyCollection  # noqa: E402
 
-from fpsim.experiments import RECIPES, ReferenceTask, RunResult, compare, compare_seeds  # noqa: E402
+from fpsim.experiments import RECIPES, TASKS, ReferenceTask, RunResult, compare, compare_seeds  # noqa: E402
 from fpsim.tools import cli  # noqa: E402
 from fpsim.tools.compareplot import Death, compare_figure  # noqa: E402
 
@@ -149,14 +150,21 @@ RECIPE_SETS = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class _SmallReference(ReferenceTask):
+    n: int = 512
+
+
 @pytest.fixture
-def small_task(monkeypatch):
-    """`fpsim compare` on ReferenceTask(n=512): the same code paths, a fraction of the time."""
-    import functools
-
-    import fpsim.experiments
-
-    monkeypatch.setattr(fpsim.experiments, "ReferenceTask", functools.partial(ReferenceTask, n=512))
+def small_task():
+    """`fpsim compare` on ReferenceTask(n=512): the same code paths, a fraction of the time (the
+    registry's "reference", which the CLI's --task reads, replaced for the test)."""
+    full = TASKS.get("reference")
+    TASKS.register(_SmallReference, "reference", replace=True)
+    try:
+        yield
+    finally:
+        TASKS.register(full, "reference", replace=True)
 
 
 @pytest.mark.filterwarnings("error::UserWarning")  # matplotlib's "constrained_layout not applied" among them
@@ -166,6 +174,7 @@ def test_cli_writes_the_figure_for_every_recipe_set(which, tmp_path, capsys, sma
     rc = cli.main(["compare", *RECIPE_SETS[which], "--steps", "2", "--quiet", "--figure", str(path)])
     assert rc == 0
     err = capsys.readouterr().err
+    assert "512 x 64 = 2^15 outputs" in err  # the small task ran (the fixture reaches the CLI's --task)
     assert path.read_bytes()[:8] == PNG and path.stat().st_size > 20_000
     assert err.rstrip().endswith(f": {path}")
     if which in ("default", "every recipe", "every low-precision run dies", "one recipe"):
