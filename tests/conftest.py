@@ -11,6 +11,9 @@ Each test process (and, through the environment, the processes it starts: lab ke
 workers) runs with glibc's allocator thresholds that ``fpsim`` commands set
 (``fpsim.tools.allocator``): the training steps the tests run are faster, their bits the same.
 
+fpsim's own modules are byte-compiled once at the start (``_compile_fpsim``), for the processes the
+tests start.
+
 Runs read by tests in several modules (the reference task's default runs, the findings' quick
 runs: ``support.shared_runs``) are made once per session: under pytest-xdist the workers share
 them through the session's temporary folder (``shared_runs_folder``).
@@ -45,6 +48,21 @@ LONGEST_FIRST = ("test_labs", "test_samebits", "test_experiments", "test_fp8", "
 
 def pytest_configure(config):
     keep_freed_memory()
+    if not hasattr(config, "workerinput"):  # once, in the process that starts the workers
+        _compile_fpsim()
+
+
+def _compile_fpsim() -> None:
+    """Byte-compile fpsim's own modules into their ``__pycache__`` (only those out of date), as pip
+    does for an installed package but not for an editable one: the suite starts a few hundred Python
+    processes (CLI commands, lab kernels, --jobs workers), and with no bytecode on disk - a fresh
+    clone, or ``PYTHONDONTWRITEBYTECODE=1``, which stops Python writing it on import - each would
+    compile the modules it imports again (about 0.4 s a process).  Where the folder is read-only,
+    nothing is written and nothing fails."""
+    import compileall
+    from pathlib import Path
+
+    compileall.compile_dir(Path(B.__file__).parent, quiet=2, workers=1)
 
 
 def pytest_collection_modifyitems(config, items):
