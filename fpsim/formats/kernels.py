@@ -118,10 +118,13 @@ def f32_to_f16(x: np.ndarray) -> np.ndarray:
     integer passes.  float64 input: those values that land in float16's subnormal range are
     first rounded onto the subnormal grid (multiples of 2**-24) ourselves - adding and
     subtracting C, where C's ulp is 2**-24, rounds to that grid with ties to even - and numpy
-    then casts exact values quickly.
+    then casts exact values quickly.  The compiled path rounds float32 and float64 input in one loop
+    (the same bits, NaN payloads by numpy's cast).
     """
     x = np.asarray(x)
     if (fast := compiled.rounding("f32_to_f16", x, np.float32)) is not None:
+        return fast(x)
+    if (fast := compiled.rounding("f64_to_f16", x, np.float64)) is not None:
         return fast(x)
     if x.dtype == np.float32:
         return _f32_to_f16_bits(x) if x.size >= F16_BITS_MIN_SIZE else x.astype(np.float16)

@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import state
 from ..checks import check_seed
+from ..numerics import compiled
 from ..state import default_rng, manual_seed
 from .kernels import f16_to_f32, f32_to_bf16, f32_to_f16, fp8_to_f32, narrow_cast
 from .modekernels import round_magnitudes_f32, supports
@@ -162,6 +163,9 @@ def _f64_to_bf16(x64: np.ndarray) -> np.ndarray:
     return y.astype(ml_dtypes.bfloat16)
 
 
+_F64_LOOPS = ("float16", "bfloat16", *ELEMENT_FORMATS)  # rounded from float64 in one loop on the compiled path
+
+
 def _check_mode(rounding: str) -> str:
     return mode_name(rounding, ROUNDING_MODES, "rounding mode")
 
@@ -240,6 +244,9 @@ def _cast(arr: np.ndarray, f: Format, rounding: str, saturate: bool, rng, sr) ->
         return _saturate(out, arr, f) if saturate else out
     # ml_dtypes rounds float32 -> float8_e8m0fnu wrongly for float32 subnormal inputs: exact path.
     if rounding == "nearest" and f.has_zero and f.is_ml_dtype:
+        if arr.dtype == np.float64 and f.name in _F64_LOOPS and (fast := compiled.rounding("f64_nearest", arr)):
+            out = fast(arr, f, saturate, lambda v: narrow_cast(v, f, saturate))  # the numpy path's bits
+            return _saturate(out, arr, f) if saturate and f.name == "bfloat16" else out
         if arr.dtype == np.float64 and f.name == "bfloat16":
             out = _f64_to_bf16(arr)
             return _saturate(out, arr, f) if saturate else out

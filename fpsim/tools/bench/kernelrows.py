@@ -5,7 +5,10 @@ One row per rounding, on 10**6 float32 values (normal, N(0, 1); 10**4 with ``--q
 kernels (``formats.kernels``: float32 -> float16 / bfloat16 / e4m3, ``snap_f16``, the widenings and
 the unscaling widening; ``fp8kernels.scaled_fp8``), then the public roundings (``fpsim.cast`` /
 ``round_to`` into float16, bfloat16, e4m3fn, e5m2, e2m1, e3m2 and a P3109 format, stochastic
-rounding with given bits, MX and NVFP4 block quantization).  Each row's time is the compiled
+rounding with given bits, MX and NVFP4 block quantization), then ``fpsim.cast`` from float64 (the
+same values as float64, and for float16 also tiny ones, 10**U(-10, -3) of either sign: most land in
+float16's subnormal range, where numpy's own cast is slowest) into float16, bfloat16, e4m3fn, e5m2,
+e2m1 and e3m2.  Each row's time is the compiled
 path's, its peer the numpy path's (``use_compiled(False)``), and its note both in ns a value; the
 issue's target, 0.5 ns a value, is judged on the compiled path.  The first row holds a float32
 copy against numpy's own ``astype(float16)``: the floor and the library cast, in the same run.
@@ -36,6 +39,9 @@ def _cases(x: np.ndarray) -> dict:
     h = x.astype(np.float16)
     c8 = x.astype(e4.dtype)
     bits = np.random.default_rng(1).integers(0, 2**8, x.size, dtype=np.uint32)
+    x64 = x.astype(np.float64)
+    rng = np.random.default_rng(2)
+    tiny = 10.0 ** rng.uniform(-10, -3, x.size) * rng.choice([-1.0, 1.0], x.size)
     return {
         "kernels.f32_to_f16 (the engine's float16 rounding)": lambda: kernels.f32_to_f16(x),
         "kernels.snap_f16 (numpy-f32's float16 rounding)": lambda: kernels.snap_f16(x),
@@ -58,6 +64,13 @@ def _cases(x: np.ndarray) -> dict:
                                                                           sr_random=bits),
         "fpsim.quantize -> mxfp8_e4m3": lambda: quantize(x, "mxfp8_e4m3"),
         "fpsim.quantize -> nvfp4": lambda: quantize(x, "nvfp4"),
+        "fpsim.cast float64 -> float16": lambda: cast(x64, "float16"),
+        "fpsim.cast float64 tiny -> float16": lambda: cast(tiny, "float16"),
+        "fpsim.cast float64 -> bfloat16": lambda: cast(x64, "bfloat16"),
+        "fpsim.cast float64 -> float8_e4m3fn": lambda: cast(x64, "float8_e4m3fn"),
+        "fpsim.cast float64 -> float8_e5m2": lambda: cast(x64, "float8_e5m2"),
+        "fpsim.cast float64 -> float4_e2m1fn": lambda: cast(x64, "float4_e2m1fn"),
+        "fpsim.cast float64 -> float6_e3m2fn": lambda: cast(x64, "float6_e3m2fn"),
     }
 
 
