@@ -245,8 +245,7 @@ def _cast(arr: np.ndarray, f: Format, rounding: str, saturate: bool, rng, sr) ->
     # ml_dtypes rounds float32 -> float8_e8m0fnu wrongly for float32 subnormal inputs: exact path.
     if rounding == "nearest" and f.has_zero and f.is_ml_dtype:
         if arr.dtype == np.float64 and f.name in _F64_LOOPS and (fast := compiled.rounding("f64_nearest", arr)):
-            out = fast(arr, f, saturate, lambda v: narrow_cast(v, f, saturate))  # the numpy path's bits
-            return _saturate(out, arr, f) if saturate and f.name == "bfloat16" else out
+            return fast(arr, f, saturate, lambda v: narrow_cast(v, f, saturate))  # the numpy path's bits
         if arr.dtype == np.float64 and f.name == "bfloat16":
             out = _f64_to_bf16(arr)
             return _saturate(out, arr, f) if saturate else out

@@ -41,10 +41,12 @@ def f64_to_f16(x: np.ndarray, saturate: bool = False) -> np.ndarray:
     return out
 
 
-def f64_to_bf16(x: np.ndarray) -> np.ndarray:
-    """float64 -> bfloat16, rounded once to nearest even (``round._f64_to_bf16``); overflow to +-inf.
-    NaNs as there: numpy's cast to float32, then ml_dtypes' to bfloat16."""
-    out, nan = _rne(x, ml_dtypes.bfloat16, 7, -126, 127, (0x7F80, 0x8000))
+def f64_to_bf16(x: np.ndarray, saturate: bool = False) -> np.ndarray:
+    """float64 -> bfloat16, rounded once to nearest even (``round._f64_to_bf16``); overflow to +-inf,
+    or with ``saturate`` to +-max (+-inf inputs too), as ``round._saturate`` makes them.  NaNs as
+    there: numpy's cast to float32, then ml_dtypes' to bfloat16 (``_saturate`` widens those to
+    float32 and narrows them back where it replaces anything: the same NaNs, ml_dtypes' quiet ones)."""
+    out, nan = _rne(x, ml_dtypes.bfloat16, 7, -126, 127, (0x7F7F if saturate else 0x7F80, 0x8000))
     if nan:
         where = np.isnan(x)
         out[where] = x[where].astype(np.float32).astype(ml_dtypes.bfloat16)
@@ -78,13 +80,12 @@ _CODES: dict = {}  # (format, saturate) -> (the overflow's code, -0's)
 def f64_nearest(x: np.ndarray, f, saturate: bool, narrow) -> np.ndarray:
     """float64 ``x`` rounded once to nearest even into float16, bfloat16 or a one-byte element format
     (``f``: the Format), in f's storage dtype, the numpy path's bits (``round._cast``'s float64 branch
-    to nearest): :func:`f64_to_f16` (``saturate`` as there), :func:`f64_to_bf16` (which does not
-    saturate: the caller's ``_saturate`` follows, as on the numpy path) or :func:`f64_narrow`
-    (``narrow``: as there)."""
+    to nearest; ``saturate`` as :func:`fpsim.cast` says): :func:`f64_to_f16`, :func:`f64_to_bf16` or
+    :func:`f64_narrow` (``narrow``: as there)."""
     if f.name == "float16":
         return f64_to_f16(x, saturate)
     if f.name == "bfloat16":
-        return f64_to_bf16(x)
+        return f64_to_bf16(x, saturate)
     return f64_narrow(x, f, saturate, narrow)
 
 
