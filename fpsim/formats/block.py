@@ -28,6 +28,7 @@ import numpy as np
 
 from ..checks import check_seed
 from ..registry import Registry
+from .blockcodes import quantize_compiled
 from .kernels import fp8_to_f32, narrow_cast
 from .round import ROUNDING_MODES, _as_float_array, cast
 from .scale_rules import E8M0_SCALE, FLOAT32_BLOCK_SCALE, NVFP4_SCALE, SCALE_ROUNDINGS, ScaleRule
@@ -336,9 +337,20 @@ def quantize(x, fmt, axis: int = -1, *, block=None, scale_rounding: str | None =
         rng = np.random.default_rng(seed) if seed is not None else None
     lay = _Layout(arr.shape, axis, block, clamp=rounding != "stochastic")
     _check_padding(lay, arr, block)
+    got = quantize_compiled(bf, arr, lay, scale_rounding, rounding, pow2_scales, rng)
+    elements, codes, tscale, under, sat, dec = got if got is not None else _quantize_numpy(
+        bf, arr, lay, scale_rounding, rounding, pow2_scales, rng)
+    stats = BlockStats(*(_read_only(a) for a in (under, sat, dec)))
+    return BlockQuantized(bf, _read_only(elements), _read_only(codes), tscale, axis, block, scale_rounding, rounding,
+                          bool(pow2_scales), stats)
+
+
+def _quantize_numpy(bf: BlockFormat, arr: np.ndarray, lay: _Layout, rule, rounding: str, pow2: bool, rng):
+    """:func:`~.blockcodes.quantize_compiled`'s arrays on the numpy path: the blocks a zero-padded copy
+    (:class:`_Layout`), their maxima, the scale rule's scales, then the elements a chunk of rows at a time."""
     xb = lay.to_blocks(arr)
     amax = _chunks(lay, xb, lambda sl: lay.amax(xb[sl]))
-    codes, factor, dec, tscale = bf.scale_rule.scales(bf.element, amax, scale_rounding, pow2_scales, xb, lay.expand,
+    codes, factor, dec, tscale = bf.scale_rule.scales(bf.element, amax, rule, pow2, xb, lay.expand,
                                                       (1, 3) if lay.tiled else 1)
     with np.errstate(invalid="ignore", over="ignore"):
         top = amax * factor  # the largest scaled magnitude of each block
@@ -347,10 +359,8 @@ def quantize(x, fmt, axis: int = -1, *, block=None, scale_rounding: str | None =
     under, sat = np.zeros(amax.shape, np.int64), np.zeros(amax.shape, np.int64)
     for sl in _row_slices(lay, xb):
         elements[sl], under[sl], sat[sl] = enc(xb[sl], amax[sl], factor[sl], top[sl])
-    stats = BlockStats(*(_read_only(lay.scale_from_blocks(a)) for a in (under, sat, dec)))
-    return BlockQuantized(bf, _read_only(np.ascontiguousarray(lay.from_blocks(elements))),
-                          _read_only(lay.scale_from_blocks(codes)), tscale, axis, block, scale_rounding, rounding,
-                          bool(pow2_scales), stats)
+    return (np.ascontiguousarray(lay.from_blocks(elements)), lay.scale_from_blocks(codes), tscale,
+            *(lay.scale_from_blocks(a) for a in (under, sat, dec)))
 
 
 def checked(x, fmt, axis, block, scale_rounding, rounding, pow2_scales, seed, rng):

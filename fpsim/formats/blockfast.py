@@ -48,6 +48,7 @@ import numpy as np
 from .. import state
 from ..numerics import compiled
 from .block import BlockFormat, _check_padding, _Layout, checked, quantize
+from .blockcodes import _kernel_args
 from .kernels import bf16_odd_patterns, fp8_to_f32, narrow_cast, widening_table
 from .table import Format
 
@@ -244,13 +245,6 @@ def _compiled_elements(blocks: _Blocks, elem: Format, factor: np.ndarray, dec: n
     return fast(xb, factor, dec, u.reshape(xb.shape) if xb.ndim != 3 else u, args)
 
 
-def _kernel_args(elem: Format) -> tuple:
-    """The element format as the compiled kernels take it: the bits of 2**emin (its smallest normal),
-    its mantissa bits as an exponent field, 2**(emax + 1) and its max, as float32."""
-    return (_U32((elem.emin + 127) << 23), _U32(elem.mantissa_bits << 23), _F32(2.0 ** (elem.emax + 1)),
-            _F32(elem.max))
-
-
 def _nearest_table(elem: Format) -> np.ndarray:
     """float32 (65,536): for every bfloat16 pattern, the float32 value of its saturating
     round-to-nearest-even cast into ``elem`` - ``kernels.narrow_cast``'s table, widened."""
@@ -290,3 +284,4 @@ def _nan_block_value(elem: Format, dec_nan: np.ndarray) -> np.float32:
     assumed)."""
     e = np.array([np.nan if elem.has_nan else 0.0], np.float32).astype(elem.dtype)
     return (fp8_to_f32(e) * dec_nan)[0]
+

@@ -129,8 +129,7 @@ class NVFP4Scale(ScaleRule):
         return None if key == "six" else key
 
     def scales(self, elem, amax, scale_rounding, pow2, xb=None, expand=None, axes=None):
-        finite = amax[np.isfinite(amax)]
-        top = finite.max() if finite.size else 0.0
+        top = _finite_max(amax)
         if scale_rounding == "four_over_six":
             s_enc = bs.nvfp4_tensor_scale(top, fos.FOUR_OVER_SIX_SCALE_MAX)
             codes, enc, dec, _ = fos.nvfp4_four_over_six(xb, amax, s_enc, expand, axes, elem)
@@ -143,6 +142,19 @@ class NVFP4Scale(ScaleRule):
         s = fp8_to_f32(scales)
         with np.errstate(over="ignore", invalid="ignore"):
             return s * _F32(tensor_scale)  # the e4m3 scale times the float32 tensor scale, one float32 product
+
+
+def _finite_max(amax: np.ndarray):
+    """The largest finite value of ``amax`` (float32, >= 0 or inf / NaN), 0.0 if none: one integer max
+    of the bit patterns where all are finite (the common case), else of the finite ones."""
+    if not amax.size:
+        return 0.0
+    bits = np.ascontiguousarray(amax).view(_U32)
+    hi = bits.max()
+    if hi < _U32(0x7F800000):
+        return hi.view(_F32)
+    finite = amax[np.isfinite(amax)]
+    return finite.max() if finite.size else 0.0
 
 
 class Float32BlockScale(ScaleRule):

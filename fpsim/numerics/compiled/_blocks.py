@@ -206,7 +206,7 @@ def block_nearest(xb: np.ndarray, factor: np.ndarray, dec: np.ndarray, elem: tup
     """The blocked float32 output of ``blockfast._encode`` to nearest: ``xb`` (R, k) blocks as rows
     (``factor`` / ``dec`` (R,)), (R, k, B) blocks along the middle axis ((R, B)) or (R, r, Nb, c)
     2-D tiles ((R, Nb)), C-contiguous float32; ``elem``: the element format as the kernels take it
-    (``blockfast._kernel_args``: the bits of 2**emin, the mantissa bits as an exponent field,
+    (``blockcodes._kernel_args``: the bits of 2**emin, the mantissa bits as an exponent field,
     2**(emax + 1) and max as float32)."""
     out = np.empty(xb.shape, np.float32)
     if xb.ndim == 3:
