@@ -19,7 +19,7 @@ from .. import state
 from ..numerics import compiled
 from .table import Format
 
-__all__ = ["quantize_compiled"]
+__all__ = ["quantize_compiled", "uniforms"]
 
 _U32 = np.uint32
 _F32 = np.float32
@@ -55,6 +55,17 @@ def quantize_compiled(bf, arr: np.ndarray, lay, rule, rounding: str, pow2: bool,
             np.ascontiguousarray(dec, np.float32).reshape(s))
 
 
+def uniforms(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``rng.random(n)``, the same doubles and ``rng`` left in the same state: by the compiled path's
+    PCG64 (``_draws.py``, about twice as fast) where it runs - numpy's PCG64 generator, n at least
+    ``compiled.ROUNDING_MIN_SIZE`` - else by ``rng.random`` itself."""
+    if n >= compiled.ROUNDING_MIN_SIZE and type(rng.bit_generator) is np.random.PCG64:
+        k = compiled.kernels()
+        if k is not None:
+            return k.roundings["pcg64_uniforms"](rng, n)
+    return rng.random(n)
+
+
 def _quantize_view(a: np.ndarray, lay):
     """(a view of C-contiguous ``a``, its block) as ``_quantize.py``'s kernels take them: blocks along
     the last axis (or one followed by axes of size 1) rows (R, n) in blocks of k; along an earlier axis
@@ -73,12 +84,12 @@ def _quantize_draws(rng: np.random.Generator, lay, x: np.ndarray) -> np.ndarray:
     tiles (L, padded M, padded N), blocks along an earlier axis copied from (L, B, padded n) to (L, n, B)."""
     if lay.tiled:
         lead, m, n = x.shape
-        return rng.random(lead * (m + lay.pads[0]) * (n + lay.pads[1])).reshape(lead, m + lay.pads[0], -1)
+        return uniforms(rng, lead * (m + lay.pads[0]) * (n + lay.pads[1])).reshape(lead, m + lay.pads[0], -1)
     npad = lay.shape[lay.axis] + lay.pads[0]
     if x.ndim == 2:
-        return rng.random(x.shape[0] * npad).reshape(x.shape[0], npad)
+        return uniforms(rng, x.shape[0] * npad).reshape(x.shape[0], npad)
     lead, n, trail = x.shape
-    u = rng.random(lead * trail * npad).reshape(lead, trail, npad)[:, :, :n]
+    u = uniforms(rng, lead * trail * npad).reshape(lead, trail, npad)[:, :, :n]
     return np.ascontiguousarray(u.transpose(0, 2, 1))
 
 

@@ -48,7 +48,7 @@ import numpy as np
 from .. import state
 from ..numerics import compiled
 from .block import BlockFormat, _check_padding, _Layout, checked, quantize
-from .blockcodes import _kernel_args
+from .blockcodes import _kernel_args, uniforms
 from .kernels import bf16_odd_patterns, fp8_to_f32, narrow_cast, widening_table
 from .table import Format
 
@@ -238,7 +238,7 @@ def _compiled_elements(blocks: _Blocks, elem: Format, factor: np.ndarray, dec: n
     args = _kernel_args(elem)
     if rng is None:
         return fast(xb, factor, dec, args)
-    u = rng.random(xb.size)  # draws()'s, or each chunk's in turn on the numpy path: the same stream
+    u = uniforms(rng, xb.size)  # draws()'s, or each chunk's in turn on the numpy path: the same stream
     if xb.ndim == 3:  # as drawn, (lead, trail, n): the kernel reads them where they lie (draws() transposes)
         ax = blocks.lay.axis
         u = u.reshape(math.prod(blocks.shape[:ax]), xb.shape[2], blocks.shape[ax])

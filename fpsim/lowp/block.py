@@ -351,12 +351,13 @@ def _e8(m: int) -> Format:
     return Format(f"e8m{m}", np.dtype(np.float32), 8, m)
 
 
-def _t(q, contiguous: bool):
-    """The transpose of a quantized operand: float32 values (a view, or a contiguous copy), or
-    (elements, factors)."""
+def _t(q):
+    """The transpose of a quantized operand: of float32 values a view (``matmul_f32`` reads a
+    transposed operand where it lies, faster than a copy of it), of (elements, factors) contiguous
+    copies (the tensor-core chain's)."""
     if isinstance(q, tuple):
         return tuple(np.ascontiguousarray(x.T) for x in q)
-    return np.ascontiguousarray(q.T) if contiguous else q.T
+    return q.T
 
 
 def _gemm(r: BlockScaling, a, b, be, direction: str, grids=(None, None)) -> np.ndarray:
@@ -384,7 +385,7 @@ def block_linear(x: Tensor, weight: Tensor, bias: Tensor | None, recipe: BlockSc
     tiled = isinstance(r.weight_block, tuple)
     xq, x_grid = r._quantized(x32, -1)
     wq, w_grid = r._quantized(w32, -1, block=r.weight_block)
-    out32 = _gemm(r, xq, _t(wq, False), be, "forward", (x_grid, w_grid))
+    out32 = _gemm(r, xq, _t(wq), be, "forward", (x_grid, w_grid))
     if bias is not None:
         out32 += be.to_numpy(bias.f32())
     out32 = be.asarray(out32.reshape(*x.shape[:-1], weight.shape[0]))
@@ -408,7 +409,7 @@ def block_linear(x: Tensor, weight: Tensor, bias: Tensor | None, recipe: BlockSc
                 g_in, x_in = hadamard_transform(g2, h), hadamard_transform(x32, h)
             g_w, gw_grid = r._quantized(g_in, 0, grad=True)  # along tokens: wgrad's K
             x_w, xw_grid = r._quantized(x_in, 0)
-        gw = be.asarray(_gemm(r, _t(g_w, True), x_w, be, "backward", (gw_grid, xw_grid)))
+        gw = be.asarray(_gemm(r, _t(g_w), x_w, be, "backward", (gw_grid, xw_grid)))
         gb = be.asarray(be.sum(g2, 0)) if bias is not None else None
         return (gx, gw) if bias is None else (gx, gw, gb)
 

@@ -202,3 +202,17 @@ def test_pinned_values():
     n = quantize(y, "nvfp4")
     assert n.scales.view(np.uint8)[0, 0] == 0x7E and n.elements.view(np.uint8)[0, :4].tolist() == [7, 13, 1, 0]
     assert float(n.tensor_scale) == float(np.float32(1) / np.float32(448))
+
+
+@pytest.mark.parametrize("n", [1024, 1025, 1087, 4096 + 63, 100_003])
+def test_the_compiled_uniforms_are_numpys_draws_and_leave_the_generator_where_numpy_does(n):
+    from fpsim.formats.blockcodes import uniforms
+
+    for seed in (0, 12345, 2**63 + 11):
+        want, got = np.random.default_rng(seed), np.random.default_rng(seed)
+        want.integers(0, 7, 3), got.integers(0, 7, 3)  # a generator part-way through its stream
+        assert np.array_equal(uniforms(got, n), want.random(n))
+        assert got.bit_generator.state == want.bit_generator.state
+        assert got.random() == want.random() and got.integers(2**62) == want.integers(2**62)
+    other, same_other = (np.random.Generator(np.random.Philox(3)) for _ in range(2))  # not PCG64: rng.random itself
+    assert np.array_equal(uniforms(other, n), same_other.random(n))

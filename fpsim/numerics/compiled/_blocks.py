@@ -108,19 +108,42 @@ def _nearest(s, qmin, man_field, top, fmax):
 
 
 @jit(inline=True)
+def _magnitude_code(a, qmin, man_field, mscale, cmax):
+    """The code of magnitude a (float32, >= 0, at most 2**(emax + 1)) rounded to nearest even into
+    the element format, saturating, its sign bit clear: with q the element's spacing in a's binade
+    (the subnormals' below its smallest normal, bits ``qmin``), a + 2**23 q rounds onto the multiples
+    of q (ties to even) and its bit pattern less that of 2**23 q is a / q rounded, N; the code is N
+    plus the binade's index times 2**m (``mscale``; a carry into the next binade lands on its code),
+    at most ``cmax`` (max's).  Exact for a value already on the grid (the stochastic path's).  The
+    same value as :func:`_nearest`, as a code; integer steps only, but the one float32 addition."""
+    ab = _F32(a).view(np.uint32)
+    e = _U32(ab & _U32(0x7F800000))
+    eb = _U32(e if e > qmin else qmin)
+    mb = _U32(_U32(eb - man_field) + _U32(23 << 23))
+    n = _U32(_U32(_F32(a + mb.view(np.float32)).view(np.uint32)) - mb)
+    c = _U32(n + _U32(_U32(_U32(eb - qmin) >> _U32(23)) * mscale))
+    return _U32(c if c < cmax else cmax)
+
+
+@jit(inline=True)
 def _stochastic(s, u, qmin, man_field, fmax):
     """``blockfast._stochastic`` of one float32 s: |s| / ulp (exact), its floor, up by one where
-    the uniform u lies below the fraction, times the ulp, min(., max), s's sign."""
+    the uniform u lies below the fraction, times the ulp, min(., max), s's sign.  The quotient w is
+    below 2**(m + 2) for every finite s (the ulp is its binade's), so its floor is its integer part
+    (a conversion, where np.floor is a call per value); an inf s's w is cut to 2**30 first (its floor
+    then times the ulp is beyond max, as inf is, and its fraction 0 never goes up: the same max).
+    The min with max compares bit patterns (r >= 0: the same order; a NaN block's r is set after)."""
     b = s.view(np.uint32)
     a = _U32(b & _U32(0x7FFFFFFF))
     q = _U32(max(_U32(a & _U32(0x7F800000)), qmin) - man_field)
     w = _F32(a.view(np.float32) * _U32(_INV - q).view(np.float32))
-    r = _F32(np.floor(w))
+    w = _F32(w if w < _F32(2.0**30) else _F32(2.0**30))
+    r = _F32(np.int64(w))
     frac = _F32(w - r)
     r = _F32(r + _F32(1.0 if u < frac else 0.0))
-    r = _F32(r * q.view(np.float32))
-    r = _F32(min(r, fmax))
-    return _U32(r.view(np.uint32) | _U32(b & _U32(0x80000000))).view(np.float32)
+    rb = _U32(_F32(r * q.view(np.float32)).view(np.uint32))
+    fb = _F32(fmax).view(np.uint32)
+    return _U32(_U32(rb if rb < fb else fb) | _U32(b & _U32(0x80000000))).view(np.float32)
 
 
 @jit(inline=True)
@@ -147,6 +170,30 @@ def _tiles(xb, factor, dec, u, qmin, man_field, top, fmax, sr, out):
                 for k in range(c):
                     out[i, j, m, k] = _element(xb[i, j, m, k], f, d, u[i, j, m, k] if sr else 0.0, qmin, man_field,
                                                top, fmax, sr)
+
+
+@jit()
+def _rows_values(x, k, factor, dec, qmin, man_field, top, fmax, out):
+    """:func:`_tiles` to nearest for blocks of k as rows (x and out flat float32, factor / dec (R,)):
+    one slice a block, so that the element loop runs from 0 along contiguous memory (it vectorises;
+    the tiles' four indices keep it from doing so for short rows)."""
+    for b in range(factor.shape[0]):
+        f = factor[b]
+        d = dec[b]
+        xs, os_ = x[b * k : b * k + k], out[b * k : b * k + k]
+        for j in range(xs.shape[0]):
+            os_[j] = _element(xs[j], f, d, 0.0, qmin, man_field, top, fmax, False)
+
+
+@jit()
+def _rows_stochastic_values(x, k, factor, dec, u, qmin, man_field, top, fmax, out):
+    """:func:`_rows_values` rounding stochastically with the uniforms ``u`` (flat float64, x's size)."""
+    for b in range(factor.shape[0]):
+        f = factor[b]
+        d = dec[b]
+        xs, us, os_ = x[b * k : b * k + k], u[b * k : b * k + k], out[b * k : b * k + k]
+        for j in range(xs.shape[0]):
+            os_[j] = _element(xs[j], f, d, us[j], qmin, man_field, top, fmax, True)
 
 
 @jit()
@@ -196,6 +243,8 @@ def block_stochastic(xb: np.ndarray, factor: np.ndarray, dec: np.ndarray, u: np.
     out = np.empty(xb.shape, np.float32)
     if xb.ndim == 3:
         _columns(xb, factor, dec, u, *elem, True, out)
+    elif xb.ndim == 2:
+        _rows_stochastic_values(xb.reshape(-1), xb.shape[1], factor, dec, u.reshape(-1), *elem, out.reshape(-1))
     else:
         x4, f4, d4, u4, o4 = _as_tiles(xb, factor, dec, u.reshape(xb.shape), out)
         _tiles(x4, f4, d4, u4, *elem, True, o4)
@@ -211,6 +260,8 @@ def block_nearest(xb: np.ndarray, factor: np.ndarray, dec: np.ndarray, elem: tup
     out = np.empty(xb.shape, np.float32)
     if xb.ndim == 3:
         _columns(xb, factor, dec, _NO_DRAWS3, *elem, False, out)
+    elif xb.ndim == 2:
+        _rows_values(xb.reshape(-1), xb.shape[1], factor, dec, *elem, out.reshape(-1))
     else:
         x4, f4, d4, o4 = _as_tiles(xb, factor, dec, out)
         _tiles(x4, f4, d4, _NO_DRAWS, *elem, False, o4)
@@ -225,29 +276,25 @@ _F32_MAX = _F32(np.finfo(np.float32).max)
 def _nvfp4_scales(amax, mult, s_dec, codes, enc, dec):
     """Per block, ``block_scales.nvfp4_scales``' steps in its order, in float32: d = min(amax * mult,
     448) rounded to e4m3 (nearest even; :func:`_nearest`, d >= 0) is the scale s, its e4m3 code
-    from its bits; dec = s * s_dec; enc = min(1 / dec, max) (1 / 0 is inf, so max), 0 where s is 0;
-    a block whose amax is inf or NaN gets the NaN code 0x7F and NaN factors."""
+    :func:`_magnitude_code` of it; dec = s * s_dec; enc = min(1 / dec, max) (1 / 0 is inf, so max;
+    the quotient in float64 rounds to float32 as float32's own division would: 53 >= 2 * 24 + 2), 0
+    where s is 0; then each block whose amax is inf or NaN gets the NaN code 0x7F and NaN factors (a
+    second loop: a branch in the first keeps it from vectorising)."""
     for i in range(amax.shape[0]):
-        a = _F32(amax[i])
-        if _U32(a.view(np.uint32) & _U32(0x7F800000)) == _U32(0x7F800000):
+        d = _F32(_F32(amax[i]) * mult)
+        d = _F32(d if d < _E4M3_MAX else _E4M3_MAX)  # NaN: 448 (set below)
+        sc = _F32(_nearest(d, _E4M3_MIN, _E4M3_MAN, _E4M3_TOP, _E4M3_MAX))
+        codes[i] = np.uint8(_magnitude_code(sc, _E4M3_MIN, _E4M3_MAN, _U32(8), _U32(0x7E)))
+        de = _F32(sc * s_dec)
+        dec[i] = de
+        en = _F32(np.true_divide(_F32(1.0), de))
+        en = _F32(en if en < _F32_MAX else _F32_MAX)
+        enc[i] = _F32(0.0) if sc == 0 else en
+    for i in range(amax.shape[0]):
+        if _U32(_F32(amax[i]).view(np.uint32) & _U32(0x7F800000)) == _U32(0x7F800000):
             codes[i] = 0x7F
             enc[i] = np.nan
             dec[i] = np.nan
-            continue
-        d = _F32(min(_F32(a * mult), _E4M3_MAX))
-        sc = _F32(_nearest(d, _E4M3_MIN, _E4M3_MAN, _E4M3_TOP, _E4M3_MAX))
-        sb = _U32(sc.view(np.uint32))
-        e = np.int64(sb >> _U32(23)) - 127
-        if sb == 0:
-            codes[i] = 0
-        elif e < -6:  # a subnormal e4m3, m 2**-9 (m = 1..7): the code is m
-            codes[i] = np.uint8(np.int64(sc * _F32(512.0)))
-        else:
-            codes[i] = np.uint8(((e + 7) << 3) | np.int64((sb >> _U32(20)) & _U32(7)))
-        de = _F32(sc * s_dec)
-        dec[i] = de
-        en = _F32(min(_F32(_F32(1.0) / de), _F32_MAX)) if de != 0 else _F32_MAX
-        enc[i] = _F32(0.0) if sb == 0 else en
 
 
 def nvfp4_scales(amax: np.ndarray, mult, s_dec):

@@ -8,9 +8,8 @@ The input is read where it lies, with no padded or transposed copy: blocks along
 rows (R, n) of blocks of k, the last block of a row partial when k does not divide n
 (:func:`_rows`); blocks along an earlier axis as tiles (k, 1) of (L, n, B), and 2-D tiles (r, c) of
 (L, M, N), partial at the edges (:func:`_grid`); the scales come out in the user's layout.  The
-element step is ``_blocks._nearest`` / ``_blocks._stochastic`` (the numpy path's ``narrow_cast`` /
-``cast`` value for every float32 but NaN) and :func:`_code`, the element's bit pattern from its
-value; a block whose amax is inf or NaN is all the element's NaN code (0 where it has no NaN) with
+element step is ``_blocks._magnitude_code`` (``_blocks._nearest``'s value, as a code) / ``_blocks._stochastic`` (the
+numpy path's ``narrow_cast`` / ``cast`` value for every float32 but NaN); a block whose amax is inf or NaN is all the element's NaN code (0 where it has no NaN) with
 no counts, as the numpy path's ``_Encoder`` sets it.
 """
 
@@ -18,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._blocks import _stochastic
+from ._blocks import _magnitude_code, _stochastic
 from ._exact import jit
 
 __all__ = ["QUANTIZE"]
@@ -26,24 +25,6 @@ __all__ = ["QUANTIZE"]
 _F32 = np.float32
 _U32 = np.uint32
 _INF = _U32(0x7F800000)
-
-
-@jit(inline=True)
-def _magnitude_code(a, qmin, man_field, mscale, cmax):
-    """The code of magnitude a (float32, >= 0, at most 2**(emax + 1)) rounded to nearest even into
-    the element format, saturating, its sign bit clear: with q the element's spacing in a's binade
-    (the subnormals' below its smallest normal, bits ``qmin``), a + 2**23 q rounds onto the multiples
-    of q (ties to even) and its bit pattern less that of 2**23 q is a / q rounded, N; the code is N
-    plus the binade's index times 2**m (``mscale``; a carry into the next binade lands on its code),
-    at most ``cmax`` (max's).  Exact for a value already on the grid (the stochastic path's).  The
-    same value as ``_blocks._nearest``, as a code; integer steps only, but the one float32 addition."""
-    ab = _F32(a).view(np.uint32)
-    e = _U32(ab & _U32(0x7F800000))
-    eb = _U32(e if e > qmin else qmin)
-    mb = _U32(_U32(eb - man_field) + _U32(23 << 23))
-    n = _U32(_U32(_F32(a + mb.view(np.float32)).view(np.uint32)) - mb)
-    c = _U32(n + _U32(_U32(_U32(eb - qmin) >> _U32(23)) * mscale))
-    return _U32(c if c < cmax else cmax)
 
 
 @jit(inline=True)
