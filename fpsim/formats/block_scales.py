@@ -32,6 +32,8 @@ for all three families).  A block of zeros gets the family's smallest scale (e8m
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..numerics import compiled
@@ -44,6 +46,7 @@ __all__ = ["SCALE_ROUNDINGS", "mx_exponents", "mx_scales", "mx_floor_tables", "n
 SCALE_ROUNDINGS = ("floor", "ceil", "even", "rceil", "bump")
 _F32 = np.float32
 _FLT_MAX = _F32(np.finfo(np.float32).max)
+_FLT_MAX_F = float(_FLT_MAX)
 _E4M3 = get_format("float8_e4m3fn")
 NVFP4_AMAX_DIVISOR = 448.0 * 6.0  # e4m3's max times e2m1's max
 
@@ -125,12 +128,12 @@ def nvfp4_tensor_scale(tensor_amax: float, scale_max: float = 448.0) -> np.float
     """S_enc = (scale_max * 6) / amax in float32, as TE computes it: capped at float32's max, and 1
     where amax is 0 or not finite (a tensor holding nothing to scale).  ``scale_max`` is 448
     (e4m3's max), or 256 for Four Over Six (:mod:`fpsim.formats.fouroversix`)."""
-    amax = _F32(tensor_amax)
-    if not np.isfinite(amax) or amax == 0:
+    amax = float(_F32(tensor_amax))
+    if not math.isfinite(amax) or amax == 0:
         return _F32(1)
-    with np.errstate(over="ignore"):
-        s = _F32(scale_max) * _F32(6) / amax
-    return _F32(min(s, _FLT_MAX))
+    # float32's quotient: the float64 one rounded to float32 is the same (53 >= 2 * 24 + 2 bits), capped
+    q = float(_F32(scale_max) * _F32(6)) / amax
+    return _FLT_MAX if q >= _FLT_MAX_F else _F32(q)
 
 
 def nvfp4_scales(amax: np.ndarray, s_enc: np.float32, top: float = 6.0):
@@ -144,7 +147,8 @@ def nvfp4_scales(amax: np.ndarray, s_enc: np.float32, top: float = 6.0):
     """
     s_dec = _F32(1) / s_enc
     mult = s_enc * (_F32(1) / _F32(top))  # top: the element value the block's amax maps to (6; 4 in 4/6)
-    fast = compiled.rounding("nvfp4_scales", amax, np.float32)
+    # the compiled loop for a few blocks too once the kernels are loaded (a 64 x 64 weight's 16 tiles)
+    fast = compiled.count("nvfp4_scales", amax) if amax.dtype == np.float32 else None
     if fast is not None and amax.flags.c_contiguous and np.isfinite(mult) and np.isfinite(s_dec):
         # the same steps, block by block in one loop (S_enc is finite and nonzero: nvfp4_tensor_scale's)
         codes, enc, dec = fast(amax, mult, s_dec)
