@@ -21,9 +21,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..numerics import compiled
-from .table import Format
+from .kernels import f32_to_f16, narrow_cast
+from .table import ELEMENT_FORMATS, Format
 
-__all__ = ["supports", "round_magnitudes_f32"]
+__all__ = ["supports", "round_magnitudes_f32", "fused_params", "fused_cast"]
 
 _U32 = np.uint32
 _F32 = np.float32
@@ -39,6 +40,73 @@ def supports(f: Format, mode: str, sr) -> bool:
                                  or f.emax > 120):
         return False
     return mode != "stochastic" or sr is None or sr[0] <= _SR_FAST_BITS
+
+
+def fused_cast(x32: np.ndarray, f: Format, mode: str, saturate: bool, sr=None, rng=None, path: str = "modes"):
+    """(float32 ``x32`` rounded into ``f`` in ``mode`` and finished, in f's storage dtype, whether x32
+    holds NaN) by the compiled fused loop, or None where it does not apply (the compiled path off,
+    a small array, a format or mode :func:`fused_params` refuses, a few-bit SR of more than 24 bits;
+    ``run`` only asks).  The result is what ``round._store(modes.finish(...))`` gives (``path``
+    "nearest": ``kernels.narrow_cast``) for every input that is not a NaN; the NaNs' results are not
+    written (the caller redoes them, or refuses them in a format without NaN).  Exact SR draws
+    ``rng.random``, one float64 a value in order, as the numpy path does."""
+    kernel = compiled.rounding("modes_cast", x32, np.float32)
+    if kernel is None or not supports(f, mode, sr):
+        return None
+    params = fused_params(f, mode, saturate, path)
+    return None if params is None else kernel(x32, f.dtype, params, mode, sr, rng)
+
+
+def fused_applies(x32: np.ndarray, f: Format, mode: str, saturate: bool, sr_bits=None, path: str = "modes") -> bool:
+    """Whether :func:`fused_cast` rounds float32 ``x32`` (k = ``sr_bits`` random bits)."""
+    return (compiled.rounding("modes_cast", x32, np.float32) is not None
+            and supports(f, mode, None if sr_bits is None else (int(sr_bits),))
+            and fused_params(f, mode, saturate, path) is not None)
+
+
+_FUSED: dict = {}  # (format, mode, saturate, path) -> fused_params
+
+
+def fused_params(f: Format, mode: str, saturate: bool, path: str = "modes"):
+    """What the compiled fused cast (``numerics.compiled._fused_modes``) needs to round float32 into
+    ``f`` in ``mode`` and return what the numpy path returns, or None where it does not apply (a format
+    :func:`supports` does not take, bfloat16, no zero, two's complement, an ml_dtypes format other
+    than float16 and the element formats).  ``path``: ``"modes"`` - the result of ``round._store``
+    after ``modes.finish``; ``"nearest"`` - the element formats' nearest cast, ``kernels.narrow_cast``
+    (``mode`` "nearest").  (codes, grid, enc) for a format stored in codes, whose max and overflow
+    codes are the numpy path's own cast of max and of the overflow (inf, or finish's NaN: cut to the
+    sign bit, both signs must agree, else None); (False, grid, fin) for a format held in float32."""
+    key = (f, mode, bool(saturate), path)
+    if key not in _FUSED:
+        _FUSED[key] = _fused_params(f, mode, bool(saturate), path)
+    return _FUSED[key]
+
+
+def _fused_params(f: Format, mode: str, saturate: bool, path: str):
+    if (f.name == "bfloat16" or not f.has_zero or f.twos_complement or not supports(f, mode, None)
+            or (f.is_ml_dtype and f.name != "float16" and f.name not in ELEMENT_FORMATS)):
+        return None
+    grid = (_F32(2.0 ** (f.emax + 2)), _U32((f.emin + 127) << 23), _U32(f.mantissa_bits << 23))
+    sat = saturate or f.saturates
+    max_pos, max_neg = mode in ("toward_zero", "toward_negative"), mode in ("toward_zero", "toward_positive")
+    ovf = np.float32(np.inf if f.has_inf else np.nan)
+    if not f.is_ml_dtype:
+        return False, grid, (_F32(f.max), sat, max_pos, max_neg, ovf.view(_U32), f.signed, not f.has_nz)
+    if path == "nearest":
+        store, probes = (lambda v: narrow_cast(v, f, saturate)), [f.max, np.inf, 2 * f.max]
+    else:
+        store = f32_to_f16 if f.name == "float16" else (lambda v: narrow_cast(v, f, False))
+        probes = [f.max, ovf]
+    if sat:  # every overflow is max: no overflow code to find
+        probes = [f.max, f.max]
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = np.float32(probes)
+        pos, neg = (store(s).view(np.uint16 if f.name == "float16" else np.uint8).astype(_U32) for s in (v, -v))
+    sign = _U32(1 << (f.bits - 1))
+    if np.any(neg != pos | sign) or np.any(pos[2:] != pos[1]):
+        return None
+    q0 = _U32(((f.emin + 127) << 23) - (f.mantissa_bits << 23))
+    return True, grid, (q0, _U32(23 - f.mantissa_bits), pos[0], pos[1], sign, sat, max_pos, max_neg)
 
 
 def round_magnitudes_f32(x32: np.ndarray, f: Format, mode: str, sr=None, rng=None) -> np.ndarray:

@@ -22,7 +22,7 @@ from ..checks import check_seed
 from ..numerics import compiled
 from ..state import default_rng, manual_seed
 from .kernels import f16_to_f32, f32_to_bf16, f32_to_f16, fp8_to_f32, narrow_cast
-from .modekernels import round_magnitudes_f32, supports
+from .modekernels import fused_applies, fused_cast, round_magnitudes_f32, supports
 from .modes import ROUNDING_MODES, finish, round_magnitudes
 from .names import mode_name
 from .sr import SR_VARIANTS, check_sr, draw_bits
@@ -220,7 +220,7 @@ def cast(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=None
         raise TypeError(f"rng must be a numpy Generator (np.random.default_rng(...)) or None, got {type(rng).__name__}")
     arr = _as_float_array(x)
     rand = check_sr(rounding, sr_bits, sr_random, sr_variant, arr.shape)
-    if not f.has_nan:
+    if not f.has_nan and not _counts_nans(arr, f, rounding, saturate, sr_bits, rand):
         _refuse_nan(arr, f)
     if rounding == "stochastic" and rng is None:
         rng = np.random.default_rng(seed) if seed is not None else state.default_rng()
@@ -236,6 +236,30 @@ def _refuse_nan(arr: np.ndarray, f: Format) -> None:
     n = int(np.count_nonzero(np.isnan(arr)))
     if n:
         raise ValueError(f"{f.name} has no NaN: {n} NaN value{'s' * (n > 1)} in the input cannot be cast to it")
+
+
+def _counts_nans(arr: np.ndarray, f: Format, rounding: str, saturate: bool, sr_bits, rand) -> bool:
+    """Whether the fused loop refuses the NaNs itself, before anything is returned (with nothing to draw
+    first: the generator is left as the separate pass leaves it)."""
+    return (arr.dtype == np.float32 and (rounding != "stochastic" or rand is not None)
+            and fused_applies(arr, f, rounding, saturate, sr_bits, _path(f, rounding)))
+
+
+def _path(f: Format, rounding: str) -> str:
+    """Which numpy path :func:`_cast` takes for float32 input, as ``modekernels.fused_cast`` names it."""
+    return "nearest" if rounding == "nearest" and f.name in ELEMENT_FORMATS else "modes"
+
+
+def _fused(arr: np.ndarray, f: Format, mode: str, saturate: bool, sr, rng, redo):
+    """``modekernels.fused_cast``'s result (None where it does not apply), its NaN inputs refused (a
+    format without NaN: :func:`_refuse_nan`'s error) or their results by ``redo`` (the numpy path)."""
+    got = fused_cast(arr, f, mode, saturate, sr, rng, _path(f, mode))
+    if got is None or not got[1]:
+        return None if got is None else got[0]
+    _refuse_nan(arr, f) if not f.has_nan else None
+    nan = np.isnan(arr)
+    got[0][nan] = redo(arr[nan])
+    return got[0]
 
 
 def _cast(arr: np.ndarray, f: Format, rounding: str, saturate: bool, rng, sr) -> np.ndarray:
@@ -254,7 +278,8 @@ def _cast(arr: np.ndarray, f: Format, rounding: str, saturate: bool, rng, sr) ->
         # numpy (float16, float32) and ml_dtypes (bfloat16, fp8) round correctly from here; the kernels give
         # their bits, faster (the fp8 / fp6 / fp4 tables are ml_dtypes' cast, saturating or not, NaNs included)
         if f.name in ELEMENT_FORMATS:
-            return narrow_cast(arr, f, saturate)
+            out = _fused(arr, f, "nearest", saturate, None, None, lambda v: narrow_cast(v, f, saturate))
+            return narrow_cast(arr, f, saturate) if out is None else out
         out = (f32_to_f16(arr) if f.name == "float16" else f32_to_bf16(arr) if f.name == "bfloat16"
                else arr.astype(f.dtype))
         return _saturate(out, arr, f) if saturate else out
@@ -297,7 +322,13 @@ _CHUNK = 2**16  # values a pass: the kernel's few temporaries stay in L2 and are
 
 def _fast_f32(arr: np.ndarray, f: Format, mode: str, saturate: bool, sr, rng) -> np.ndarray:
     """The float32 kernel, :func:`finish` and :func:`_store`, a chunk of values at a time (exact
-    stochastic rounding draws each chunk's uniforms in turn: the same stream as one draw for all)."""
+    stochastic rounding draws each chunk's uniforms in turn: the same stream as one draw for all); the
+    compiled fused loop in one pass where it applies (a NaN's result does not depend on the mode, the
+    draws or saturation: the NaNs are redone here toward zero)."""
+    out = _fused(arr, f, mode, saturate, sr, rng, lambda v: _store(finish(round_magnitudes_f32(
+        v, f, "toward_zero"), v, f, "toward_zero", saturate), f))
+    if out is not None:
+        return out
     flat = arr.reshape(-1)
     out = np.empty(flat.shape, f.dtype)
     rand = None if sr is None else np.asarray(sr[1]).reshape(-1)
