@@ -22,9 +22,10 @@ import numpy as np
 
 from ..numerics import compiled
 from .kernels import f32_to_f16, narrow_cast
+from .sr import drawable_in_loop, pcg64_words
 from .table import ELEMENT_FORMATS, Format
 
-__all__ = ["supports", "round_magnitudes_f32", "fused_params", "fused_cast"]
+__all__ = ["supports", "round_magnitudes_f32", "fused_params", "fused_cast", "fused_applies", "draws_in_loop"]
 
 _U32 = np.uint32
 _F32 = np.float32
@@ -54,7 +55,14 @@ def fused_cast(x32: np.ndarray, f: Format, mode: str, saturate: bool, sr=None, r
     if kernel is None or not supports(f, mode, sr):
         return None
     params = fused_params(f, mode, saturate, path)
-    return None if params is None else kernel(x32, f.dtype, params, mode, sr, rng)
+    if params is None:
+        return None
+    if sr is None or sr[1] is not None:
+        return kernel(x32, f.dtype, params, mode, sr, rng)[:2]
+    with pcg64_words(rng, -(-x32.size // 8)) as (state, advance):  # sr's integers None: drawn in the loop
+        out, nan, after = kernel(x32, f.dtype, params, mode, sr, rng, state)
+        advance(*after)
+    return out, nan
 
 
 def fused_applies(x32: np.ndarray, f: Format, mode: str, saturate: bool, sr_bits=None, path: str = "modes") -> bool:
@@ -62,6 +70,13 @@ def fused_applies(x32: np.ndarray, f: Format, mode: str, saturate: bool, sr_bits
     return (compiled.rounding("modes_cast", x32, np.float32) is not None
             and supports(f, mode, None if sr_bits is None else (int(sr_bits),))
             and fused_params(f, mode, saturate, path) is not None)
+
+
+def draws_in_loop(x32: np.ndarray, f: Format, mode: str, saturate: bool, sr_bits, rng) -> bool:
+    """Whether :func:`fused_cast` draws few-bit SR's integers itself (``sr=(k, None, variant)``): the
+    integers ``sr.draw_bits`` would draw from ``rng``, from the same state, leaving it as that does."""
+    return (sr_bits is not None and x32.dtype == np.float32 and drawable_in_loop(rng, int(sr_bits))
+            and fused_applies(x32, f, mode, saturate, sr_bits))
 
 
 _FUSED: dict = {}  # (format, mode, saturate, path) -> fused_params

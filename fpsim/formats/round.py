@@ -22,7 +22,7 @@ from ..checks import check_seed
 from ..numerics import compiled
 from ..state import default_rng, manual_seed
 from .kernels import f16_to_f32, f32_to_bf16, f32_to_f16, fp8_to_f32, narrow_cast
-from .modekernels import fused_applies, fused_cast, round_magnitudes_f32, supports
+from .modekernels import draws_in_loop, fused_applies, fused_cast, round_magnitudes_f32, supports
 from .modes import ROUNDING_MODES, finish, round_magnitudes
 from .names import mode_name
 from .sr import SR_VARIANTS, check_sr, draw_bits
@@ -224,8 +224,8 @@ def cast(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=None
         _refuse_nan(arr, f)
     if rounding == "stochastic" and rng is None:
         rng = np.random.default_rng(seed) if seed is not None else state.default_rng()
-    if sr_bits is not None and rand is None:
-        rand = draw_bits(rng, sr_bits, arr.shape)
+    if sr_bits is not None and rand is None and not draws_in_loop(arr, f, rounding, saturate, sr_bits, rng):
+        rand = draw_bits(rng, sr_bits, arr.shape)  # else the fused loop draws the same integers
     sr = None if sr_bits is None else (int(sr_bits), rand, sr_variant)
     # Overflow to inf and NaN passing through are results here, not accidents.
     with np.errstate(over="ignore", invalid="ignore"):

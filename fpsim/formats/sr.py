@@ -23,13 +23,16 @@ biased).
 
 from __future__ import annotations
 
+import contextlib
+import sys
+
 import numpy as np
 
 from ..checks import check_integer
 from .bitviews import uint_for_bits
 from .names import mode_name
 
-__all__ = ["SR_VARIANTS", "SR_MAX_BITS", "check_sr", "draw_bits", "round_up_fewbit"]
+__all__ = ["SR_VARIANTS", "SR_MAX_BITS", "check_sr", "draw_bits", "round_up_fewbit", "drawable_in_loop", "pcg64_words"]
 
 SR_VARIANTS = ("rne", "rto", "fast", "fastest")
 SR_MAX_BITS = 32
@@ -74,6 +77,51 @@ def draw_bits(rng: np.random.Generator, k: int, shape) -> np.ndarray:
     if k < 8 * dt.itemsize:
         out &= dt.type((1 << k) - 1)
     return out
+
+
+_PCG64_MULT = 0x2360ED051FC65DA44385DF649FCCF645  # numpy's PCG64 (PCG_DEFAULT_MULTIPLIER_128)
+_M64 = (1 << 64) - 1
+
+
+def drawable_in_loop(rng, k: int) -> bool:
+    """Whether a compiled loop can draw :func:`draw_bits`'s integers itself (:func:`pcg64_words`):
+    ``rng`` a numpy Generator on numpy's own PCG64, k <= 8 (a byte of each word a value), and a
+    little-endian machine (where ``view`` cuts a word's bytes in that order)."""
+    return type(getattr(rng, "bit_generator", None)) is np.random.PCG64 and k <= 8 and sys.byteorder == "little"
+
+
+@contextlib.contextmanager
+def pcg64_words(rng, n: int):
+    """With the generator's lock held: yields, for a loop that draws the next ``n`` words of its PCG64
+    (``random_raw(n)``'s), (the four starting states of ``compiled._fused_modes.pcg64_fill`` as a 4 x 2
+    uint64 array: the state and the state advanced by 1, 2, 3 quarters of n; the multiplier; the
+    increment) and a function that takes the state after the words drawn and sets it, as
+    ``random_raw`` leaves it (the buffered 32-bit half kept)."""
+    bg = rng.bit_generator
+    with bg.lock:
+        full = bg.state
+        s, inc = full["state"]["state"], full["state"]["inc"]
+        q = n // 4
+        starts = np.array([_split(_advance(s, j * q, inc)) for j in range(4)], np.uint64)
+
+        def advance(hi, lo):
+            bg.state = {**full, "state": {"state": (int(hi) << 64) | int(lo), "inc": inc}}
+        yield (starts, np.array(_split(_PCG64_MULT), np.uint64), np.array(_split(inc), np.uint64)), advance
+
+
+def _split(v: int) -> tuple[int, int]:
+    return v >> 64, v & _M64
+
+
+def _advance(state: int, delta: int, inc: int) -> int:
+    """PCG64's state after ``delta`` steps (the LCG's jump ahead in O(log delta), as numpy's advance)."""
+    acc_mult, acc_plus, mult, plus, top = 1, 0, _PCG64_MULT, inc, (1 << 128) - 1
+    while delta:
+        if delta & 1:
+            acc_mult, acc_plus = (acc_mult * mult) & top, (acc_plus * mult + plus) & top
+        plus, mult = ((mult + 1) * plus) & top, (mult * mult) & top
+        delta >>= 1
+    return (acc_mult * state + acc_plus) & top
 
 
 def round_up_fewbit(delta: np.ndarray, k: int, rand: np.ndarray, variant: str) -> np.ndarray:

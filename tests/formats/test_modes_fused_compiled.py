@@ -101,6 +101,34 @@ def test_few_bit_sr_with_given_bits_on_both_paths(name, k):
                 _assert_same(got, want, (name, k, dtype, variant, sat))
 
 
+
+@pytest.mark.parametrize("bitgen", [np.random.PCG64, np.random.Philox])
+def test_few_bit_sr_drawn_in_the_loop_takes_the_same_integers(bitgen):
+    """sr_bits without sr_random: the fused loop draws sr.draw_bits' integers itself (PCG64, k <= 8) -
+    the same bits on both paths and the generator left in the same state (its buffered 32-bit half
+    too); another bit generator, or k > 8, draws by sr.draw_bits on both."""
+    x = _inputs("float16")[: 50_005]  # not a multiple of 8 or of 4 words
+    for name in ("float16", "p3109_k8p4se", "float8_e5m2"):
+        for k, variant in ((1, "rne"), (8, "rto"), (8, "fast"), (5, "fastest"), (13, "rne")):
+            gens = []
+            for _ in range(2):
+                g = np.random.Generator(bitgen(21))
+                g.random(dtype=np.float32)  # one 32-bit draw: half a word kept in the generator
+                gens.append(g)
+            pair = list(gens)
+            got, want = _both(lambda g=gens, n=name, k=k, v=variant: cast(x, n, "stochastic", sr_bits=k, sr_variant=v,
+                                                                          rng=g.pop(0)))
+            _assert_same(got, want, (name, k, variant))
+            a, b = pair  # left in the same state: the same next draws, the buffered half first
+            assert a.random(dtype=np.float32) == b.random(dtype=np.float32) and a.random() == b.random(), (name, k)
+    if bitgen is np.random.PCG64:  # the whole state, pinned
+        a, b = (np.random.Generator(bitgen(4)) for _ in range(2))
+        with use_compiled(True):
+            cast(x, "float16", "stochastic", sr_bits=8, rng=a)
+        with use_compiled(False):
+            cast(x, "float16", "stochastic", sr_bits=8, rng=b)
+        assert a.bit_generator.state == b.bit_generator.state
+
 def test_nan_into_a_format_without_nan_is_refused_before_anything_is_drawn():
     """The fused loop counts the NaNs itself: the numpy path's ValueError, and no draw taken."""
     x = np.linspace(-7, 7, 5000, dtype=np.float32)
@@ -180,8 +208,8 @@ def test_the_exhaustive_check_finds_a_wrong_rounding(monkeypatch):
     fused = compiled.kernels().roundings["modes_cast"]
 
     def off_by_one(x32, *a):
-        out, nan = fused(x32, *a)
+        out, nan, after = fused(x32, *a)
         out.view(np.uint8)[::7] += np.uint8(1)
-        return out, nan
+        return out, nan, after
     monkeypatch.setitem(compiled.kernels().roundings, "modes_cast", off_by_one)
     assert _exhaustive_bad("float8_e5m2", "toward_zero", x) > 0
