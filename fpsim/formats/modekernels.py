@@ -45,7 +45,7 @@ def supports(f: Format, mode: str, sr) -> bool:
 
 def fused_cast(x32: np.ndarray, f: Format, mode: str, saturate: bool, sr=None, rng=None, path: str = "modes"):
     """(float32 ``x32`` rounded into ``f`` in ``mode`` and finished, in f's storage dtype, whether x32
-    holds NaN) by the compiled fused loop, or None where it does not apply (the compiled path off,
+    holds NaN, the largest of few-bit SR's given integers ``sr[1]`` or 0) by the compiled fused loop, or None where it does not apply (the compiled path off,
     a small array, a format or mode :func:`fused_params` refuses, a few-bit SR of more than 24 bits;
     ``run`` only asks).  The result is what ``round._store(modes.finish(...))`` gives (``path``
     "nearest": ``kernels.narrow_cast``) for every input that is not a NaN; the NaNs' results are not
@@ -58,11 +58,12 @@ def fused_cast(x32: np.ndarray, f: Format, mode: str, saturate: bool, sr=None, r
     if params is None:
         return None
     if sr is None or sr[1] is not None:
-        return kernel(x32, f.dtype, params, mode, sr, rng)[:2]
+        out, nan, _, most = kernel(x32, f.dtype, params, mode, sr, rng)
+        return out, nan, most
     with pcg64_words(rng, -(-x32.size // 8)) as (state, advance):  # sr's integers None: drawn in the loop
-        out, nan, after = kernel(x32, f.dtype, params, mode, sr, rng, state)
+        out, nan, after, _ = kernel(x32, f.dtype, params, mode, sr, rng, state)
         advance(*after)
-    return out, nan
+    return out, nan, 0
 
 
 def fused_applies(x32: np.ndarray, f: Format, mode: str, saturate: bool, sr_bits=None, path: str = "modes") -> bool:

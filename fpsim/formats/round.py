@@ -219,16 +219,16 @@ def cast(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=None
     if rng is not None and not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy Generator (np.random.default_rng(...)) or None, got {type(rng).__name__}")
     arr = _as_float_array(x)
-    rand = check_sr(rounding, sr_bits, sr_random, sr_variant, arr.shape)
-    if not f.has_nan and not _counts_nans(arr, f, rounding, saturate, sr_bits, rand):
-        _refuse_nan(arr, f)
+    fused = (not f.has_nan or sr_random is not None) and _fuses(arr, f, rounding, saturate, sr_bits)
+    rand = check_sr(rounding, sr_bits, sr_random, sr_variant, arr.shape, ranged=not fused)  # else the loop does
+    if not f.has_nan and not (fused and (rounding != "stochastic" or rand is not None)):
+        _refuse_nan(arr, f)  # else the fused loop counts them, before anything is drawn or returned
     if rounding == "stochastic" and rng is None:
         rng = np.random.default_rng(seed) if seed is not None else state.default_rng()
     if sr_bits is not None and rand is None and not draws_in_loop(arr, f, rounding, saturate, sr_bits, rng):
         rand = draw_bits(rng, sr_bits, arr.shape)  # else the fused loop draws the same integers
     sr = None if sr_bits is None else (int(sr_bits), rand, sr_variant)
-    # Overflow to inf and NaN passing through are results here, not accidents.
-    with np.errstate(over="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf and NaN passing through: results here
         return np.asarray(_cast(arr, f, rounding, saturate, rng, sr))
 
 
@@ -238,11 +238,8 @@ def _refuse_nan(arr: np.ndarray, f: Format) -> None:
         raise ValueError(f"{f.name} has no NaN: {n} NaN value{'s' * (n > 1)} in the input cannot be cast to it")
 
 
-def _counts_nans(arr: np.ndarray, f: Format, rounding: str, saturate: bool, sr_bits, rand) -> bool:
-    """Whether the fused loop refuses the NaNs itself, before anything is returned (with nothing to draw
-    first: the generator is left as the separate pass leaves it)."""
-    return (arr.dtype == np.float32 and (rounding != "stochastic" or rand is not None)
-            and fused_applies(arr, f, rounding, saturate, sr_bits, _path(f, rounding)))
+def _fuses(arr: np.ndarray, f: Format, rounding: str, saturate: bool, sr_bits) -> bool:
+    return arr.dtype == np.float32 and fused_applies(arr, f, rounding, saturate, sr_bits, _path(f, rounding))
 
 
 def _path(f: Format, rounding: str) -> str:
@@ -251,15 +248,19 @@ def _path(f: Format, rounding: str) -> str:
 
 
 def _fused(arr: np.ndarray, f: Format, mode: str, saturate: bool, sr, rng, redo):
-    """``modekernels.fused_cast``'s result (None where it does not apply), its NaN inputs refused (a
-    format without NaN: :func:`_refuse_nan`'s error) or their results by ``redo`` (the numpy path)."""
+    """``modekernels.fused_cast``'s result (None where it does not apply): a given random integer out of
+    range refused (``check_sr``'s error), then its NaN inputs (a format without NaN: :func:`_refuse_nan`'s
+    error), or their results by ``redo`` (the numpy path)."""
     got = fused_cast(arr, f, mode, saturate, sr, rng, _path(f, mode))
-    if got is None or not got[1]:
-        return None if got is None else got[0]
-    _refuse_nan(arr, f) if not f.has_nan else None
-    nan = np.isnan(arr)
-    got[0][nan] = redo(arr[nan])
-    return got[0]
+    if got is None:
+        return None
+    out, nan, most = got
+    if sr is not None and most >= 2 ** sr[0]:
+        check_sr(mode, sr[0], sr[1], sr[2], arr.shape)  # raises: cast left the range test to the loop
+    if nan:
+        _refuse_nan(arr, f) if not f.has_nan else None
+        out[np.isnan(arr)] = redo(arr[np.isnan(arr)])
+    return out
 
 
 def _cast(arr: np.ndarray, f: Format, rounding: str, saturate: bool, rng, sr) -> np.ndarray:

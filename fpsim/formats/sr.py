@@ -24,6 +24,7 @@ biased).
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 
 import numpy as np
@@ -38,9 +39,11 @@ SR_VARIANTS = ("rne", "rto", "fast", "fastest")
 SR_MAX_BITS = 32
 
 
-def check_sr(rounding: str, sr_bits, sr_random, sr_variant, shape) -> np.ndarray | None:
+def check_sr(rounding: str, sr_bits, sr_random, sr_variant, shape, ranged: bool = True) -> np.ndarray | None:
     """Validate the few-bit SR arguments (ValueError / TypeError naming the argument); return
-    ``sr_random`` broadcast to ``shape`` (a view: its own integer dtype), or None."""
+    ``sr_random`` broadcast to ``shape`` (a view: its own integer dtype), or None.  ``ranged=False``
+    leaves out the test that each integer is in [0, 2**sr_bits) (a pass over them), for a caller whose
+    loop finds the largest and calls this again to raise the error."""
     sr_variant = mode_name(sr_variant, SR_VARIANTS, "sr_variant")  # any case, as cast has normalized it
     if sr_bits is None:
         if sr_random is not None:
@@ -56,7 +59,7 @@ def check_sr(rounding: str, sr_bits, sr_random, sr_variant, shape) -> np.ndarray
     r = np.asarray(sr_random)
     if r.dtype.kind not in "iu":
         raise TypeError(f"sr_random must be an array of integers, got dtype {r.dtype}")
-    if r.size and ((r.dtype.kind == "i" and int(r.min()) < 0) or int(r.max()) >= 2**sr_bits):
+    if ranged and r.size and ((r.dtype.kind == "i" and int(r.min()) < 0) or int(r.max()) >= 2**sr_bits):
         raise ValueError(f"sr_random must hold integers in [0, 2**sr_bits) = [0, {2**sr_bits}), "
                          f"got {int(r.min())} .. {int(r.max())}")
     try:
@@ -81,6 +84,7 @@ def draw_bits(rng: np.random.Generator, k: int, shape) -> np.ndarray:
 
 _PCG64_MULT = 0x2360ED051FC65DA44385DF649FCCF645  # numpy's PCG64 (PCG_DEFAULT_MULTIPLIER_128)
 _M64 = (1 << 64) - 1
+_M128 = (1 << 128) - 1
 
 
 def drawable_in_loop(rng, k: int) -> bool:
@@ -114,14 +118,22 @@ def _split(v: int) -> tuple[int, int]:
 
 
 def _advance(state: int, delta: int, inc: int) -> int:
-    """PCG64's state after ``delta`` steps (the LCG's jump ahead in O(log delta), as numpy's advance)."""
-    acc_mult, acc_plus, mult, plus, top = 1, 0, _PCG64_MULT, inc, (1 << 128) - 1
+    """PCG64's state after ``delta`` steps: a * state + c mod 2**128 (:func:`_jump`)."""
+    a, c = _jump(delta, inc)
+    return (a * state + c) & _M128
+
+
+@functools.lru_cache(maxsize=64)  # a training run casts arrays of a few sizes with one generator
+def _jump(delta: int, inc: int) -> tuple[int, int]:
+    """(a, c) with PCG64's state after ``delta`` steps = a * state + c mod 2**128: the LCG's jump ahead
+    in O(log delta) (Brown 1994, as numpy's ``advance``)."""
+    acc_mult, acc_plus, mult, plus = 1, 0, _PCG64_MULT, inc
     while delta:
         if delta & 1:
-            acc_mult, acc_plus = (acc_mult * mult) & top, (acc_plus * mult + plus) & top
-        plus, mult = ((mult + 1) * plus) & top, (mult * mult) & top
+            acc_mult, acc_plus = (acc_mult * mult) & _M128, (acc_plus * mult + plus) & _M128
+        plus, mult = ((mult + 1) * plus) & _M128, (mult * mult) & _M128
         delta >>= 1
-    return (acc_mult * state + acc_plus) & top
+    return acc_mult, acc_plus
 
 
 def round_up_fewbit(delta: np.ndarray, k: int, rand: np.ndarray, variant: str) -> np.ndarray:

@@ -144,6 +144,33 @@ def test_nan_into_a_format_without_nan_is_refused_before_anything_is_drawn():
         assert errors[0][0] == "float4_e2m1fn has no NaN: 2 NaN values in the input cannot be cast to it"
 
 
+
+
+def test_pcg64_jump_ahead_is_numpys_advance():
+    """The four streams' starting states: sr._advance against numpy's own PCG64.advance."""
+    from fpsim.formats.sr import _advance
+    for seed, delta in ((0, 1), (1, 12_500), (2, 2**40 + 3), (3, 0)):
+        bg = np.random.PCG64(seed)
+        st = bg.state["state"]
+        bg.advance(delta)
+        assert _advance(st["state"], delta, st["inc"]) == bg.state["state"]["state"], (seed, delta)
+
+def test_given_bits_out_of_range_are_refused_as_on_the_numpy_path():
+    """The fused loop finds the largest given integer itself (cast skips check_sr's pass): the same
+    ValueError, before the NaN refusal, for a bit too large and for a negative one."""
+    x = np.linspace(-7, 7, 5000, dtype=np.float32)
+    ok = np.random.default_rng(0).integers(0, 16, x.size)
+    for bad_at, value in ((17, 16), (4999, -1), (0, 2**40)):
+        bits = ok.copy()
+        bits[bad_at] = value
+        for xs in (x, np.where(np.arange(x.size) == 3, np.float32(np.nan), x)):
+            errors = []
+            for on in (True, False):
+                with use_compiled(on), pytest.raises(ValueError) as e:
+                    cast(xs, "float4_e2m1fn", "stochastic", sr_bits=4, sr_random=bits)
+                errors.append(str(e.value))
+            assert errors[0] == errors[1] and errors[0].startswith("sr_random must hold integers in [0, 2**sr_bits)")
+
 def test_pinned_values_against_gfloat():
     """A few values per mode into e2m1, e4m3fn and P3109 (arrays large enough for the compiled loop)."""
     v = np.float32([2.5, -2.5, 2.75, 0.3, -0.26, 5.5, 7.0, 100.0, -100.0, 1e-9, -1e-9, 0.0, 465.0, -465.0])
@@ -208,8 +235,8 @@ def test_the_exhaustive_check_finds_a_wrong_rounding(monkeypatch):
     fused = compiled.kernels().roundings["modes_cast"]
 
     def off_by_one(x32, *a):
-        out, nan, after = fused(x32, *a)
+        out, nan, after, most = fused(x32, *a)
         out.view(np.uint8)[::7] += np.uint8(1)
-        return out, nan, after
+        return out, nan, after, most
     monkeypatch.setitem(compiled.kernels().roundings, "modes_cast", off_by_one)
     assert _exhaustive_bad("float8_e5m2", "toward_zero", x) > 0

@@ -96,18 +96,22 @@ def _rounded(b, grid, mode, u, rnd, two_k, variant):
 @jit(inline=True)
 def _loop(src, dst, grid, fin, enc, codes, u, rand, two_k, mode, variant):
     """The values of ``src`` (float32 patterns) rounded into ``dst``: codes, or float32 patterns;
-    returns the largest |x| pattern (above 0x7F800000: a NaN is there)."""
+    returns (the largest |x| pattern - above 0x7F800000 a NaN is there -, the largest of ``rand`` as
+    uint64: a negative integer wraps to a large one)."""
     top = _ZERO
+    most = _U64(0)
     for i in range(src.shape[0]):
         b = src[i]
         top = max(top, _U32(b & _ABS))
+        if mode == FEWBIT:
+            most = max(most, _U64(rand[i]))
         r, q = _rounded(b, grid, mode, u[i] if mode == 6 else 0.0, rand[i] if mode == FEWBIT else 0, two_k,
                         variant)
         if codes:
             dst[i] = _code(b, r, q, enc)
         else:
             dst[i] = _finish(b, _F32(r * _f(q)), fin)
-    return top
+    return top, most
 
 
 
@@ -144,8 +148,8 @@ def mode_codes(src, dst, grid, enc, mode, u, rand, k, variant):
     integers ``rand``, ``variant`` as ``_modes.VARIANTS``; 6: exact SR, float64 uniforms ``u``, one a
     value) and finished into ``dst`` as the format's codes (uint8 / uint16; ``enc`` as :func:`_code`
     reads it).  ``grid`` = (2**(emax + 2), the exponent field of 2**emin, mantissa_bits << 23).
-    Returns the largest |x| pattern: above 0x7F800000 the input holds NaN, whose results are left to
-    the caller."""
+    Returns (the largest |x| pattern: above 0x7F800000 the input holds NaN, whose results are left to
+    the caller; the largest of ``rand`` as uint64, for the caller's range check)."""
     return _dispatch(src, dst, grid, _NO_FIN, enc, True, mode, u, rand, k, variant)
 
 
@@ -214,9 +218,9 @@ _CHUNK = 2**16  # exact SR: the uniforms drawn a chunk at a time (the same strea
 _VIEW = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 
 
-def modes_cast(x32: np.ndarray, dtype, params, mode: str, sr, rng, st=None) -> tuple[np.ndarray, bool, tuple | None]:
+def modes_cast(x32: np.ndarray, dtype, params, mode: str, sr, rng, st=None) -> tuple:
     """(float32 ``x32`` rounded in ``mode`` and finished into storage ``dtype``, whether x32 holds NaN,
-    the PCG64 state after the draws or None): ``params`` = (codes, grid, enc or fin), as
+    the PCG64 state after the draws or None, the largest given k-bit integer, as uint64, or 0): ``params`` = (codes, grid, enc or fin), as
     ``modekernels.fused_params`` makes them; ``sr``: None, or (k, the k-bit integers broadcast to x's
     shape, or None to draw them here (k <= 8) by :func:`pcg64_fill` from ``st`` = (its four starting
     states, the multiplier, the increment: ``sr.pcg64_words``); variant); exact SR
@@ -236,14 +240,14 @@ def modes_cast(x32: np.ndarray, dtype, params, mode: str, sr, rng, st=None) -> t
             rand = words.view(np.uint8)[: x.size]
         else:
             rand = np.ascontiguousarray(np.asarray(sr[1]).reshape(-1))  # its own integer dtype: no widening pass
-        top = kernel(x, dst, grid, tail, FEWBIT, _NO_DRAWS, rand, int(sr[0]), VARIANTS[sr[2]])
+        top, most = kernel(x, dst, grid, tail, FEWBIT, _NO_DRAWS, rand, int(sr[0]), VARIANTS[sr[2]])
     elif mode == "stochastic":
-        top = 0
+        top = most = 0
         for i in range(0, x.size, _CHUNK):
             j = min(i + _CHUNK, x.size)
-            top = max(top, kernel(x[i:j], dst[i:j], grid, tail, MODES[mode], rng.random(j - i), _NO_BITS, 0, 0))
+            top = max(top, kernel(x[i:j], dst[i:j], grid, tail, MODES[mode], rng.random(j - i), _NO_BITS, 0, 0)[0])
     else:
-        top = kernel(x, dst, grid, tail, MODES[mode], _NO_DRAWS, _NO_BITS, 0, 0)
-    return out.reshape(np.shape(x32)), int(top) > 0x7F800000, after
+        top, most = kernel(x, dst, grid, tail, MODES[mode], _NO_DRAWS, _NO_BITS, 0, 0)
+    return out.reshape(np.shape(x32)), int(top) > 0x7F800000, after, int(most)
 
 FUSED = {"modes_cast": modes_cast}
