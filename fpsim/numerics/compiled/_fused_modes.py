@@ -94,25 +94,40 @@ def _rounded(b, grid, mode, u, rnd, two_k, variant):
 
 
 @jit(inline=True)
-def _loop(src, dst, grid, fin, enc, codes, u, rand, two_k, mode, variant):
-    """The values of ``src`` (float32 patterns) rounded into ``dst``: codes, or float32 patterns;
-    returns (the largest |x| pattern - above 0x7F800000 a NaN is there -, the largest of ``rand`` as
-    uint64: a negative integer wraps to a large one)."""
+def _loop(src, dst, grid, fin, enc, codes, u, two_k, mode):
+    """The values of ``src`` (float32 patterns) rounded into ``dst`` in a deterministic mode or exact SR:
+    codes, or float32 patterns; returns (the largest |x| pattern - above 0x7F800000 a NaN is there -,
+    0, 0) as :func:`_fewbit_loop` returns."""
     top = _ZERO
-    most = _U64(0)
     for i in range(src.shape[0]):
         b = src[i]
         top = max(top, _U32(b & _ABS))
-        if mode == FEWBIT:
-            most = max(most, _U64(rand[i]))
-        r, q = _rounded(b, grid, mode, u[i] if mode == 6 else 0.0, rand[i] if mode == FEWBIT else 0, two_k,
-                        variant)
+        r, q = _rounded(b, grid, mode, u[i] if mode == 6 else 0.0, _ZERO, two_k, 0)
         if codes:
             dst[i] = _code(b, r, q, enc)
         else:
             dst[i] = _finish(b, _F32(r * _f(q)), fin)
-    return top, most
+    return top, _U64(0), np.int64(0)
 
+
+@jit(inline=True)
+def _fewbit_loop(src, dst, grid, fin, enc, codes, rand, two_k, variant):
+    """:func:`_loop` with the k-bit integers ``rand`` (in their own dtype: no widening); returns (the
+    largest |x| pattern, the largest integer as uint64 - a negative one wraps large -, the smallest as
+    int64) for the caller's range check."""
+    top = _ZERO
+    most = least = rand[0]
+    for i in range(src.shape[0]):
+        b = src[i]
+        top = max(top, _U32(b & _ABS))
+        most = max(most, rand[i])
+        least = min(least, rand[i])
+        r, q = _rounded(b, grid, FEWBIT, 0.0, rand[i], two_k, variant)
+        if codes:
+            dst[i] = _code(b, r, q, enc)
+        else:
+            dst[i] = _finish(b, _F32(r * _f(q)), fin)
+    return top, _U64(most), np.int64(least)
 
 
 @jit(inline=True)
@@ -120,26 +135,26 @@ def _dispatch(src, dst, grid, fin, enc, codes, mode, u, rand, k, variant):
     """One inlined loop for each mode and variant (a constant there: no test per value)."""
     two_k = _F32(2.0**k)
     if mode == 0:
-        return _loop(src, dst, grid, fin, enc, codes, u, rand, two_k, 0, 0)
+        return _loop(src, dst, grid, fin, enc, codes, u, two_k, 0)
     if mode == 1:
-        return _loop(src, dst, grid, fin, enc, codes, u, rand, two_k, 1, 0)
+        return _loop(src, dst, grid, fin, enc, codes, u, two_k, 1)
     if mode == 2:
-        return _loop(src, dst, grid, fin, enc, codes, u, rand, two_k, 2, 0)
+        return _loop(src, dst, grid, fin, enc, codes, u, two_k, 2)
     if mode == 3:
-        return _loop(src, dst, grid, fin, enc, codes, u, rand, two_k, 3, 0)
+        return _loop(src, dst, grid, fin, enc, codes, u, two_k, 3)
     if mode == 4:
-        return _loop(src, dst, grid, fin, enc, codes, u, rand, two_k, 4, 0)
+        return _loop(src, dst, grid, fin, enc, codes, u, two_k, 4)
     if mode == 5:
-        return _loop(src, dst, grid, fin, enc, codes, u, rand, two_k, 5, 0)
-    if mode == 6:
-        return _loop(src, dst, grid, fin, enc, codes, u, rand, two_k, 6, 0)
+        return _loop(src, dst, grid, fin, enc, codes, u, two_k, 5)
+    if mode == 6 or rand.shape[0] == 0:  # exact SR (or no values: no integer to read first)
+        return _loop(src, dst, grid, fin, enc, codes, u, two_k, 6)
     if variant == 0:
-        return _loop(src, dst, grid, fin, enc, codes, u, rand, two_k, FEWBIT, 0)
+        return _fewbit_loop(src, dst, grid, fin, enc, codes, rand, two_k, 0)
     if variant == 1:
-        return _loop(src, dst, grid, fin, enc, codes, u, rand, two_k, FEWBIT, 1)
+        return _fewbit_loop(src, dst, grid, fin, enc, codes, rand, two_k, 1)
     if variant == 2:
-        return _loop(src, dst, grid, fin, enc, codes, u, rand, two_k, FEWBIT, 2)
-    return _loop(src, dst, grid, fin, enc, codes, u, rand, two_k, FEWBIT, 3)
+        return _fewbit_loop(src, dst, grid, fin, enc, codes, rand, two_k, 2)
+    return _fewbit_loop(src, dst, grid, fin, enc, codes, rand, two_k, 3)
 
 
 @jit()
@@ -149,7 +164,8 @@ def mode_codes(src, dst, grid, enc, mode, u, rand, k, variant):
     value) and finished into ``dst`` as the format's codes (uint8 / uint16; ``enc`` as :func:`_code`
     reads it).  ``grid`` = (2**(emax + 2), the exponent field of 2**emin, mantissa_bits << 23).
     Returns (the largest |x| pattern: above 0x7F800000 the input holds NaN, whose results are left to
-    the caller; the largest of ``rand`` as uint64, for the caller's range check)."""
+    the caller; the largest of ``rand`` as uint64 and its smallest as int64, for the caller's range
+    check; 0 and 0 in the other modes)."""
     return _dispatch(src, dst, grid, _NO_FIN, enc, True, mode, u, rand, k, variant)
 
 
@@ -220,7 +236,8 @@ _VIEW = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 
 def modes_cast(x32: np.ndarray, dtype, params, mode: str, sr, rng, st=None) -> tuple:
     """(float32 ``x32`` rounded in ``mode`` and finished into storage ``dtype``, whether x32 holds NaN,
-    the PCG64 state after the draws or None, the largest given k-bit integer, as uint64, or 0): ``params`` = (codes, grid, enc or fin), as
+    the PCG64 state after the draws or None, the largest given k-bit integer - 2**64 where one is
+    negative -, or 0): ``params`` = (codes, grid, enc or fin), as
     ``modekernels.fused_params`` makes them; ``sr``: None, or (k, the k-bit integers broadcast to x's
     shape, or None to draw them here (k <= 8) by :func:`pcg64_fill` from ``st`` = (its four starting
     states, the multiplier, the increment: ``sr.pcg64_words``); variant); exact SR
@@ -240,14 +257,14 @@ def modes_cast(x32: np.ndarray, dtype, params, mode: str, sr, rng, st=None) -> t
             rand = words.view(np.uint8)[: x.size]
         else:
             rand = np.ascontiguousarray(np.asarray(sr[1]).reshape(-1))  # its own integer dtype: no widening pass
-        top, most = kernel(x, dst, grid, tail, FEWBIT, _NO_DRAWS, rand, int(sr[0]), VARIANTS[sr[2]])
+        top, most, least = kernel(x, dst, grid, tail, FEWBIT, _NO_DRAWS, rand, int(sr[0]), VARIANTS[sr[2]])
     elif mode == "stochastic":
-        top = most = 0
+        top = most = least = 0
         for i in range(0, x.size, _CHUNK):
             j = min(i + _CHUNK, x.size)
             top = max(top, kernel(x[i:j], dst[i:j], grid, tail, MODES[mode], rng.random(j - i), _NO_BITS, 0, 0)[0])
     else:
-        top, most = kernel(x, dst, grid, tail, MODES[mode], _NO_DRAWS, _NO_BITS, 0, 0)
-    return out.reshape(np.shape(x32)), int(top) > 0x7F800000, after, int(most)
+        top, most, least = kernel(x, dst, grid, tail, MODES[mode], _NO_DRAWS, _NO_BITS, 0, 0)
+    return out.reshape(np.shape(x32)), int(top) > 0x7F800000, after, int(most) if least >= 0 else 2**64
 
 FUSED = {"modes_cast": modes_cast}
