@@ -11,6 +11,9 @@ float32 (every format here but bfloat16, float8_e8m0fnu and p3109_k8p1u*, whose 
 float32 subnormals) and at least one mantissa bit (with none, "odd" is the exponent's last bit);
 :func:`supports` says which formats and modes, and the others take the float64 path.
 
+:func:`fused_cast` does all of it, ``modes.finish`` and the store too, in one compiled loop where
+numba is there (``numerics.compiled._fused_modes``).
+
 bfloat16 has float32's exponent range, so its numbers are the float32 bit patterns whose low 16
 bits are zero, subnormals included: there every mode is integer arithmetic on the patterns
 (:func:`_bf16`), where a carry out of the mantissa steps into the next binade, and to inf.
@@ -44,13 +47,16 @@ def supports(f: Format, mode: str, sr) -> bool:
 
 
 def fused_cast(x32: np.ndarray, f: Format, mode: str, saturate: bool, sr=None, rng=None, path: str = "modes"):
-    """(float32 ``x32`` rounded into ``f`` in ``mode`` and finished, in f's storage dtype, whether x32
-    holds NaN, the largest of few-bit SR's given integers ``sr[1]`` or 0) by the compiled fused loop, or None where it does not apply (the compiled path off,
-    a small array, a format or mode :func:`fused_params` refuses, a few-bit SR of more than 24 bits;
-    ``run`` only asks).  The result is what ``round._store(modes.finish(...))`` gives (``path``
-    "nearest": ``kernels.narrow_cast``) for every input that is not a NaN; the NaNs' results are not
-    written (the caller redoes them, or refuses them in a format without NaN).  Exact SR draws
-    ``rng.random``, one float64 a value in order, as the numpy path does."""
+    """(float32 ``x32`` rounded into ``f`` in ``mode`` and finished, in f's storage dtype; whether x32
+    holds NaN; the largest of few-bit SR's given integers ``sr[1]``, 2**64 if one is negative, or 0) by
+    the compiled fused loop, or None where it does not apply (the compiled path off, a small array, a
+    format or mode :func:`fused_params` refuses, a few-bit SR of more than 24 bits).  The result is
+    what ``round._store(modes.finish(...))`` gives (``path`` "nearest": ``kernels.narrow_cast``) for
+    every input that is not a NaN; the NaNs' results are not written (the caller redoes them, or
+    refuses them in a format without NaN), nor is the range of the given integers checked (the
+    caller does, from the third value).  Exact SR draws ``rng.random``, one float64 a value in order,
+    as the numpy path does; few-bit SR with ``sr[1]`` None (:func:`draws_in_loop`) draws
+    ``sr.draw_bits``' integers in the loop, from ``rng``'s PCG64 state, and leaves it as that does."""
     kernel = compiled.rounding("modes_cast", x32, np.float32)
     if kernel is None or not supports(f, mode, sr):
         return None
@@ -89,9 +95,10 @@ def fused_params(f: Format, mode: str, saturate: bool, path: str = "modes"):
     :func:`supports` does not take, bfloat16, no zero, two's complement, an ml_dtypes format other
     than float16 and the element formats).  ``path``: ``"modes"`` - the result of ``round._store``
     after ``modes.finish``; ``"nearest"`` - the element formats' nearest cast, ``kernels.narrow_cast``
-    (``mode`` "nearest").  (codes, grid, enc) for a format stored in codes, whose max and overflow
-    codes are the numpy path's own cast of max and of the overflow (inf, or finish's NaN: cut to the
-    sign bit, both signs must agree, else None); (False, grid, fin) for a format held in float32."""
+    (``mode`` "nearest").  (True, grid, enc) for a format stored in codes: max's code and the
+    overflow's (inf, or finish's NaN) are the numpy path's own cast of those values, and -max's and
+    the negative overflow's must be the same codes with the sign bit set (else None); (False, grid,
+    fin) for a format held in float32.  Cached per format, mode, saturation and path."""
     key = (f, mode, bool(saturate), path)
     if key not in _FUSED:
         _FUSED[key] = _fused_params(f, mode, bool(saturate), path)

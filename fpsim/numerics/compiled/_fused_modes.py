@@ -3,20 +3,20 @@ rounding of ``_modes.py``, ``modes.finish`` (overflow by the mode, saturation, t
 missing -0, unsigned formats' NaN for negative input) and ``round._store`` (the float16 pattern, the
 one-byte code, or the float32 value itself) in one loop over the values, with no temporary arrays.
 
-Per value: the magnitude exactly as ``_modes.scaled_modes`` rounds it; if it lies beyond the
-format's max it becomes max where the mode or saturation says (``toward_zero``, a directed mode on
-the side it rounds away from, for finite input; always when saturating) and otherwise inf, or NaN
-(0x7FC00000) in a format without inf; the input's sign is or-ed on (P3109's -0 pattern becomes +0)
-or, unsigned, a negative input gives 0x7FC00000.  That float32 pattern is the numpy path's value;
-:func:`_encode` writes it in the storage format: a finite value's exponent and mantissa fields
-moved into place (a subnormal by one exact float32 addition of the smallest normal), inf and NaN
-by four codes the caller takes from the numpy path's own cast.  NaN inputs are only counted (their
-results' payload bits are the numpy path's to decide: the caller redoes those few values).
+Per value: the magnitude exactly as ``_modes.scaled_modes`` rounds it, r ulps of q.  A format held in
+float32 (:func:`_finish`): beyond max it becomes max where the mode or saturation says
+(``toward_zero``, a directed mode on the side it rounds away from, for finite input; always when
+saturating) and otherwise inf, or NaN (0x7FC00000) in a format without inf; the input's sign is or-ed
+on (P3109's -0 pattern becomes +0) or, unsigned, a negative input gives 0x7FC00000.  A format stored
+in codes (:func:`_code`): its codes count its magnitudes in order, so the code is the binade's offset
+plus r, and the same overflow rule picks max's code or the overflow's (inf, or NaN: both taken by the
+caller from the numpy path's own cast), then the sign bit.  Written with selects, no branches, so
+that the loops are vectorised.  NaN inputs are only found (a max-reduction): their results' payload
+bits are the numpy path's to decide, and the caller redoes those few values.
 
-Few-bit stochastic rounding takes its k-bit integers given (``rand``) or, with ``words`` set, draws
-them here from a PCG64 state as ``rng.bit_generator.random_raw`` does (:func:`pcg64_words`): each
-64-bit word cut into 8, 4 or 2 little-endian integers (k <= 8, 16, 32) and masked to k bits, the
-same integers ``sr.draw_bits`` gives from the same state.
+Few-bit stochastic rounding takes its k-bit integers given (``rand``, in their own dtype) or drawn
+here by :func:`pcg64_fill` from a PCG64 state, the words ``rng.bit_generator.random_raw`` gives, cut
+into bytes (k <= 8) as ``sr.draw_bits`` cuts them.
 """
 
 from __future__ import annotations
