@@ -220,7 +220,7 @@ def _exhaustive_bad(name: str, mode: str, x: np.ndarray) -> int:
 
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("FPSIM_EXHAUSTIVE") != "1", reason="all 2**32 float32 patterns: FPSIM_EXHAUSTIVE=1")
-@pytest.mark.parametrize("mode", ("nearest", "toward_zero", "toward_positive", "nearest_away", "to_odd"))
+@pytest.mark.parametrize("mode", ("nearest", "toward_zero", "toward_positive", "toward_negative", "nearest_away", "to_odd"))
 @pytest.mark.parametrize("name", FORMATS)
 def test_every_float32_pattern(name, mode):
     bad = sum(_exhaustive_bad(name, mode, np.arange(s, s + _CHUNK, dtype=np.uint32).view(np.float32))
