@@ -24,11 +24,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..numerics import compiled
+from .bitviews import bits_view
 from .kernels import f32_to_f16, narrow_cast
-from .sr import drawable_in_loop, pcg64_words
 from .table import ELEMENT_FORMATS, Format
 
-__all__ = ["supports", "round_magnitudes_f32", "fused_params", "fused_cast", "fused_applies", "draws_in_loop"]
+__all__ = ["supports", "round_magnitudes_f32", "fused_params", "fused_cast", "fused_applies", "cast_path"]
 
 _U32 = np.uint32
 _F32 = np.float32
@@ -55,35 +55,29 @@ def fused_cast(x32: np.ndarray, f: Format, mode: str, saturate: bool, sr=None, r
     every input that is not a NaN; the NaNs' results are not written (the caller redoes them, or
     refuses them in a format without NaN), nor is the range of the given integers checked (the
     caller does, from the third value).  Exact SR draws ``rng.random``, one float64 a value in order,
-    as the numpy path does; few-bit SR with ``sr[1]`` None (:func:`draws_in_loop`) draws
-    ``sr.draw_bits``' integers in the loop, from ``rng``'s PCG64 state, and leaves it as that does."""
+    as the numpy path does; few-bit SR takes its integers given (``sr[1]``: ``sr.draw_bits``' where the
+    caller drew them)."""
     kernel = compiled.rounding("modes_cast", x32, np.float32)
     if kernel is None or not supports(f, mode, sr):
         return None
     params = fused_params(f, mode, saturate, path)
     if params is None:
         return None
-    if sr is None or sr[1] is not None:
-        out, nan, _, most = kernel(x32, f.dtype, params, mode, sr, rng)
-        return out, nan, most
-    with pcg64_words(rng, -(-x32.size // 8)) as (state, advance):  # sr's integers None: drawn in the loop
-        out, nan, after, _ = kernel(x32, f.dtype, params, mode, sr, rng, state)
-        advance(*after)
-    return out, nan, 0
+    return kernel(x32, f.dtype, params, mode, sr, rng)
 
 
-def fused_applies(x32: np.ndarray, f: Format, mode: str, saturate: bool, sr_bits=None, path: str = "modes") -> bool:
-    """Whether :func:`fused_cast` rounds float32 ``x32`` (k = ``sr_bits`` random bits)."""
-    return (compiled.rounding("modes_cast", x32, np.float32) is not None
+def cast_path(f: Format, rounding: str) -> str:
+    """Which numpy path ``round._cast`` takes for float32 input, as :func:`fused_cast` names it:
+    ``"nearest"`` (the narrowing table) for nearest into an element format, else ``"modes"``."""
+    return "nearest" if rounding == "nearest" and f.name in ELEMENT_FORMATS else "modes"
+
+
+def fused_applies(x32: np.ndarray, f: Format, mode: str, saturate: bool, sr_bits=None, path: str | None = None) -> bool:
+    """Whether :func:`fused_cast` rounds ``x32`` (float32; k = ``sr_bits`` random bits; ``path``: None
+    for :func:`cast_path`'s)."""
+    return (x32.dtype == np.float32 and compiled.rounding("modes_cast", x32, np.float32) is not None
             and supports(f, mode, None if sr_bits is None else (int(sr_bits),))
-            and fused_params(f, mode, saturate, path) is not None)
-
-
-def draws_in_loop(x32: np.ndarray, f: Format, mode: str, saturate: bool, sr_bits, rng) -> bool:
-    """Whether :func:`fused_cast` draws few-bit SR's integers itself (``sr=(k, None, variant)``): the
-    integers ``sr.draw_bits`` would draw from ``rng``, from the same state, leaving it as that does."""
-    return (sr_bits is not None and x32.dtype == np.float32 and drawable_in_loop(rng, int(sr_bits))
-            and fused_applies(x32, f, mode, saturate, sr_bits))
+            and fused_params(f, mode, saturate, cast_path(f, mode) if path is None else path) is not None)
 
 
 _FUSED: dict = {}  # (format, mode, saturate, path) -> fused_params
@@ -124,7 +118,7 @@ def _fused_params(f: Format, mode: str, saturate: bool, path: str):
         probes = [f.max, f.max]
     with np.errstate(over="ignore", invalid="ignore"):
         v = np.float32(probes)
-        pos, neg = (store(s).view(np.uint16 if f.name == "float16" else np.uint8).astype(_U32) for s in (v, -v))
+        pos, neg = (r.view(bits_view(r)).astype(_U32) for r in (store(v), store(-v)))
     sign = _U32(1 << (f.bits - 1))
     if np.any(neg != pos | sign) or np.any(pos[2:] != pos[1]):
         return None

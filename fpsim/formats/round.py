@@ -22,7 +22,7 @@ from ..checks import check_seed
 from ..numerics import compiled
 from ..state import default_rng, manual_seed
 from .kernels import f16_to_f32, f32_to_bf16, f32_to_f16, fp8_to_f32, narrow_cast
-from .modekernels import draws_in_loop, fused_applies, fused_cast, round_magnitudes_f32, supports
+from .modekernels import cast_path, fused_applies, fused_cast, round_magnitudes_f32, supports
 from .modes import ROUNDING_MODES, finish, round_magnitudes
 from .names import mode_name
 from .sr import SR_VARIANTS, check_sr, draw_bits
@@ -219,14 +219,14 @@ def cast(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=None
     if rng is not None and not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy Generator (np.random.default_rng(...)) or None, got {type(rng).__name__}")
     arr = _as_float_array(x)
-    fused = (not f.has_nan or sr_random is not None) and _fuses(arr, f, rounding, saturate, sr_bits)
+    fused = (not f.has_nan or sr_random is not None) and fused_applies(arr, f, rounding, saturate, sr_bits)
     rand = check_sr(rounding, sr_bits, sr_random, sr_variant, arr.shape, ranged=not fused)  # else the loop does
     if not f.has_nan and not (fused and (rounding != "stochastic" or rand is not None)):
         _refuse_nan(arr, f)  # else the fused loop counts them, before anything is drawn or returned
     if rounding == "stochastic" and rng is None:
         rng = np.random.default_rng(seed) if seed is not None else state.default_rng()
-    if sr_bits is not None and rand is None and not draws_in_loop(arr, f, rounding, saturate, sr_bits, rng):
-        rand = draw_bits(rng, sr_bits, arr.shape)  # else the fused loop draws the same integers
+    if sr_bits is not None and rand is None:
+        rand = draw_bits(rng, sr_bits, arr.shape)
     sr = None if sr_bits is None else (int(sr_bits), rand, sr_variant)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf and NaN passing through: results here
         return np.asarray(_cast(arr, f, rounding, saturate, rng, sr))
@@ -238,28 +238,21 @@ def _refuse_nan(arr: np.ndarray, f: Format) -> None:
         raise ValueError(f"{f.name} has no NaN: {n} NaN value{'s' * (n > 1)} in the input cannot be cast to it")
 
 
-def _fuses(arr: np.ndarray, f: Format, rounding: str, saturate: bool, sr_bits) -> bool:
-    return arr.dtype == np.float32 and fused_applies(arr, f, rounding, saturate, sr_bits, _path(f, rounding))
-
-
-def _path(f: Format, rounding: str) -> str:
-    """Which numpy path :func:`_cast` takes for float32 input, as ``modekernels.fused_cast`` names it."""
-    return "nearest" if rounding == "nearest" and f.name in ELEMENT_FORMATS else "modes"
-
-
 def _fused(arr: np.ndarray, f: Format, mode: str, saturate: bool, sr, rng, redo):
     """``modekernels.fused_cast``'s result (None where it does not apply): a given random integer out of
     range refused (``check_sr``'s error), then its NaN inputs (a format without NaN: :func:`_refuse_nan`'s
     error), or their results by ``redo`` (the numpy path)."""
-    got = fused_cast(arr, f, mode, saturate, sr, rng, _path(f, mode))
+    got = fused_cast(arr, f, mode, saturate, sr, rng, cast_path(f, mode))
     if got is None:
         return None
     out, nan, most = got
     if sr is not None and most >= 2 ** sr[0]:
         check_sr(mode, sr[0], sr[1], sr[2], arr.shape)  # raises: cast left the range test to the loop
     if nan:
-        _refuse_nan(arr, f) if not f.has_nan else None
-        out[np.isnan(arr)] = redo(arr[np.isnan(arr)])
+        if not f.has_nan:
+            _refuse_nan(arr, f)
+        where = np.isnan(arr)
+        out[where] = redo(arr[where])
     return out
 
 

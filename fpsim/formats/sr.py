@@ -23,17 +23,14 @@ biased).
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import sys
-
 import numpy as np
 
 from ..checks import check_integer
+from ..numerics import compiled
 from .bitviews import uint_for_bits
 from .names import mode_name
 
-__all__ = ["SR_VARIANTS", "SR_MAX_BITS", "check_sr", "draw_bits", "round_up_fewbit", "drawable_in_loop", "pcg64_words"]
+__all__ = ["SR_VARIANTS", "SR_MAX_BITS", "check_sr", "draw_bits", "round_up_fewbit"]
 
 SR_VARIANTS = ("rne", "rto", "fast", "fastest")
 SR_MAX_BITS = 32
@@ -71,69 +68,20 @@ def check_sr(rounding: str, sr_bits, sr_random, sr_variant, shape, ranged: bool 
 def draw_bits(rng: np.random.Generator, k: int, shape) -> np.ndarray:
     """Uniform random integers in [0, 2**k) of ``shape``: the generator's raw 64-bit words cut into
     1, 2 or 4 bytes per value (k <= 8, 16, 32) and masked to k bits (every bit of a raw word is
-    uniform), which costs a fraction of ``rng.integers``."""
+    uniform), which costs a fraction of ``rng.integers``.  Where the compiled path is on, numpy's PCG64's
+    words come from its compiled twin (``compiled._draws.pcg64_raw``: the same words, the generator left
+    in the same state) from :data:`~fpsim.numerics.compiled.ROUNDING_MIN_SIZE` values up."""
     n = int(np.prod(shape, dtype=np.int64))
     dt = uint_for_bits(k)
     words = -(-n * dt.itemsize // 8)
-    raw = np.asarray(rng.bit_generator.random_raw(words), dtype=np.uint64)
+    fast = (compiled.kernels() if n >= compiled.ROUNDING_MIN_SIZE and type(rng.bit_generator) is np.random.PCG64
+            else None)
+    raw = (fast.roundings["pcg64_raw"](rng, words) if fast is not None
+           else np.asarray(rng.bit_generator.random_raw(words), dtype=np.uint64))
     out = raw.view(dt)[:n].reshape(shape)
     if k < 8 * dt.itemsize:
         out &= dt.type((1 << k) - 1)
     return out
-
-
-_PCG64_MULT = 0x2360ED051FC65DA44385DF649FCCF645  # numpy's PCG64 (PCG_DEFAULT_MULTIPLIER_128)
-_M64 = (1 << 64) - 1
-_M128 = (1 << 128) - 1
-
-
-def drawable_in_loop(rng, k: int) -> bool:
-    """Whether a compiled loop can draw :func:`draw_bits`'s integers itself (:func:`pcg64_words`):
-    ``rng`` a numpy Generator on numpy's own PCG64, k <= 8 (a byte of each word a value), and a
-    little-endian machine (where ``view`` cuts a word's bytes in that order)."""
-    return type(getattr(rng, "bit_generator", None)) is np.random.PCG64 and k <= 8 and sys.byteorder == "little"
-
-
-@contextlib.contextmanager
-def pcg64_words(rng, n: int):
-    """With the generator's lock held: yields, for a loop that draws the next ``n`` words of its PCG64
-    (``random_raw(n)``'s), (the four starting states of ``compiled._fused_modes.pcg64_fill`` as a 4 x 2
-    uint64 array: the state and the state advanced by 1, 2, 3 quarters of n; the multiplier; the
-    increment) and a function that takes the state after the words drawn and sets it, as
-    ``random_raw`` leaves it (the buffered 32-bit half kept)."""
-    bg = rng.bit_generator
-    with bg.lock:
-        full = bg.state
-        s, inc = full["state"]["state"], full["state"]["inc"]
-        q = n // 4
-        starts = np.array([_split(_advance(s, j * q, inc)) for j in range(4)], np.uint64)
-
-        def advance(hi, lo):
-            bg.state = {**full, "state": {"state": (int(hi) << 64) | int(lo), "inc": inc}}
-        yield (starts, np.array(_split(_PCG64_MULT), np.uint64), np.array(_split(inc), np.uint64)), advance
-
-
-def _split(v: int) -> tuple[int, int]:
-    return v >> 64, v & _M64
-
-
-def _advance(state: int, delta: int, inc: int) -> int:
-    """PCG64's state after ``delta`` steps: a * state + c mod 2**128 (:func:`_jump`)."""
-    a, c = _jump(delta, inc)
-    return (a * state + c) & _M128
-
-
-@functools.lru_cache(maxsize=64)  # a training run casts arrays of a few sizes with one generator
-def _jump(delta: int, inc: int) -> tuple[int, int]:
-    """(a, c) with PCG64's state after ``delta`` steps = a * state + c mod 2**128: the LCG's jump ahead
-    in O(log delta) (Brown 1994, as numpy's ``advance``)."""
-    acc_mult, acc_plus, mult, plus = 1, 0, _PCG64_MULT, inc
-    while delta:
-        if delta & 1:
-            acc_mult, acc_plus = (acc_mult * mult) & _M128, (acc_plus * mult + plus) & _M128
-        plus, mult = ((mult + 1) * plus) & _M128, (mult * mult) & _M128
-        delta >>= 1
-    return acc_mult, acc_plus
 
 
 def round_up_fewbit(delta: np.ndarray, k: int, rand: np.ndarray, variant: str) -> np.ndarray:

@@ -216,3 +216,19 @@ def test_the_compiled_uniforms_are_numpys_draws_and_leave_the_generator_where_nu
         assert got.random() == want.random() and got.integers(2**62) == want.integers(2**62)
     other, same_other = (np.random.Generator(np.random.Philox(3)) for _ in range(2))  # not PCG64: rng.random itself
     assert np.array_equal(uniforms(other, n), same_other.random(n))
+
+
+@pytest.mark.parametrize("n", [1, 63, 64, 1087, 100_003])
+def test_the_compiled_raw_words_are_random_raws_and_leave_the_generator_where_numpy_does(n):
+    """``compiled._draws.pcg64_raw``: the words of ``random_raw(n)``, the generator's state after them
+    (a buffered 32-bit half kept) the same - what ``sr.draw_bits`` reads for few-bit SR."""
+    from fpsim.numerics import compiled
+
+    raw = compiled.kernels().roundings["pcg64_raw"]
+    for seed in (0, 12345, 2**63 + 11):
+        want, got = np.random.default_rng(seed), np.random.default_rng(seed)
+        want.random(dtype=np.float32), got.random(dtype=np.float32)  # half a word buffered
+        words = raw(got, n)
+        assert words.dtype == np.uint64 and np.array_equal(words, want.bit_generator.random_raw(n))
+        assert got.bit_generator.state == want.bit_generator.state
+        assert got.random(dtype=np.float32) == want.random(dtype=np.float32) and got.random() == want.random()

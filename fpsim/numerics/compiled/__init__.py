@@ -107,7 +107,19 @@ def count(name: str, x):
 
 def _load():
     try:
-        from . import _blocks, _casts, _casts64, _counts, _draws, _elementary, _fused_modes, _matmul, _quantize, _sums, _tensorcore
+        from . import (
+            _blocks,
+            _casts,
+            _casts64,
+            _counts,
+            _draws,
+            _elementary,
+            _fused_modes,
+            _matmul,
+            _quantize,
+            _sums,
+            _tensorcore,
+        )
     except Exception as e:  # no numba: the numpy path, silently; a broken numba: the same, said once
         _STATE["failed"] = True
         if numba_installed():
@@ -116,4 +128,5 @@ def _load():
         return None
     return types.SimpleNamespace(matmul=_matmul.fused_matmul, sum=_sums.fused_sum, elementary=_elementary.fused_elementary,
                                  fsum64=_sums.fsum64_rows, tensorcore=_tensorcore,
-                                 roundings={**_casts.ROUNDINGS, **_casts64.ROUNDINGS64, **_counts.COUNTS, **_blocks.BLOCKS, **_quantize.QUANTIZE, **_draws.DRAWS, **_fused_modes.FUSED})
+                                 roundings={**_casts.ROUNDINGS, **_casts64.ROUNDINGS64, **_counts.COUNTS, **_blocks.BLOCKS,
+                                            **_quantize.QUANTIZE, **_draws.DRAWS, **_fused_modes.FUSED})

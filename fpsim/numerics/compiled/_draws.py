@@ -1,5 +1,7 @@
-"""numpy's ``Generator.random(n)`` for a PCG64 generator, the same doubles, faster: stochastic rounding's
-uniforms (``fpsim.formats.blockcodes.uniforms``).
+"""numpy's PCG64 draws, the same numbers, faster: ``Generator.random(n)``'s doubles (stochastic
+rounding's uniforms: ``fpsim.formats.blockcodes.uniforms``) and ``bit_generator.random_raw(n)``'s words
+(few-bit stochastic rounding's random bits: ``fpsim.formats.sr.draw_bits``), the generator left in the
+state numpy leaves it in.
 
 PCG64 as numpy defines it (numpy/random/src/pcg64: ``pcg_setseq_128_xsl_rr_64``): a 128-bit LCG
 s -> s * M + inc (mod 2**128), each output taken from the advanced state by XSL-RR (the high and low
@@ -42,11 +44,11 @@ def _affine(h, lw, ah, al, ch, cl):
 
 
 @jit()
-def _fill(sh, sl, ah, al, ch, cl, out):
-    """Into ``out`` (float64, a multiple of the lanes long): lane j's output at each of its steps,
-    lane j holding in ``sh`` / ``sl`` the state it outputs from; each lane then advances by
-    (A, C).  Returns the state of the last lane at the last step (the generator's state after
-    out.size outputs)."""
+def _fill(sh, sl, ah, al, ch, cl, out, raw):
+    """Into ``out`` (float64 or, ``raw``, uint64; a multiple of the lanes long): lane j's output at each
+    of its steps, a double or the raw word, lane j holding in ``sh`` / ``sl`` the state it outputs from;
+    each lane then advances by (A, C).  Returns the state of the last lane at the last step (the
+    generator's state after out.size outputs)."""
     nl = sh.shape[0]
     scale = 1.0 / 9007199254740992.0
     lh, ll = sh[nl - 1], sl[nl - 1]
@@ -57,7 +59,10 @@ def _fill(sh, sl, ah, al, ch, cl, out):
             x = h ^ lw
             rot = h >> _U64(58)
             v = (x >> rot) | (x << ((_U64(64) - rot) & _U64(63)))
-            out[i * nl + j] = np.float64(np.int64(v >> _U64(11))) * scale
+            if raw:
+                out[i * nl + j] = v
+            else:
+                out[i * nl + j] = np.float64(np.int64(v >> _U64(11))) * scale
             sh[j], sl[j] = _affine(h, lw, ah, al, ch, cl)
     return lh, ll
 
@@ -95,22 +100,35 @@ def _lanes(s: int, inc: int):
     return sh, sl, jump
 
 
-def pcg64_uniforms(rng: np.random.Generator, n: int) -> np.ndarray:
-    """``rng.random(n)`` (float64), the same values and ``rng`` left in the same state, for a Generator
-    on numpy's PCG64: whole rounds of the lanes here, the rest (all of it below 64) by ``rng.random``."""
-    if n < LANES:
-        return rng.random(n)
-    st = rng.bit_generator.state
-    sh, sl, (ah, al, ch, cl) = _lanes(st["state"]["state"], st["state"]["inc"])
-    out = np.empty(n)
-    m = n - n % LANES
-    hi, lo = _fill(sh, sl, ah, al, ch, cl, out[:m])
-    st["state"]["state"] = (int(hi) << 64) | int(lo)
-    rng.bit_generator.state = st
+def _draw(rng: np.random.Generator, n: int, raw: bool) -> np.ndarray:
+    """n draws of ``rng`` (a Generator on numpy's PCG64), whole rounds of the lanes here and the rest by
+    numpy itself, under the bit generator's lock: the doubles of ``rng.random(n)`` or (``raw``) the
+    words of ``random_raw(n)``, ``rng`` left where numpy leaves it (a buffered 32-bit half kept)."""
+    bg = rng.bit_generator
+    with bg.lock:
+        st = bg.state
+        sh, sl, (ah, al, ch, cl) = _lanes(st["state"]["state"], st["state"]["inc"])
+        out = np.empty(n, np.uint64 if raw else np.float64)
+        m = n - n % LANES
+        hi, lo = _fill(sh, sl, ah, al, ch, cl, out[:m], raw)
+        st["state"]["state"] = (int(hi) << 64) | int(lo)
+        bg.state = st
     if m < n:
-        out[m:] = rng.random(n - m)
+        out[m:] = bg.random_raw(n - m) if raw else rng.random(n - m)
     return out
 
 
+def pcg64_uniforms(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``rng.random(n)`` (float64), the same values and ``rng`` left in the same state, for a Generator
+    on numpy's PCG64 (below 64 values: ``rng.random`` itself)."""
+    return rng.random(n) if n < LANES else _draw(rng, n, False)
+
+
+def pcg64_raw(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``rng.bit_generator.random_raw(n)`` (uint64 words), the same words and ``rng`` left in the same
+    state, for a Generator on numpy's PCG64 (below 64 words: ``random_raw`` itself)."""
+    return np.asarray(rng.bit_generator.random_raw(n), np.uint64) if n < LANES else _draw(rng, n, True)
+
+
 # name -> function, beside the roundings in :func:`fpsim.numerics.compiled.rounding`'s table
-DRAWS = {"pcg64_uniforms": pcg64_uniforms}
+DRAWS = {"pcg64_uniforms": pcg64_uniforms, "pcg64_raw": pcg64_raw}

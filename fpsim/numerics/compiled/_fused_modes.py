@@ -14,28 +14,21 @@ caller from the numpy path's own cast), then the sign bit.  Written with selects
 that the loops are vectorised.  NaN inputs are only found (a max-reduction): their results' payload
 bits are the numpy path's to decide, and the caller redoes those few values.
 
-Few-bit stochastic rounding takes its k-bit integers given (``rand``, in their own dtype) or drawn
-here by :func:`pcg64_fill` from a PCG64 state, the words ``rng.bit_generator.random_raw`` gives, cut
-into bytes (k <= 8) as ``sr.draw_bits`` cuts them.
+Few-bit stochastic rounding takes its k-bit integers given (``rand``, in their own dtype: the caller's
+``sr_random`` or ``sr.draw_bits``' draws).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.extending import intrinsic
 
 from ._exact import jit
 from ._modes import FEWBIT, MODES, VARIANTS, _fewbit, _grid, _pick
 from ._round import _f, _u
 
-__all__ = ["mode_codes", "mode_values", "pcg64_fill", "modes_cast", "FUSED"]
-
-GENERATED = 8  # the mode code of few-bit SR whose integers this loop draws itself
+__all__ = ["mode_codes", "mode_values", "modes_cast", "FUSED"]
 
 _U32 = np.uint32
-_U64 = np.uint64
 _U64 = np.uint64
 _F32 = np.float32
 _ABS = _U32(0x7FFFFFFF)
@@ -177,70 +170,17 @@ def mode_values(src, dst, grid, fin, mode, u, rand, k, variant):
 
 
 
-@intrinsic
-def _lcg128(typingctx, hi, lo, mhi, mlo, ihi, ilo):
-    """PCG64's step on its 128-bit state (hi, lo): state * multiplier + increment, mod 2**128 (LLVM's
-    i128 arithmetic, as numpy's C does it with __uint128_t)."""
-    sig = types.UniTuple(types.uint64, 2)(*([types.uint64] * 6))
-
-    def codegen(context, builder, signature, args):
-        i128, i64, sh = ir.IntType(128), ir.IntType(64), ir.Constant(ir.IntType(128), 64)
-        sh_, sl, mh, ml, ih, il = args
-
-        def join(a, b):
-            return builder.or_(builder.shl(builder.zext(a, i128), sh), builder.zext(b, i128))
-        r = builder.add(builder.mul(join(sh_, sl), join(mh, ml)), join(ih, il))
-        return context.make_tuple(builder, signature.return_type,
-                                  [builder.trunc(builder.lshr(r, sh), i64), builder.trunc(r, i64)])
-    return sig, codegen
-
-
-@jit(inline=True)
-def _xsl_rr(hi, lo):
-    """PCG64's output of a state: (hi ^ lo) rotated right by the state's top 6 bits."""
-    x = _U64(hi ^ lo)
-    rot = _U64(hi >> _U64(58))
-    return _U64(_U64(x >> rot) | _U64(x << _U64(_U64(64 - rot) & _U64(63))))
-
-
-@jit()
-def pcg64_fill(words, starts, mult, inc, bytemask):
-    """``words`` = the next words of a PCG64 generator (``random_raw``'s, each and-ed with ``bytemask``),
-    from four states at once - ``starts`` (4 x 2 uint64: high, low), the generator's state and that
-    state advanced by 1, 2 and 3 quarters of the words (``pcg64_starts``) - so that four independent
-    128-bit steps overlap.  The last quarter takes the remainder.  Returns the last state (high, low)."""
-    n = words.shape[0]
-    w = n // 4
-    mh, ml, ih, il = mult[0], mult[1], inc[0], inc[1]
-    h0, l0, h1, l1 = starts[0, 0], starts[0, 1], starts[1, 0], starts[1, 1]
-    h2, l2, h3, l3 = starts[2, 0], starts[2, 1], starts[3, 0], starts[3, 1]
-    for i in range(w):
-        h0, l0 = _lcg128(h0, l0, mh, ml, ih, il)
-        h1, l1 = _lcg128(h1, l1, mh, ml, ih, il)
-        h2, l2 = _lcg128(h2, l2, mh, ml, ih, il)
-        h3, l3 = _lcg128(h3, l3, mh, ml, ih, il)
-        words[i] = _xsl_rr(h0, l0) & bytemask
-        words[w + i] = _xsl_rr(h1, l1) & bytemask
-        words[2 * w + i] = _xsl_rr(h2, l2) & bytemask
-        words[3 * w + i] = _xsl_rr(h3, l3) & bytemask
-    for i in range(4 * w, n):
-        h3, l3 = _lcg128(h3, l3, mh, ml, ih, il)
-        words[i] = _xsl_rr(h3, l3) & bytemask
-    return h3, l3
-
 _NO_DRAWS = np.empty(0, np.float64)
 _NO_BITS = np.empty(0, np.int64)
 _CHUNK = 2**16  # exact SR: the uniforms drawn a chunk at a time (the same stream as one draw for all)
 _VIEW = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 
 
-def modes_cast(x32: np.ndarray, dtype, params, mode: str, sr, rng, st=None) -> tuple:
+def modes_cast(x32: np.ndarray, dtype, params, mode: str, sr, rng) -> tuple:
     """(float32 ``x32`` rounded in ``mode`` and finished into storage ``dtype``, whether x32 holds NaN,
-    the PCG64 state after the draws or None, the largest given k-bit integer - 2**64 where one is
-    negative -, or 0): ``params`` = (codes, grid, enc or fin), as
-    ``modekernels.fused_params`` makes them; ``sr``: None, or (k, the k-bit integers broadcast to x's
-    shape, or None to draw them here (k <= 8) by :func:`pcg64_fill` from ``st`` = (its four starting
-    states, the multiplier, the increment: ``sr.pcg64_words``); variant); exact SR
+    the largest given k-bit integer - 2**64 where one is negative -, or 0): ``params`` = (codes, grid,
+    enc or fin), as ``modekernels.fused_params`` makes them; ``sr``: None, or (k, the k-bit integers
+    broadcast to x's shape, variant); exact SR
     draws ``rng.random`` here, one float64 a value in order, as the numpy path does.  The results of
     NaN inputs are not written: the caller redoes them (by the numpy path) where the second value is
     True."""
@@ -249,14 +189,8 @@ def modes_cast(x32: np.ndarray, dtype, params, mode: str, sr, rng, st=None) -> t
     out = np.empty(x.size, dtype)
     dst = out.view(_VIEW[out.dtype.itemsize])
     kernel = mode_codes if codes else mode_values
-    after = None
     if mode == "stochastic" and sr is not None:
-        if sr[1] is None:  # k <= 8: one byte of each PCG64 word a value, as sr.draw_bits cuts them
-            words = np.empty(-(-x.size // 8), np.uint64)
-            after = pcg64_fill(words, st[0], st[1], st[2], np.uint64(((1 << int(sr[0])) - 1) * 0x0101010101010101))
-            rand = words.view(np.uint8)[: x.size]
-        else:
-            rand = np.ascontiguousarray(np.asarray(sr[1]).reshape(-1))  # its own integer dtype: no widening pass
+        rand = np.ascontiguousarray(np.asarray(sr[1]).reshape(-1))  # its own integer dtype: no widening pass
         top, most, least = kernel(x, dst, grid, tail, FEWBIT, _NO_DRAWS, rand, int(sr[0]), VARIANTS[sr[2]])
     elif mode == "stochastic":
         top = most = least = 0
@@ -265,6 +199,6 @@ def modes_cast(x32: np.ndarray, dtype, params, mode: str, sr, rng, st=None) -> t
             top = max(top, kernel(x[i:j], dst[i:j], grid, tail, MODES[mode], rng.random(j - i), _NO_BITS, 0, 0)[0])
     else:
         top, most, least = kernel(x, dst, grid, tail, MODES[mode], _NO_DRAWS, _NO_BITS, 0, 0)
-    return out.reshape(np.shape(x32)), int(top) > 0x7F800000, after, int(most) if least >= 0 else 2**64
+    return out.reshape(np.shape(x32)), int(top) > 0x7F800000, int(most) if least >= 0 else 2**64
 
 FUSED = {"modes_cast": modes_cast}
