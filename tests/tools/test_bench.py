@@ -63,9 +63,9 @@ def test_rounding_rows_cover_every_format_source_and_mix(quick):
     assert len(rows) == 21 and len(block) == 2 and len(sr) == 1  # 2 x 2 x 4 formats, 2 block rows, SR, 2 modes
     assert sr[0]["name"].endswith("-> float4_e2m1fn, stochastic (float32 kernel)") and sr[0]["limit"] == 0.5
     assert block[0]["peer"] == "fpsim float32 -> e4m3 cast" and block[0]["target"] == "<= 3x"
-    # MXFP4 with stochastically rounded elements (the 4-bit SR recipe's gradients) against nearest
+    # MXFP4 with stochastically rounded elements (the 4-bit SR recipe's gradients) against nearest and its draws
     assert block[1]["name"].endswith("mxfp4 (quantize), stochastic elements")
-    assert block[1]["peer"] == "the same quantize, elements to nearest" and block[1]["limit"] == 3.0
+    assert block[1]["peer"] == "the quantize to nearest + rng.random of its uniforms" and block[1]["limit"] == 1.5
     assert [r["name"].split("-> ")[1] for r in modes] == ["p3109_k8p4se, toward_zero", "float16, stochastic k=8 rne"]
     assert all(r["limit"] == 2.0 for r in modes)
     for r in rows:
@@ -78,7 +78,7 @@ def test_rounding_rows_cover_every_format_source_and_mix(quick):
         if r in modes or r in sr:
             continue
         fmt = r["name"].split(" -> ")[1].split()[0]
-        assert r["limit"] == {"float16": 1.5, "bfloat16": 10.0, "mxfp8_e4m3": 3.0, "mxfp4": 3.0}.get(fmt)
+        assert r["limit"] == {"float16": 1.5, "bfloat16": 10.0, "mxfp8_e4m3": 3.0, "mxfp4": 1.5}.get(fmt)
         assert (r["met"] is None) == (r["limit"] is None)
 
 
