@@ -28,7 +28,7 @@ from .bitviews import bits_view
 from .kernels import f32_to_f16, narrow_cast
 from .table import ELEMENT_FORMATS, Format
 
-__all__ = ["supports", "round_magnitudes_f32", "fused_params", "fused_cast", "fused_applies", "cast_path"]
+__all__ = ["supports", "round_magnitudes_f32", "fused_params", "fused_cast", "fused_applies", "cast_path", "f64_loop"]
 
 _U32 = np.uint32
 _F32 = np.float32
@@ -72,12 +72,22 @@ def cast_path(f: Format, rounding: str) -> str:
     return "nearest" if rounding == "nearest" and f.name in ELEMENT_FORMATS else "modes"
 
 
-def fused_applies(x32: np.ndarray, f: Format, mode: str, saturate: bool, sr_bits=None, path: str | None = None) -> bool:
-    """Whether :func:`fused_cast` rounds ``x32`` (float32; k = ``sr_bits`` random bits; ``path``: None
-    for :func:`cast_path`'s)."""
-    return (x32.dtype == np.float32 and compiled.rounding("modes_cast", x32, np.float32) is not None
+def fused_applies(x: np.ndarray, f: Format, mode: str, saturate: bool, sr_bits=None, path: str | None = None) -> bool:
+    """Whether a compiled loop rounds ``x`` into ``f`` and finds its NaNs itself: :func:`fused_cast` for
+    float32 (k = ``sr_bits`` random bits; ``path``: None for :func:`cast_path`'s), :func:`f64_loop` for
+    float64."""
+    if x.dtype == np.float64:
+        return sr_bits is None and f64_loop(x, f, mode) is not None
+    return (x.dtype == np.float32 and compiled.rounding("modes_cast", x, np.float32) is not None
             and supports(f, mode, None if sr_bits is None else (int(sr_bits),))
             and fused_params(f, mode, saturate, cast_path(f, mode) if path is None else path) is not None)
+
+
+def f64_loop(x: np.ndarray, f: Format, mode: str):
+    """The compiled rounding of float64 ``x`` to nearest into float16, bfloat16 or an element format
+    (``numerics.compiled._casts64.f64_nearest``), or None."""
+    ok = mode == "nearest" and x.dtype == np.float64 and f.name in ("float16", "bfloat16", *ELEMENT_FORMATS)
+    return compiled.rounding("f64_nearest", x) if ok else None
 
 
 _FUSED: dict = {}  # (format, mode, saturate, path) -> fused_params

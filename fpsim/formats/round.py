@@ -19,10 +19,9 @@ import numpy as np
 
 from .. import state
 from ..checks import check_seed
-from ..numerics import compiled
 from ..state import default_rng, manual_seed
 from .kernels import f16_to_f32, f32_to_bf16, f32_to_f16, fp8_to_f32, narrow_cast
-from .modekernels import cast_path, fused_applies, fused_cast, round_magnitudes_f32, supports
+from .modekernels import cast_path, f64_loop, fused_applies, fused_cast, round_magnitudes_f32, supports
 from .modes import ROUNDING_MODES, finish, round_magnitudes
 from .names import mode_name
 from .sr import SR_VARIANTS, check_sr, draw_bits
@@ -163,9 +162,6 @@ def _f64_to_bf16(x64: np.ndarray) -> np.ndarray:
     return y.astype(ml_dtypes.bfloat16)
 
 
-_F64_LOOPS = ("float16", "bfloat16", *ELEMENT_FORMATS)  # rounded from float64 in one loop on the compiled path
-
-
 def _check_mode(rounding: str) -> str:
     return mode_name(rounding, ROUNDING_MODES, "rounding mode")
 
@@ -233,7 +229,8 @@ def cast(x, fmt, rounding: str = "nearest", *, saturate: bool = False, seed=None
 
 
 def _refuse_nan(arr: np.ndarray, f: Format) -> None:
-    n = int(np.count_nonzero(np.isnan(arr)))
+    """A ValueError naming how many NaNs ``arr`` holds where format ``f`` has none; nothing otherwise."""
+    n = 0 if f.has_nan else int(np.count_nonzero(np.isnan(arr)))
     if n:
         raise ValueError(f"{f.name} has no NaN: {n} NaN value{'s' * (n > 1)} in the input cannot be cast to it")
 
@@ -249,8 +246,7 @@ def _fused(arr: np.ndarray, f: Format, mode: str, saturate: bool, sr, rng, redo)
     if sr is not None and most >= 2 ** sr[0]:
         check_sr(mode, sr[0], sr[1], sr[2], arr.shape)  # raises: cast left the range test to the loop
     if nan:
-        if not f.has_nan:
-            _refuse_nan(arr, f)
+        _refuse_nan(arr, f)
         where = np.isnan(arr)
         out[where] = redo(arr[where])
     return out
@@ -262,8 +258,8 @@ def _cast(arr: np.ndarray, f: Format, rounding: str, saturate: bool, rng, sr) ->
         return _saturate(out, arr, f) if saturate else out
     # ml_dtypes rounds float32 -> float8_e8m0fnu wrongly for float32 subnormal inputs: exact path.
     if rounding == "nearest" and f.has_zero and f.is_ml_dtype:
-        if arr.dtype == np.float64 and f.name in _F64_LOOPS and (fast := compiled.rounding("f64_nearest", arr)):
-            return fast(arr, f, saturate, lambda v: narrow_cast(v, f, saturate))  # the numpy path's bits
+        if (fast := f64_loop(arr, f, rounding)) is not None:  # the numpy path's bits; NaN refused where it is
+            return fast(arr, f, saturate, lambda v: _refuse_nan(arr, f) or narrow_cast(v, f, saturate))
         if arr.dtype == np.float64 and f.name == "bfloat16":
             out = _f64_to_bf16(arr)
             return _saturate(out, arr, f) if saturate else out
