@@ -124,9 +124,9 @@ def _fewbit_loop(src, dst, grid, fin, enc, codes, rand, two_k, variant):
 
 
 @jit(inline=True)
-def _dispatch(src, dst, grid, fin, enc, codes, mode, u, rand, k, variant):
-    """One inlined loop for each mode and variant (a constant there: no test per value)."""
-    two_k = _F32(2.0**k)
+def _deterministic(src, dst, grid, fin, enc, codes, mode, u):
+    """One inlined loop for each deterministic mode and exact SR (a constant there: no test per value)."""
+    two_k = _F32(1.0)
     if mode == 0:
         return _loop(src, dst, grid, fin, enc, codes, u, two_k, 0)
     if mode == 1:
@@ -139,8 +139,13 @@ def _dispatch(src, dst, grid, fin, enc, codes, mode, u, rand, k, variant):
         return _loop(src, dst, grid, fin, enc, codes, u, two_k, 4)
     if mode == 5:
         return _loop(src, dst, grid, fin, enc, codes, u, two_k, 5)
-    if mode == 6 or rand.shape[0] == 0:  # exact SR (or no values: no integer to read first)
-        return _loop(src, dst, grid, fin, enc, codes, u, two_k, 6)
+    return _loop(src, dst, grid, fin, enc, codes, u, two_k, 6)
+
+
+@jit(inline=True)
+def _fewbits(src, dst, grid, fin, enc, codes, rand, k, variant):
+    """One inlined few-bit SR loop for each variant (a constant there), ``rand`` not empty."""
+    two_k = _F32(2.0**k)
     if variant == 0:
         return _fewbit_loop(src, dst, grid, fin, enc, codes, rand, two_k, 0)
     if variant == 1:
@@ -150,7 +155,29 @@ def _dispatch(src, dst, grid, fin, enc, codes, mode, u, rand, k, variant):
     return _fewbit_loop(src, dst, grid, fin, enc, codes, rand, two_k, 3)
 
 
+# Four compiled entries, not one: each is compiled for the dtypes it is first called with, and the
+# deterministic modes' seven loops are not compiled again for every dtype of few-bit SR's integers
+# (nor those four loops for every destination where no SR runs) - a fresh cache compiles a fraction.
 @jit()
+def _det_codes(src, dst, grid, enc, mode, u):
+    return _deterministic(src, dst, grid, _NO_FIN, enc, True, mode, u)
+
+
+@jit()
+def _det_values(src, dst, grid, fin, mode, u):
+    return _deterministic(src, dst, grid, fin, _NO_ENC, False, mode, u)
+
+
+@jit()
+def _fewbit_codes(src, dst, grid, enc, rand, k, variant):
+    return _fewbits(src, dst, grid, _NO_FIN, enc, True, rand, k, variant)
+
+
+@jit()
+def _fewbit_values(src, dst, grid, fin, rand, k, variant):
+    return _fewbits(src, dst, grid, fin, _NO_ENC, False, rand, k, variant)
+
+
 def mode_codes(src, dst, grid, enc, mode, u, rand, k, variant):
     """float32 patterns ``src`` rounded in ``mode`` (``_modes.MODES``; ``FEWBIT``: with the given k-bit
     integers ``rand``, ``variant`` as ``_modes.VARIANTS``; 6: exact SR, float64 uniforms ``u``, one a
@@ -159,15 +186,17 @@ def mode_codes(src, dst, grid, enc, mode, u, rand, k, variant):
     Returns (the largest |x| pattern: above 0x7F800000 the input holds NaN, whose results are left to
     the caller; the largest of ``rand`` as uint64 and its smallest as int64, for the caller's range
     check; 0 and 0 in the other modes)."""
-    return _dispatch(src, dst, grid, _NO_FIN, enc, True, mode, u, rand, k, variant)
+    if mode == FEWBIT and rand.shape[0]:
+        return _fewbit_codes(src, dst, grid, enc, rand, k, variant)
+    return _det_codes(src, dst, grid, enc, min(mode, 6), u)
 
 
-@jit()
 def mode_values(src, dst, grid, fin, mode, u, rand, k, variant):
     """:func:`mode_codes` for a format held in float32: ``dst`` gets the results' float32 patterns
     (``fin`` as :func:`_finish` reads it)."""
-    return _dispatch(src, dst, grid, fin, _NO_ENC, False, mode, u, rand, k, variant)
-
+    if mode == FEWBIT and rand.shape[0]:
+        return _fewbit_values(src, dst, grid, fin, rand, k, variant)
+    return _det_values(src, dst, grid, fin, min(mode, 6), u)
 
 
 _NO_DRAWS = np.empty(0, np.float64)
