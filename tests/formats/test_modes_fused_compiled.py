@@ -26,6 +26,14 @@ from fpsim.formats.modes import ROUNDING_MODES  # noqa: E402
 from fpsim.numerics import compiled  # noqa: E402
 from fpsim.numerics.compiled import use_compiled  # noqa: E402
 
+
+@pytest.fixture(autouse=True)
+def _compiled_path_on():
+    """The compiled path on for every test, FPSIM_NUMBA=0 or not (each test switches to the numpy path
+    itself where it compares the two)."""
+    with use_compiled(True):
+        yield
+
 FORMATS = ("float16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn", "float6_e3m2fn", "float6_e2m3fn",
            "p3109_k8p4se", "p3109_k8p3uf")
 NANS = np.array([0x7FC00000, 0x7F800001, 0x7FBFFFFF, 0xFFC00000, 0xFF812345], np.uint32).view(np.float32)
