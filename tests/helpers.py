@@ -15,6 +15,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from fpsim.formats.bitviews import UINT_VIEWS
 from fpsim.tensor import Tensor, tensor
 
 # (mantissa bits, exponent of the smallest normal, storage dtype), written from the layouts
@@ -25,7 +26,7 @@ LAYOUT = {
     "float8_e4m3fn": (3, -6, np.dtype(ml_dtypes.float8_e4m3fn)),
     "float8_e5m2": (2, -14, np.dtype(ml_dtypes.float8_e5m2)),
 }
-UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+UINT = {n: dt.type for n, dt in UINT_VIEWS.items()}  # fpsim.formats.bitviews: one width -> uint table
 
 
 def spacing(x, name: str) -> np.ndarray:
@@ -49,6 +50,25 @@ def same_bits(got, want) -> np.ndarray:
     with np.errstate(invalid="ignore"):  # signalling NaN patterns
         g64, w64 = got.astype(np.float64), want.astype(np.float64)
     return (bits(got) == bits(want)) | (np.isnan(g64) & np.isnan(w64))
+
+
+def identical(got, want) -> bool:
+    """The same dtype, shape and bit patterns, NaN payloads and -0 included (a compiled path against the
+    numpy path: nothing may differ)."""
+    got, want = np.asarray(got), np.asarray(want)
+    return got.dtype == want.dtype and got.shape == want.shape and np.array_equal(bits(got), bits(want))
+
+
+def block_values(rng, shape) -> np.ndarray:
+    """float32 Gaussians at a magnitude per leading index from 1e-42 to 1e37, with zeros of both signs,
+    block-format grid ties, float32 subnormals and values near float32's max mixed in."""
+    mag = 10.0 ** rng.uniform(-42, 37, (shape[0],) + (1,) * (len(shape) - 1))
+    x = (rng.standard_normal(shape) * mag).astype(np.float32)
+    flat = x.reshape(-1)
+    special = np.float32([0.0, -0.0, 448.0, 464.0, 6.0, 5.0, -6.5, 0.25, 2.0**-9, 1e-45, -3e38, 3.4e38])
+    pos = rng.choice(flat.size, 3 * special.size, replace=False)
+    flat[pos] = np.resize(special, pos.size)
+    return x
 
 
 def assert_same_bits(got, want, what: str = "") -> None:

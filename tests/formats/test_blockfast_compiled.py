@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import block_values
 
 pytest.importorskip("numba")
 
@@ -28,18 +29,6 @@ CASES = [("mxfp8_e4m3", {}), ("mxfp8_e5m2", {"scale_rounding": "floor"}), ("mxfp
          ("fp8_block", {}), ("fp8_block", {"block": (128, 128), "pow2_scales": True})]
 SHAPES = [((256, 96), -1), ((96, 256), 0), ((70, 450), -1), ((70, 450), 0), ((3, 40, 500), 1), ((2, 130, 260), -1),
           ((256, 256), -1), ((600, 300), 0), ((40, 20), -1)]
-
-
-def _values(rng, shape) -> np.ndarray:
-    """Gaussians at magnitudes from float32 subnormals to near float32's max, a magnitude per row,
-    zeros of both signs and grid ties mixed in."""
-    mag = 10.0 ** rng.uniform(-42, 37, (shape[0],) + (1,) * (len(shape) - 1))
-    x = (rng.standard_normal(shape) * mag).astype(np.float32)
-    flat = x.reshape(-1)
-    special = np.float32([0.0, -0.0, 448.0, 464.0, 6.0, 5.0, -6.5, 0.25, 2.0**-9, 1e-45, -3e38, 3.4e38])
-    pos = rng.choice(flat.size, 3 * special.size, replace=False)
-    flat[pos] = np.resize(special, pos.size)
-    return x
 
 
 def _spy(monkeypatch):
@@ -73,7 +62,7 @@ def test_same_bits_on_both_paths(fmt, kw, monkeypatch):
     for shape, axis in SHAPES:
         if tiled and axis % len(shape) != len(shape) - 1:
             continue
-        x = _values(rng, shape)
+        x = block_values(rng, shape)
         for seed in (None, 11):
             _check(x, fmt, axis, kw, seed)
         x.reshape(-1)[[1, x.size // 2]] = [np.inf, -np.inf]  # two blocks of NaN scales, the rest untouched
@@ -89,7 +78,7 @@ def test_small_blocks_keep_the_numpy_path(monkeypatch):
     are quantize's)."""
     calls = _spy(monkeypatch)
     rng = np.random.default_rng(5)
-    x = _values(rng, (8, 64))
+    x = block_values(rng, (8, 64))
     with use_compiled(True):
         assert np.array_equal(bits(fake_quantize(x, "mxfp8_e4m3")), bits(quantize(x, "mxfp8_e4m3").dequantize()))
         got = fake_quantize(x, "nvfp4", rounding="stochastic", seed=3)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import block_values
 
 pytest.importorskip("numba")
 
@@ -77,18 +78,6 @@ def both(x, fmt, seed=None, **kw):
     return fast
 
 
-def _values(rng, shape) -> np.ndarray:
-    """Gaussians at a magnitude per leading index from 1e-42 to 1e37, zeros of both signs, grid ties,
-    float32 subnormals and values near float32's max mixed in."""
-    mag = 10.0 ** rng.uniform(-42, 37, (shape[0],) + (1,) * (len(shape) - 1))
-    x = (rng.standard_normal(shape) * mag).astype(np.float32)
-    flat = x.reshape(-1)
-    special = np.float32([0.0, -0.0, 448.0, 464.0, 6.0, 5.0, -6.5, 0.25, 2.0**-9, 1e-45, -3e38, 3.4e38])
-    pos = rng.choice(flat.size, 3 * special.size, replace=False)
-    flat[pos] = np.resize(special, pos.size)
-    return x
-
-
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_the_compiled_path_gives_the_numpy_paths_bits(fmt, monkeypatch):
     calls = _spy(monkeypatch)
@@ -97,7 +86,7 @@ def test_the_compiled_path_gives_the_numpy_paths_bits(fmt, monkeypatch):
     for shape, axis, block in SHAPES:
         if isinstance(block, tuple) and fmt not in ("nvfp4", "fp8_block"):
             continue
-        x = _values(rng, shape)
+        x = block_values(rng, shape)
         for i, mode in enumerate(modes):
             kw = {"axis": axis, "block": block, **({"scale_rounding": mode} if mode else {})}
             both(x, fmt, **kw)

@@ -18,6 +18,7 @@ import sys
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import bits, identical
 
 pytest.importorskip("numba")
 
@@ -70,17 +71,6 @@ def _inputs(name: str, nans: bool = True) -> np.ndarray:
     return x if nans else x[~np.isnan(x)]
 
 
-def _bits(a) -> np.ndarray:
-    a = np.asarray(a)
-    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
-
-
-def _same(got, want) -> bool:
-    """Same dtype, shape and bit patterns (NaN payloads and -0 included)."""
-    got, want = np.asarray(got), np.asarray(want)
-    return got.dtype == want.dtype and got.shape == want.shape and np.array_equal(_bits(got), _bits(want))
-
-
 def both(f, *args):
     """f's results on the numpy path and on the compiled path."""
     with use_compiled(False):
@@ -109,25 +99,25 @@ def test_float16_rounding_is_numpys_cast_on_both_paths():
     x = _inputs("float16")
     want = _quiet(x.astype)(np.float16)
     r0, r1 = both(kernels.f32_to_f16, x)
-    assert _same(r0, want) and _same(r1, want)
+    assert identical(r0, want) and identical(r1, want)
 
 
 def test_snap_f16_is_the_float16_rounding_kept_in_float32():
     x = _inputs("float16")
     r0, r1 = both(kernels.snap_f16, x)
-    assert _same(r1, r0)  # NaN too: the same float32 payload
+    assert identical(r1, r0)  # NaN too: the same float32 payload
     nan = np.isnan(x)
     want = _quiet(x.astype)(np.float16).astype(np.float32)
-    assert np.array_equal(_bits(r1)[~nan], _bits(want)[~nan]) and np.isnan(r1[nan]).all()
+    assert np.array_equal(bits(r1)[~nan], bits(want)[~nan]) and np.isnan(r1[nan]).all()
 
 
 def test_bfloat16_rounding_is_ml_dtypes_cast_on_both_paths():
     x = np.concatenate([_inputs("bfloat16"), (np.arange(2**16, dtype=np.uint32) << 16 | 0x8000).view(np.float32)])
     want = _quiet(x.astype)(ml_dtypes.bfloat16)
     r0, r1 = both(_quiet(kernels.f32_to_bf16), x)
-    assert _same(r0, want) and _same(r1, want)
+    assert identical(r0, want) and identical(r1, want)
     with use_compiled(True):  # the engine's rounding goes through it
-        assert _same(_quiet(BACKENDS["numpy"].round)(x, get_format("bfloat16")), want)
+        assert identical(_quiet(BACKENDS["numpy"].round)(x, get_format("bfloat16")), want)
 
 
 @pytest.mark.parametrize("saturate", [False, True], ids=["ieee", "saturate"])
@@ -136,13 +126,13 @@ def test_narrow_casts_are_ml_dtypes_cast_on_both_paths(name, saturate):
     f = get_format(name)
     x = _inputs(name, nans=name not in NAN_FREE)
     r0, r1 = both(kernels.narrow_cast, x, f, saturate)
-    assert _same(r1, r0)
+    assert identical(r1, r0)
     want = _quiet(x.astype)(f.dtype)
     if saturate:
         big = ~np.isfinite(want.astype(np.float32)) & ~np.isnan(x)
         want[big] = np.copysign(np.float32(f.max), x[big]).astype(f.dtype)
     nan = np.isnan(x)  # a NaN's fp8 pattern: the table's (the NaN of its bfloat16 pattern)
-    assert np.array_equal(_bits(r1)[~nan], _bits(want)[~nan])
+    assert np.array_equal(bits(r1)[~nan], bits(want)[~nan])
     assert np.isnan(r1[nan].astype(np.float32)).all()
 
 
@@ -151,18 +141,18 @@ def test_bf16_odd_patterns_on_both_paths():
     r0, r1 = both(kernels.bf16_odd_patterns, x)
     b = x.view(np.uint32)
     want = (b >> 16) | ((b & 0xFFFF) != 0)
-    assert _same(r0, want) and _same(r1, want)
+    assert identical(r0, want) and identical(r1, want)
 
 
 def test_widenings_are_the_libraries_casts_on_both_paths():
     h = np.tile(np.arange(2**16, dtype=np.uint32).astype(np.uint16), 2).view(np.float16)
     r0, r1 = both(kernels.f16_to_f32, h)
-    assert _same(r0, h.astype(np.float32)) and _same(r1, r0)
+    assert identical(r0, h.astype(np.float32)) and identical(r1, r0)
     for name in (*NARROW, "float8_e8m0fnu"):
         codes = np.tile(np.arange(256, dtype=np.uint32).astype(np.uint8), 8).view(get_format(name).dtype)
         r0, r1 = both(kernels.fp8_to_f32, codes)
         want = _quiet(codes.astype)(np.float32)
-        assert _same(r0, want) and _same(r1, want), name
+        assert identical(r0, want) and identical(r1, want), name
 
 
 @pytest.mark.parametrize("scale", [1.0, 2.0**-24, 0.7, 3.0, 2.0**15, 2.0**16, 2.0**100, 0.0])
@@ -171,7 +161,7 @@ def test_unscaling_widening_is_the_widening_times_the_scale(scale):
     with np.errstate(over="ignore", invalid="ignore"):
         want = h.astype(np.float32) * np.float32(scale)
     (v0, s0), (v1, s1) = both(kernels.f16_to_f32_scaled, h, scale)
-    assert _same(v0, want) and _same(v1, want) and s0 is s1 is True
+    assert identical(v0, want) and identical(v1, want) and s0 is s1 is True
     finite = h[np.isfinite(h)]
     (_, s0), (_, s1) = both(kernels.f16_to_f32_scaled, finite, scale)
     assert s0 is s1 is False
@@ -186,14 +176,14 @@ def test_scaled_fp8_on_both_paths(name, scale, saturate):
     if not saturate:  # the caller's promise: no |x * scale| beyond max
         x = x[np.abs(x.astype(np.float64) * np.float32(scale)) <= f.max]
     r0, r1 = both(fp8kernels.scaled_fp8, x, scale, f, saturate)
-    assert _same(r1[0], r0[0]) and _same(r1[1], r0[1]) and r0[2] == r1[2]
+    assert identical(r1[0], r0[0]) and identical(r1[1], r0[1]) and r0[2] == r1[2]
     with np.errstate(over="ignore"):
         y = np.clip(x * np.float32(scale), -np.float32(f.max), np.float32(f.max))
     want = y.astype(f.dtype)
-    assert _same(r1[0], want) and _same(r1[1], want.astype(np.float32))
+    assert identical(r1[0], want) and identical(r1[1], want.astype(np.float32))
     assert r1[2] == np.count_nonzero((want.astype(np.float32) == 0) & (x != 0))
     (c0, v0, n0), (c1, v1, n1) = both(lambda: fp8kernels.scaled_fp8(x, scale, f, saturate, codes=False))
-    assert c0 is c1 is None and _same(v1, v0) and n0 == n1 == r1[2]
+    assert c0 is c1 is None and identical(v1, v0) and n0 == n1 == r1[2]
 
 
 MODE_FORMATS = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "p3109_k8p4se", "p3109_k8p3ue",
@@ -223,14 +213,14 @@ def test_rounding_modes_on_both_paths(name, mode):
         if not modekernels.supports(f, mode, sr):
             continue
         r0, r1 = both(_quiet(lambda sr=sr: modekernels.round_magnitudes_f32(x, f, mode, sr, np.random.default_rng(9))))
-        assert _same(r1, r0), (mode, None if sr is None else sr[::2])
+        assert identical(r1, r0), (mode, None if sr is None else sr[::2])
         if mode != "stochastic":
             fin = np.abs(x) <= f.max  # beyond it float32's result may overflow where float64's does not
             fin &= f.signed | (x >= 0)  # an unsigned format's negative values: NaN whatever the magnitude
             want = round_magnitudes(x[fin].astype(np.float64), f, mode)
             assert np.array_equal(r1[fin].astype(np.float64), want), mode
     (c0, c1) = both(_quiet(lambda: cast(x[~np.isnan(x)], f, mode, saturate=True, seed=4)))
-    assert _same(c1, c0)
+    assert identical(c1, c0)
 
 
 def _rng_values(shape, seed=3):
@@ -258,7 +248,7 @@ def test_layouts_and_sizes_around_the_threshold():
     for a in arrays:
         for i, fn in enumerate(fns):
             r0, r1 = both(_quiet(fn), a)
-            assert _same(np.asarray(r1), np.asarray(r0)), (i, np.shape(a))
+            assert identical(np.asarray(r1), np.asarray(r0)), (i, np.shape(a))
 
 
 
@@ -290,7 +280,7 @@ def test_cast_to_nearest_is_the_librarys_cast_on_both_paths(name, saturate):
                     (x64, _library_cast(x64 if name == "float16" else x64.astype(np.float32), name, saturate))):
         for part, w in ((a, want), (a[:100], want[:100])):
             r0, r1 = both(lambda v: cast(v, name, saturate=saturate), part)
-            assert _same(r0, w) and _same(r1, w), a.dtype
+            assert identical(r0, w) and identical(r1, w), a.dtype
 
 
 @pytest.mark.parametrize("name", ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"))
@@ -300,7 +290,7 @@ def test_cast_keeps_every_nan_patterns_library_bits(name):
     which keeps only the payload's top bits: the library's fp8 NaN does not depend on the rest)."""
     want = _library_cast(ALL_NANS, name, False)
     r0, r1 = both(lambda v: cast(v, name), ALL_NANS)
-    assert _same(r0, want) and _same(r1, want)
+    assert identical(r0, want) and identical(r1, want)
 
 
 def test_cast_from_float64_rounds_once_through_the_tables():
@@ -312,7 +302,7 @@ def test_cast_from_float64_rounds_once_through_the_tables():
         x[::2] *= -1
         r0, r1 = both(lambda v, _name=name: cast(v, _name).astype(np.float32), x)
         want = np.where(x > 0, up, -up).astype(np.float32)
-        assert _same(r0, want) and _same(r1, want), name
+        assert identical(r0, want) and identical(r1, want), name
 
 
 @pytest.mark.parametrize("name", ("float16", "bfloat16", *NARROW, "float8_e8m0fnu"))
@@ -326,12 +316,12 @@ def test_round_to_widens_back_by_the_librarys_cast(name):
     for a, dt in ((x, np.float32), (x.astype(np.float64), np.float64), (x[:300], np.float32)):
         want = _quiet(_quiet(cast)(a, name).astype)(dt)
         r0, r1 = both(_quiet(lambda v: fpsim_round_to(v, name)), a)
-        assert _same(r0, want) and _same(r1, want), dt
+        assert identical(r0, want) and identical(r1, want), dt
     h = _quiet(x.astype)(np.float16)
     if name not in NAN_FREE or not np.isnan(h).any():
         r0, r1 = both(_quiet(lambda v: fpsim_round_to(v, name)), h)
         want = _quiet(_quiet(cast)(h, name).astype)(np.float32)
-        assert _same(r0, want) and _same(r1, want)
+        assert identical(r0, want) and identical(r1, want)
 
 def test_engine_runs_are_the_same_on_both_paths(monkeypatch):
     """A few training steps of the reference task under the float16, bfloat16 and fp8 recipes:
@@ -393,20 +383,20 @@ def _exhaustive_check(name: str, x: np.ndarray) -> int:
             want = x.astype(np.float16)
             with use_compiled(True):
                 got, snap = kernels.f32_to_f16(x), kernels.snap_f16(x)
-            bad = np.count_nonzero(_bits(got) != _bits(want))
-            bad += np.count_nonzero(_bits(got) != _bits(kernels._f32_to_f16_bits(x)))
-            ok = (_bits(snap) == _bits(want.astype(np.float32))) | (np.isnan(snap) & np.isnan(x))
+            bad = np.count_nonzero(bits(got) != bits(want))
+            bad += np.count_nonzero(bits(got) != bits(kernels._f32_to_f16_bits(x)))
+            ok = (bits(snap) == bits(want.astype(np.float32))) | (np.isnan(snap) & np.isnan(x))
             return int(bad + np.count_nonzero(~ok))
         if name == "bfloat16":
             with use_compiled(True):
                 got = kernels.f32_to_bf16(x)
-            return int(np.count_nonzero(_bits(got) != _bits(x.astype(ml_dtypes.bfloat16))))
+            return int(np.count_nonzero(bits(got) != bits(x.astype(ml_dtypes.bfloat16))))
         f = get_format(name)
         with use_compiled(True):
             got = kernels.narrow_cast(x, f, False)
         want = x.astype(f.dtype)
         nan = np.isnan(x)
-        return int(np.count_nonzero((_bits(got) != _bits(want)) & ~nan)
+        return int(np.count_nonzero((bits(got) != bits(want)) & ~nan)
                    + np.count_nonzero(~np.isnan(got[nan].astype(np.float32))))
 
 

@@ -19,6 +19,7 @@ import os
 
 import numpy as np
 import pytest
+from helpers import bits, identical
 
 pytest.importorskip("numba")
 
@@ -30,17 +31,6 @@ FORMATS = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float6_e2m3fn
 NAN_FREE = ("float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn")  # no NaN: a NaN input is refused
 NANS64 = np.array([0x7FF8000000000000, 0x7FF0000000000001, 0x7FF7FFFFFFFFFFFF, 0x7FFFFFFFFFFFFFFF,
                    0x7FF8000020000000, 0x7FF0000100000000, 0x7FFC000000000001, 0x7FF4000000002000], np.uint64)
-
-
-def _bits(a) -> np.ndarray:
-    a = np.asarray(a)
-    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
-
-
-def _same(got, want) -> bool:
-    """Same dtype, shape and bit patterns (NaN payloads and -0 included)."""
-    got, want = np.asarray(got), np.asarray(want)
-    return got.dtype == want.dtype and got.shape == want.shape and np.array_equal(_bits(got), _bits(want))
 
 
 def _binade_patterns(per: int = 2**10, seed: int = 0) -> np.ndarray:
@@ -137,8 +127,8 @@ def test_compiled_cast_is_the_numpy_paths_bits(name, saturate, calls):
     x = _inputs64(name)
     r0, r1 = both(lambda v: cast(v, name, saturate=saturate), x)
     assert calls == {"f64_nearest": 1}
-    bad = np.flatnonzero(_bits(r0) != _bits(r1))
-    assert _same(r1, r0), (len(bad), x[bad[:5]], _bits(r0)[bad[:5]], _bits(r1)[bad[:5]])
+    bad = np.flatnonzero(bits(r0) != bits(r1))
+    assert identical(r1, r0), (len(bad), x[bad[:5]], bits(r0)[bad[:5]], bits(r1)[bad[:5]])
 
 
 def test_float16_is_numpys_float64_cast(calls):
@@ -150,7 +140,7 @@ def test_float16_is_numpys_float64_cast(calls):
     for part in (x, x[:1000]):
         r0, r1 = both(lambda v: cast(v, "float16"), part)
         k0, k1 = both(kernels.f32_to_f16, part)
-        assert all(_same(r, want[: part.size]) for r in (r0, r1, k0, k1))
+        assert all(identical(r, want[: part.size]) for r in (r0, r1, k0, k1))
     assert calls == {"f64_nearest": 1, "f64_to_f16": 1}  # the small ones keep the numpy path
 
 
@@ -163,7 +153,7 @@ def test_float32_values_are_ml_dtypes_cast(name):
     with np.errstate(over="ignore", invalid="ignore"):  # the signalling NaNs are quietened
         want = x32.astype(get_format(name).dtype)
         x = x32.astype(np.float64)
-    assert _same(cast(x, name), want)
+    assert identical(cast(x, name), want)
 
 
 def _gfloat_format(name: str):
@@ -190,7 +180,7 @@ def test_against_gfloat(name, saturate):
         got = cast(x, name, saturate=saturate).astype(np.float32).astype(np.float64)
     nan = np.isnan(want)
     assert np.array_equal(np.isnan(got), nan)
-    assert np.array_equal(_bits(got[~nan]), _bits(want[~nan].astype(np.float64)))
+    assert np.array_equal(bits(got[~nan]), bits(want[~nan].astype(np.float64)))
 
 
 def test_layouts_and_sizes(calls):
@@ -200,7 +190,7 @@ def test_layouts_and_sizes(calls):
     for a in (x, x[:, ::3], x.T, np.asfortranarray(x)):
         for name in ("float16", "bfloat16", "float8_e4m3fn", "float4_e2m1fn"):
             r0, r1 = both(lambda v, _n=name: cast(v, _n), a)
-            assert _same(r1, r0), (name, a.shape)
+            assert identical(r1, r0), (name, a.shape)
     n = calls["f64_nearest"]
     for name in ("float16", "bfloat16", "float8_e5m2"):
         both(lambda v, _n=name: cast(v, _n), x[:10, :100])  # 1000 values
@@ -212,14 +202,14 @@ def test_the_comparison_finds_a_wrong_rounding(monkeypatch):
     ml_dtypes does from float64) or loses -0: they differ from the numpy path."""
     x = np.concatenate([_format_edges("float8_e4m3fn"), [-0.0] * 2048])  # the float64 neighbours of the ties
     r0, r1 = both(lambda v: cast(v, "float8_e4m3fn"), x)
-    assert _same(r1, r0)
+    assert identical(r1, r0)
     table = compiled.kernels().roundings
     monkeypatch.setitem(table, "f64_nearest", lambda v, f, s, n: v.astype(np.float32).astype(f.dtype))
     r0, r1 = both(lambda v: cast(v, "float8_e4m3fn"), x)
-    assert np.count_nonzero(_bits(r1) != _bits(r0)) > 100
+    assert np.count_nonzero(bits(r1) != bits(r0)) > 100
     monkeypatch.setitem(table, "f64_nearest", lambda v, f, s, n: np.abs(v).astype(f.dtype))
     r0, r1 = both(lambda v: cast(v, "bfloat16"), x)
-    assert not _same(r1, r0)
+    assert not identical(r1, r0)
 
 
 def test_an_element_format_whose_overflow_is_not_a_clamp_is_refused(monkeypatch):
@@ -249,12 +239,12 @@ def _exhaustive_check(name: str, patterns: np.ndarray) -> int:
         with use_compiled(True):
             got = cast(x, name)
         if name == "float16":
-            return int(np.count_nonzero(_bits(got) != _bits(x.astype(np.float16))))
+            return int(np.count_nonzero(bits(got) != bits(x.astype(np.float16))))
         k = np.count_nonzero(np.isfinite(patterns.view(np.float32)))
         want_exact = x[:k].astype(np.float32).astype(get_format(name).dtype)
         with use_compiled(False):
             want_near = cast(x[k:], name)
-    return int(np.count_nonzero(_bits(got[:k]) != _bits(want_exact)) + np.count_nonzero(_bits(got[k:]) != _bits(want_near)))
+    return int(np.count_nonzero(bits(got[:k]) != bits(want_exact)) + np.count_nonzero(bits(got[k:]) != bits(want_near)))
 
 
 @pytest.mark.slow
